@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Links: the transport-independent half of a control link.
+ *
+ * A link owns, once for every transport: the frame decoder over received
+ * bytes (any split), the HELLO/WELCOME handshake state, sequence numbers,
+ * the send batch (frames queued by handlers leave in one send before the loop
+ * waits), and the per-link memory bounds (a partial frame <= max_frame, unsent
+ * bytes <= tx_limit: a peer that stops reading fails with RK_ESLOWPEER).
+ *
+ * Lifetime: a link is created by its transport, handed to its owner, and freed
+ * by the transport's destroy() once it is closed and no operation is in flight
+ * and no handler is running on it (ops_inflight == 0, in_dispatch == 0).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_int.h"
+
+static void link_flush_cb(struct rk__flusher *f);
+
+void rk__link_init(struct rk_link *l, struct rk_loop *loop, const struct rk__transport_ops *tops,
+		   const struct rk__link_owner_ops *oops, void *owner, enum rk__link_state state)
+{
+	const struct rk_config *cfg = rk_loop_config(loop);
+
+	memset(l, 0, sizeof(*l));
+	l->loop = loop;
+	l->tops = tops;
+	l->oops = oops;
+	l->owner = owner;
+	l->state = state;
+	l->rank = cfg->rank;
+	l->peer = -1;
+	l->max_frame = cfg->max_frame;
+	l->tx_limit = cfg->tx_limit;
+	l->created = l->last_rx = l->last_tx = rk_loop_now(loop);
+	l->flusher.fn = link_flush_cb;
+	rk__loop_ref(loop);
+}
+
+static void link_maybe_free(struct rk_link *l)
+{
+	struct rk_loop *loop = l->loop;
+
+	if (l->state != RK_LINK_CLOSED || l->ops_inflight || l->in_dispatch)
+		return;
+	if (l->flusher.queued)
+		return;		/* the flusher runs later this iteration; it frees then */
+	if (l->oops && l->oops->closed)
+		l->oops->closed(l);
+	free(l->q.p);
+	free(l->out.p);
+	free(l->rx);
+	l->q.p = l->out.p = l->rx = NULL;
+	rk__loop_unref(loop);
+	l->tops->destroy(l);	/* frees l */
+}
+
+void rk__link_op_done(struct rk_link *l)
+{
+	l->ops_inflight--;
+	link_maybe_free(l);
+}
+
+static void link_shutdown(struct rk_link *l)
+{
+	if (l->state == RK_LINK_CLOSED)
+		return;
+	l->state = RK_LINK_CLOSED;
+	l->tops->shutdown(l);
+	link_maybe_free(l);
+}
+
+void rk__link_abort(struct rk_link *l)
+{
+	link_shutdown(l);
+}
+
+static size_t tx_pending(const struct rk_link *l)
+{
+	return l->q.len + (l->out.len - l->out.off);
+}
+
+static void link_flush_cb(struct rk__flusher *f)
+{
+	struct rk_link *l = (struct rk_link *)((char *)f - offsetof(struct rk_link, flusher));
+
+	if (l->state == RK_LINK_CLOSED) {
+		link_maybe_free(l);
+		return;
+	}
+	if (l->out.off == l->out.len && l->q.len) {
+		struct rk__txbuf t = l->out;
+
+		l->out = l->q;
+		l->q = t;
+		l->q.len = l->q.off = 0;
+		l->out.off = 0;
+	}
+	if (l->out.off < l->out.len) {
+		l->stats.tx_flushes++;
+		l->tops->flush(l);
+	} else if (l->close_after_flush) {
+		link_shutdown(l);
+	}
+}
+
+size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p)
+{
+	*p = l->out.p + l->out.off;
+	return l->out.len - l->out.off;
+}
+
+void rk__link_tx_done(struct rk_link *l, size_t n)
+{
+	l->out.off += n;
+	if (l->out.off >= l->out.len)
+		l->out.len = l->out.off = 0;
+	if (l->state == RK_LINK_CLOSED)
+		return;
+	if (l->out.len || l->q.len || l->close_after_flush)
+		rk__loop_queue_flush(l->loop, &l->flusher);
+}
+
+static int txbuf_reserve(struct rk__txbuf *b, size_t need)
+{
+	size_t cap;
+	uint8_t *p;
+
+	if (b->len + need <= b->cap)
+		return 0;
+	cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + need)
+		cap *= 2;
+	p = realloc(b->p, cap);
+	if (!p)
+		return -ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+/* Make room for a frame of @len payload bytes at the end of q; enforce the bounds. */
+static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
+{
+	size_t need = RK_WIRE_HDR_LEN + (size_t)len;
+	int ret;
+
+	if (len > l->max_frame) {
+		*err = -RK_ETOOBIG;
+		return NULL;
+	}
+	if (tx_pending(l) + need > l->tx_limit) {
+		rk__warn(l->rank, "link to rank %d: %zu bytes unsent, peer is not reading",
+			 l->peer, tx_pending(l));
+		rk__link_fail(l, -RK_ESLOWPEER, false);
+		*err = -RK_ESLOWPEER;
+		return NULL;
+	}
+	ret = txbuf_reserve(&l->q, need);
+	if (ret) {
+		*err = ret;
+		return NULL;
+	}
+	return l->q.p + l->q.len + RK_WIRE_HDR_LEN;
+}
+
+static int link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uint32_t len)
+{
+	uint8_t *hdr = l->q.p + l->q.len;
+	int ret;
+
+	ret = rk_wire_encode_hdr(hdr, type, flags, (uint32_t)l->rank, l->tx_seq,
+				 hdr + RK_WIRE_HDR_LEN, len);
+	if (ret < 0)
+		return ret;
+	l->tx_seq++;
+	l->q.len += RK_WIRE_HDR_LEN + (size_t)len;
+	l->stats.tx_frames++;
+	l->stats.tx_bytes += RK_WIRE_HDR_LEN + (size_t)len;
+	if (tx_pending(l) > l->stats.tx_queued_max)
+		l->stats.tx_queued_max = tx_pending(l);
+	l->last_tx = rk_loop_now(l->loop);
+	rk__loop_queue_flush(l->loop, &l->flusher);
+	return 0;
+}
+
+int rk__link_send_raw(struct rk_link *l, unsigned int type, unsigned int flags,
+		      const void *payload, uint32_t len)
+{
+	uint8_t *p;
+	int err = 0;
+
+	if (l->state == RK_LINK_CLOSED)
+		return -ENOTCONN;
+	p = link_room(l, len, &err);
+	if (!p)
+		return err;
+	if (len)
+		memcpy(p, payload, len);
+	return link_commit(l, type, flags, len);
+}
+
+int rk_link_send(struct rk_link *l, unsigned int type, unsigned int flags, const void *payload,
+		 uint32_t len)
+{
+	if (l->state != RK_LINK_UP || l->close_after_flush)
+		return -ENOTCONN;
+	if (l->reserved)
+		return -EBUSY;
+	return rk__link_send_raw(l, type, flags, payload, len);
+}
+
+uint8_t *rk_link_reserve(struct rk_link *l, uint32_t len, int *err)
+{
+	uint8_t *p;
+	int e = 0;
+
+	if (l->state != RK_LINK_UP || l->close_after_flush) {
+		e = -ENOTCONN;
+		p = NULL;
+	} else if (l->reserved) {
+		e = -EBUSY;
+		p = NULL;
+	} else {
+		p = link_room(l, len, &e);
+	}
+	if (err)
+		*err = e;
+	if (p)
+		l->reserved = true;
+	return p;
+}
+
+int rk_link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uint32_t len)
+{
+	if (!l->reserved)
+		return -EINVAL;
+	l->reserved = false;
+	if (l->state != RK_LINK_UP)
+		return -ENOTCONN;
+	return link_commit(l, type, flags, len);
+}
+
+int rk_link_peer(const struct rk_link *l)
+{
+	return l->peer;
+}
+
+bool rk_link_up(const struct rk_link *l)
+{
+	return l->state == RK_LINK_UP && !l->close_after_flush;
+}
+
+void rk_link_stats(const struct rk_link *l, struct rk_link_stats *out)
+{
+	*out = l->stats;
+}
+
+const char *rk_link_transport(const struct rk_link *l)
+{
+	return l->tops->name;
+}
+
+/* ---- failure and close ------------------------------------------------------------ */
+
+void rk__link_fail(struct rk_link *l, int err, bool tell)
+{
+	if (l->state == RK_LINK_CLOSED || l->state == RK_LINK_FAILED)
+		return;
+	l->err = err;
+	l->state = RK_LINK_FAILED;
+	if (tell) {
+		uint8_t buf[16 + RK_WIRE_ERRMSG_MAX];
+		int n = rk_wire_encode_error(buf, sizeof(buf), err, RK_WIRE_RANK_NONE,
+					     rk_strerror(err));
+
+		/* Best effort, and only if there is room: the peer may be why we fail. */
+		if (n > 0 && tx_pending(l) + RK_WIRE_HDR_LEN + (size_t)n <= l->tx_limit)
+			rk__link_send_raw(l, RK_FRAME_ERROR, 0, buf, (uint32_t)n);
+	}
+	if (!l->failed_reported) {
+		l->failed_reported = true;
+		if (l->oops && l->oops->failed)
+			l->oops->failed(l, err);
+	}
+	if (l->state == RK_LINK_CLOSED)
+		return;		/* the owner closed it from the callback */
+	if (tell && tx_pending(l)) {
+		l->close_after_flush = true;
+		rk__loop_queue_flush(l->loop, &l->flusher);
+	} else {
+		link_shutdown(l);
+	}
+}
+
+void rk__link_close(struct rk_link *l, bool bye)
+{
+	if (l->state == RK_LINK_CLOSED)
+		return;
+	l->failed_reported = true;	/* an orderly close is not a failure */
+	if (bye && l->state == RK_LINK_UP) {
+		uint8_t buf[8];
+		struct rk_wire_bye b = { .reason = 0 };
+		int n = rk_wire_encode_bye(buf, sizeof(buf), &b);
+
+		if (n > 0)
+			rk__link_send_raw(l, RK_FRAME_BYE, 0, buf, (uint32_t)n);
+	}
+	if (l->state == RK_LINK_CLOSED)
+		return;
+	if (l->state == RK_LINK_CONNECTING || !tx_pending(l)) {
+		link_shutdown(l);
+		return;
+	}
+	l->state = RK_LINK_FAILED;
+	l->close_after_flush = true;
+	rk__loop_queue_flush(l->loop, &l->flusher);
+}
+
+/* ---- receive ----------------------------------------------------------------------- */
+
+void rk__link_connected(struct rk_link *l)
+{
+	const struct rk_config *cfg = rk_loop_config(l->loop);
+	struct rk_wire_hello h = {
+		.proto_version = RK_WIRE_VERSION,
+		.world_size = (uint32_t)cfg->world_size,
+		.rank = (uint32_t)cfg->rank,
+		.session_id = cfg->session_id,
+		.caps = 0,
+	};
+	uint8_t buf[RK_WIRE_HELLO_LEN];
+	int n;
+
+	l->state = RK_LINK_HELLO_SENT;
+	l->last_rx = rk_loop_now(l->loop);
+	n = rk_wire_encode_hello(buf, sizeof(buf), &h);
+	if (n < 0 || rk__link_send_raw(l, RK_FRAME_HELLO, 0, buf, (uint32_t)n) < 0)
+		rk__link_fail(l, n < 0 ? n : -ENOMEM, false);
+}
+
+/* One complete, header-validated frame. Return 0, or an error (the link fails). */
+static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload)
+{
+	struct rk_wire_hello hello;
+	enum rk_activity act = RK_IDLE;
+	int ret;
+
+	ret = rk_wire_check_payload(h, payload);
+	if (ret)
+		return ret;
+	ret = rk_wire_decode_payload(h->type, payload, h->len);
+	if (ret)
+		return ret;
+	if (h->seq != l->rx_seq)
+		return -RK_ESEQ;
+	l->rx_seq++;
+	l->stats.rx_frames++;
+	l->stats.rx_bytes += RK_WIRE_HDR_LEN + h->len;
+	l->last_rx = rk_loop_now(l->loop);
+
+	switch (l->state) {
+	case RK_LINK_ACCEPTED:
+	case RK_LINK_HELLO_SENT:
+		if (h->type == RK_FRAME_ERROR) {
+			struct rk_wire_error e;
+
+			rk_wire_decode_error(payload, h->len, &e);
+			rk__warn(l->rank, "peer refused the handshake: %s (%.*s)",
+				 rk_errname(e.code), (int)e.msg_len, e.msg);
+			return e.code < 0 ? e.code : -RK_EPEERERR;
+		}
+		if ((l->state == RK_LINK_ACCEPTED && h->type != RK_FRAME_HELLO) ||
+		    (l->state == RK_LINK_HELLO_SENT && h->type != RK_FRAME_WELCOME))
+			return -RK_EHANDSHAKE;
+		rk_wire_decode_hello(payload, h->len, &hello);
+		if (h->src_rank != hello.rank)
+			return -RK_ERANK;
+		ret = l->oops->handshake(l, h, &hello);
+		if (ret) {
+			rk__link_fail(l, ret, true);
+			return 0;
+		}
+		l->peer = (int)hello.rank;
+		l->state = RK_LINK_UP;
+		return 0;
+	case RK_LINK_UP:
+		if (h->src_rank != (uint32_t)l->peer)
+			return -RK_ERANK;
+		switch (h->type) {
+		case RK_FRAME_HELLO:
+		case RK_FRAME_WELCOME:
+			return -RK_EHANDSHAKE;
+		case RK_FRAME_HEARTBEAT:
+			l->stats.heartbeats_rx++;
+			rk__loop_note(l->loop, RK_IDLE);
+			return 0;
+		case RK_FRAME_BYE:
+			rk__link_fail(l, -RK_EPEERBYE, false);
+			return 0;
+		default:
+			act = l->oops->frame(l, h, payload);
+			rk__loop_note(l->loop, act);
+			return 0;
+		}
+	default:
+		return 0;	/* failing or closed: drop what is still arriving */
+	}
+}
+
+static int rx_grow(struct rk_link *l, size_t need)
+{
+	size_t cap;
+	uint8_t *p;
+
+	if (need <= l->rx_cap)
+		return 0;
+	cap = l->rx_cap ? l->rx_cap : 4096;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(l->rx, cap);
+	if (!p)
+		return -ENOMEM;
+	l->rx = p;
+	l->rx_cap = cap;
+	return 0;
+}
+
+static int rx_append(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	int ret = rx_grow(l, l->rx_len + n);
+
+	if (ret)
+		return ret;
+	memcpy(l->rx + l->rx_len, p, n);
+	l->rx_len += n;
+	return 0;
+}
+
+static bool link_receiving(const struct rk_link *l)
+{
+	return l->state == RK_LINK_ACCEPTED || l->state == RK_LINK_HELLO_SENT ||
+	       l->state == RK_LINK_UP;
+}
+
+/*
+ * Parse as many frames as @p holds. Frames wholly inside @p are dispatched in
+ * place (no copy); a partial frame is copied into l->rx, bounded by
+ * max_frame + header, and completed by later calls.
+ */
+static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	struct rk_wire_hdr h;
+	int64_t total;
+	size_t take;
+	int ret;
+
+	while (n && link_receiving(l)) {
+		if (l->rx_len) {
+			if (l->rx_len < RK_WIRE_HDR_LEN) {
+				take = RK_WIRE_HDR_LEN - l->rx_len;
+				take = take < n ? take : n;
+				ret = rx_append(l, p, take);
+				if (ret)
+					return ret;
+				p += take;
+				n -= take;
+			}
+			total = rk_wire_decode_hdr(l->rx, l->rx_len, l->max_frame, &h);
+			if (total == -EAGAIN)
+				continue;
+			if (total < 0)
+				return (int)total;
+			take = (size_t)total - l->rx_len;
+			take = take < n ? take : n;
+			ret = rx_append(l, p, take);
+			if (ret)
+				return ret;
+			p += take;
+			n -= take;
+			if (l->rx_len < (size_t)total)
+				return 0;
+			l->rx_len = 0;
+			ret = link_dispatch(l, &h, l->rx + RK_WIRE_HDR_LEN);
+			if (ret)
+				return ret;
+			continue;
+		}
+		total = rk_wire_decode_hdr(p, n, l->max_frame, &h);
+		if (total == -EAGAIN)
+			return rx_append(l, p, n);
+		if (total < 0)
+			return (int)total;
+		if ((size_t)total > n) {
+			ret = rx_grow(l, (size_t)total);
+			return ret ? ret : rx_append(l, p, n);
+		}
+		ret = link_dispatch(l, &h, p + RK_WIRE_HDR_LEN);
+		if (ret)
+			return ret;
+		p += total;
+		n -= (size_t)total;
+	}
+	return 0;
+}
+
+int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	int ret;
+
+	l->in_dispatch++;
+	ret = link_rx(l, p, n);
+	if (ret) {
+		rk__warn(l->rank, "link to rank %d (%s): %s", l->peer, l->tops->name,
+			 rk_strerror(ret));
+		rk__link_fail(l, ret, ret != -ENOMEM);
+	}
+	l->in_dispatch--;
+	link_maybe_free(l);
+	return ret;
+}

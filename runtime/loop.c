@@ -1,0 +1,920 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The rank loop: one io_uring driven by one thread, no global state.
+ *
+ * One iteration, in this order (rk_loop_run):
+ *   1. read the clock once; everything below takes that 'now'
+ *   2. reap completions (at most RK_CQE_BATCH) and call each one's rk__op
+ *   3. drain the inbox of cross-thread posts (FIFO per posting thread)
+ *   4. poll every source (verbs CQs, GPU completion words, ...)
+ *   5. run due timers
+ *   6. before-wait: run queued flushers, so the frames that steps 2-5 queued
+ *      leave in one send per link
+ *   7. submit SQEs and wait per the policy:
+ *        spin   - recently busy: one pause instruction, then the next iteration
+ *        timed  - a timed wait of one slice (when configured)
+ *        block  - publish "sleeping", fence, arm sources and re-check, then wait
+ *                 for a CQE or the next timer
+ *
+ * Every handler reports RK_BUSY or RK_IDLE; a busy event restarts the spin
+ * window. A wait interrupted by a signal (EINTR) is an empty wait.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+#define RK_CQE_BATCH 128
+
+enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
+
+struct rk_loop {
+	struct io_uring ring;
+	struct rk_config cfg;
+	uint64_t now;
+	uint64_t (*clock_fn)(void *arg);
+	void *clock_arg;
+
+	/* cross-thread side: the inbox (a Treiber stack) and the sleep flag */
+	_Atomic(struct rk_post *) inbox;
+	atomic_int sleeping;
+	atomic_int wake_pending;
+	int wake_fd;
+	uint64_t wake_val;
+	struct rk__op wake_op;
+	bool wake_armed;
+
+	/* SIGINT/SIGTERM through a signalfd */
+	int sig_fd;
+	struct signalfd_siginfo sig_info;
+	struct rk__op sig_op;
+	bool sig_armed;
+	sigset_t sig_oldmask;
+	int stop_signal;
+
+	struct rk_timer *timers;	/* sorted by due */
+	struct rk_source *sources;
+	struct rk__flusher *flush_head;
+	struct rk__bufring bufring;
+	unsigned int refs;
+
+	bool stop;
+	bool in_run;
+	uint64_t last_busy;		/* time of the last busy event */
+	unsigned int iter_busy;		/* busy events in this iteration */
+	unsigned int iter_events;
+	enum phase phase;		/* what the time since 'mark' is spent on */
+	uint64_t mark;
+	struct rk_loop_stats stats;
+};
+
+static uint64_t mono_ns(void *arg)
+{
+	struct timespec ts;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* ---- small internal interface ---------------------------------------------------- */
+
+struct io_uring_sqe *rk__loop_sqe(struct rk_loop *loop)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&loop->ring);
+
+	if (!sqe) {
+		io_uring_submit(&loop->ring);
+		sqe = io_uring_get_sqe(&loop->ring);
+	}
+	return sqe;
+}
+
+void rk__loop_queue_flush(struct rk_loop *loop, struct rk__flusher *f)
+{
+	if (f->queued)
+		return;
+	f->queued = true;
+	f->next = loop->flush_head;
+	loop->flush_head = f;
+}
+
+struct rk__bufring *rk__loop_bufring(struct rk_loop *loop)
+{
+	return loop->bufring.br ? &loop->bufring : NULL;
+}
+
+void rk__bufring_recycle(struct rk__bufring *r, unsigned int bid)
+{
+	io_uring_buf_ring_add(r->br, r->mem + (size_t)bid * r->size, r->size, bid, r->mask, 0);
+	io_uring_buf_ring_advance(r->br, 1);
+}
+
+void rk__loop_ref(struct rk_loop *loop)
+{
+	loop->refs++;
+}
+
+void rk__loop_unref(struct rk_loop *loop)
+{
+	loop->refs--;
+}
+
+void rk__loop_note(struct rk_loop *loop, enum rk_activity a)
+{
+	loop->iter_events++;
+	if (a == RK_BUSY)
+		loop->iter_busy++;
+}
+
+int rk__loop_rank(const struct rk_loop *loop)
+{
+	return loop->cfg.rank;
+}
+
+/* ---- the wake eventfd and the signalfd ------------------------------------------ */
+
+static void wake_arm(struct rk_loop *loop);
+
+static void wake_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk_loop *loop = (struct rk_loop *)((char *)op - offsetof(struct rk_loop, wake_op));
+
+	(void)flags;
+	loop->wake_armed = false;
+	/* The eventfd is drained: the next sleeping phase needs a new write. Pairs
+	 * with the exchange in loop_kick(). */
+	atomic_store_explicit(&loop->wake_pending, 0, memory_order_release);
+	if (res != -ECANCELED)
+		wake_arm(loop);
+	rk__loop_note(loop, RK_IDLE);
+}
+
+static void wake_arm(struct rk_loop *loop)
+{
+	struct io_uring_sqe *sqe;
+
+	if (loop->wake_armed || loop->wake_fd < 0)
+		return;
+	sqe = rk__loop_sqe(loop);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, loop->wake_fd, &loop->wake_val, sizeof(loop->wake_val), 0);
+	rk__sqe_set_op(sqe, &loop->wake_op);
+	loop->wake_armed = true;
+}
+
+static void sig_arm(struct rk_loop *loop);
+
+static void sig_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk_loop *loop = (struct rk_loop *)((char *)op - offsetof(struct rk_loop, sig_op));
+
+	(void)flags;
+	loop->sig_armed = false;
+	if (res == (int)sizeof(loop->sig_info)) {
+		loop->stop_signal = (int)loop->sig_info.ssi_signo;
+		loop->stop = true;
+		rk__info(loop->cfg.rank, "caught signal %d, stopping", loop->stop_signal);
+	}
+	if (res != -ECANCELED)
+		sig_arm(loop);	/* a second signal during shutdown stops again */
+	rk__loop_note(loop, RK_BUSY);
+}
+
+static void sig_arm(struct rk_loop *loop)
+{
+	struct io_uring_sqe *sqe;
+
+	if (loop->sig_armed || loop->sig_fd < 0)
+		return;
+	sqe = rk__loop_sqe(loop);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, loop->sig_fd, &loop->sig_info, sizeof(loop->sig_info), 0);
+	rk__sqe_set_op(sqe, &loop->sig_op);
+	loop->sig_armed = true;
+}
+
+/* Wake the loop if, and only if, it has published that it sleeps. */
+static void loop_kick(struct rk_loop *loop)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	/* Pairs with the fence in loop_wait(): either the loop sees what the
+	 * caller published before this call, or we see 'sleeping' and write. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&loop->sleeping, memory_order_relaxed))
+		return;
+	if (atomic_exchange_explicit(&loop->wake_pending, 1, memory_order_acq_rel))
+		return;		/* a write is already on its way */
+	do {
+		n = write(loop->wake_fd, &one, sizeof(one));
+	} while (n < 0 && errno == EINTR);
+}
+
+void rk_loop_wake(struct rk_loop *loop)
+{
+	loop_kick(loop);
+}
+
+void rk_loop_post(struct rk_loop *loop, struct rk_post *p)
+{
+	struct rk_post *head = atomic_load_explicit(&loop->inbox, memory_order_relaxed);
+
+	do {
+		p->next = head;
+	} while (!atomic_compare_exchange_weak_explicit(&loop->inbox, &head, p,
+							memory_order_release,
+							memory_order_relaxed));
+	loop_kick(loop);
+}
+
+/* Take every queued post at once (so there is no ABA), restore FIFO order, run them. */
+static unsigned int drain_inbox(struct rk_loop *loop)
+{
+	struct rk_post *p, *rev = NULL, *next;
+	unsigned int n = 0;
+
+	if (!atomic_load_explicit(&loop->inbox, memory_order_relaxed))
+		return 0;
+	p = atomic_exchange_explicit(&loop->inbox, NULL, memory_order_acquire);
+	while (p) {
+		next = p->next;
+		p->next = rev;
+		rev = p;
+		p = next;
+	}
+	while (rev) {
+		next = rev->next;
+		rev->next = NULL;
+		rk__loop_note(loop, rev->cb(rev));	/* may free or re-post rev */
+		rev = next;
+		n++;
+	}
+	loop->stats.posts += n;
+	return n;
+}
+
+/* ---- timers: a sorted list (a rank has a handful of timers) ---------------------- */
+
+void rk_timer_init(struct rk_timer *t, rk_timer_cb cb, void *data)
+{
+	memset(t, 0, sizeof(*t));
+	t->cb = cb;
+	t->data = data;
+}
+
+static void timer_unlink(struct rk_timer *t)
+{
+	struct rk_loop *loop = t->loop;
+
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		loop->timers = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+	t->active = false;
+	rk__loop_unref(loop);
+}
+
+static void timer_insert(struct rk_loop *loop, struct rk_timer *t)
+{
+	struct rk_timer *it = loop->timers, *prev = NULL;
+
+	while (it && it->due <= t->due) {
+		prev = it;
+		it = it->next;
+	}
+	t->prev = prev;
+	t->next = it;
+	if (prev)
+		prev->next = t;
+	else
+		loop->timers = t;
+	if (it)
+		it->prev = t;
+	t->active = true;
+	t->loop = loop;
+	rk__loop_ref(loop);
+}
+
+int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
+		   uint64_t period_ns)
+{
+	if (t->active)
+		timer_unlink(t);
+	t->due = loop->now + delay_ns;
+	t->period = period_ns;
+	timer_insert(loop, t);
+	return 0;
+}
+
+void rk_timer_stop(struct rk_timer *t)
+{
+	if (t->active)
+		timer_unlink(t);
+}
+
+static void run_timers(struct rk_loop *loop)
+{
+	struct rk_timer *t;
+	unsigned int budget = 64;	/* bound the work of one iteration */
+
+	while ((t = loop->timers) && t->due <= loop->now && budget--) {
+		timer_unlink(t);
+		if (t->period) {
+			t->due += t->period;
+			if (t->due <= loop->now)	/* we fell behind: skip, don't burst */
+				t->due = loop->now + t->period;
+			timer_insert(loop, t);
+		}
+		rk__loop_note(loop, t->cb(t, loop->now));
+	}
+}
+
+/* ---- sources and fd watches ------------------------------------------------------ */
+
+int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
+{
+	if (src->loop)
+		return -EALREADY;
+	src->loop = loop;
+	src->next = loop->sources;
+	loop->sources = src;
+	rk__loop_ref(loop);
+	return 0;
+}
+
+int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
+{
+	struct rk_source **pp;
+
+	for (pp = &loop->sources; *pp; pp = &(*pp)->next) {
+		if (*pp == src) {
+			*pp = src->next;
+			src->next = NULL;
+			src->loop = NULL;
+			rk__loop_unref(loop);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static void poll_sources(struct rk_loop *loop)
+{
+	struct rk_source *s, *next;
+	int ret;
+
+	for (s = loop->sources; s; s = next) {
+		next = s->next;
+		ret = s->ops->poll(s, loop->now);
+		if (ret > 0) {
+			loop->iter_events += (unsigned int)ret;
+			loop->iter_busy += (unsigned int)ret;
+		} else if (ret < 0) {
+			rk__warn(loop->cfg.rank, "source %s: %s", s->ops->name, rk_strerror(ret));
+		}
+	}
+}
+
+/* Before blocking: arm each source (or poll it, for sources woken by their
+ * producer). Return > 0 when something is pending and the loop must not block. */
+static int arm_sources(struct rk_loop *loop)
+{
+	struct rk_source *s, *next;
+	int pending = 0, ret;
+
+	for (s = loop->sources; s; s = next) {
+		next = s->next;
+		ret = s->ops->arm ? s->ops->arm(s) : s->ops->poll(s, loop->now);
+		if (ret > 0)
+			pending += ret;
+	}
+	return pending;
+}
+
+struct fd_watch_op {
+	struct rk__op op;
+	struct rk_fd_watch *w;
+};
+_Static_assert(sizeof(struct fd_watch_op) <= sizeof(((struct rk_fd_watch *)0)->op),
+	       "rk_fd_watch.op must hold the ring op");
+
+static void fd_watch_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk_fd_watch *w = ((struct fd_watch_op *)op)->w;
+	struct rk_loop *loop = w->loop;
+
+	(void)flags;
+	w->armed = false;
+	if (w->cancelling || res == -ECANCELED) {
+		w->cancelling = false;
+		rk__loop_unref(loop);
+		return;
+	}
+	rk__loop_unref(loop);
+	rk__loop_note(loop, w->cb(w, res < 0 ? POLLERR : res));
+}
+
+void rk_fd_watch_init(struct rk_fd_watch *w, int fd, rk_fd_watch_cb cb, void *data)
+{
+	memset(w, 0, sizeof(*w));
+	w->fd = fd;
+	w->cb = cb;
+	w->data = data;
+}
+
+int rk_fd_watch_start(struct rk_loop *loop, struct rk_fd_watch *w, unsigned int events)
+{
+	struct fd_watch_op *wop = (struct fd_watch_op *)w->op;
+	struct io_uring_sqe *sqe;
+
+	if (w->armed)
+		return 0;
+	sqe = rk__loop_sqe(loop);
+	if (!sqe)
+		return -EBUSY;
+	wop->op.fn = fd_watch_done;
+	wop->w = w;
+	w->loop = loop;
+	io_uring_prep_poll_add(sqe, w->fd, events);
+	rk__sqe_set_op(sqe, &wop->op);
+	w->armed = true;
+	rk__loop_ref(loop);
+	return 0;
+}
+
+void rk_fd_watch_stop(struct rk_fd_watch *w)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!w->armed || w->cancelling)
+		return;
+	sqe = rk__loop_sqe(w->loop);
+	if (!sqe)
+		return;
+	io_uring_prep_poll_remove(sqe, (uint64_t)(uintptr_t)w->op);
+	io_uring_sqe_set_data64(sqe, RK_UDATA_INTERNAL);
+	w->cancelling = true;
+}
+
+bool rk_fd_watch_busy(const struct rk_fd_watch *w)
+{
+	return w->armed;
+}
+
+/* ---- create / destroy ------------------------------------------------------------ */
+
+static int bufring_setup(struct rk_loop *loop)
+{
+	struct rk__bufring *r = &loop->bufring;
+	struct io_uring_buf_reg reg;
+	void *br;
+	unsigned int i;
+	int ret;
+
+	r->size = loop->cfg.rx_buf_size;
+	r->count = loop->cfg.rx_buf_count;
+	r->mask = io_uring_buf_ring_mask(r->count);
+	r->bgid = 0;
+	if (posix_memalign(&br, 4096, r->count * sizeof(struct io_uring_buf)))
+		return -ENOMEM;
+	r->mem = malloc((size_t)r->size * r->count);
+	if (!r->mem) {
+		free(br);
+		return -ENOMEM;
+	}
+	memset(br, 0, r->count * sizeof(struct io_uring_buf));
+	memset(&reg, 0, sizeof(reg));
+	reg.ring_addr = (uint64_t)(uintptr_t)br;
+	reg.ring_entries = r->count;
+	reg.bgid = (uint16_t)r->bgid;
+	ret = io_uring_register_buf_ring(&loop->ring, &reg, 0);
+	if (ret < 0) {
+		/* Kernel without provided-buffer rings: links use plain recv. */
+		free(r->mem);
+		free(br);
+		r->mem = NULL;
+		return ret;
+	}
+	r->br = br;
+	io_uring_buf_ring_init(r->br);
+	for (i = 0; i < r->count; i++)
+		io_uring_buf_ring_add(r->br, r->mem + (size_t)i * r->size, r->size, i, r->mask, i);
+	io_uring_buf_ring_advance(r->br, r->count);
+	return 0;
+}
+
+static void bufring_teardown(struct rk_loop *loop)
+{
+	struct rk__bufring *r = &loop->bufring;
+
+	if (!r->br)
+		return;
+	io_uring_unregister_buf_ring(&loop->ring, r->bgid);
+	free(r->br);
+	free(r->mem);
+	r->br = NULL;
+}
+
+static int ring_setup(struct rk_loop *loop)
+{
+	struct io_uring_params p;
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+	int ret;
+
+	memset(&p, 0, sizeof(p));
+	if (w->coop_taskrun)
+		p.flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+	if (w->sqpoll) {
+		uint64_t idle_ms = w->spin_ns / 1000000;
+
+		p.flags |= IORING_SETUP_SQPOLL;
+		p.sq_thread_idle = (unsigned int)(idle_ms ? idle_ms : 1);
+		if (w->sqpoll_cpu >= 0) {
+			p.flags |= IORING_SETUP_SQ_AFF;
+			p.sq_thread_cpu = (unsigned int)w->sqpoll_cpu;
+		}
+	}
+	ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
+	if (ret == -EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {
+		/* Kernels before 5.19 lack COOP_TASKRUN/TASKRUN_FLAG: spinning is then
+		 * ~3x slower (ARCHITECTURE.md), but everything still works. */
+		rk__info(loop->cfg.rank, "io_uring: COOP_TASKRUN unsupported, continuing without");
+		memset(&p, 0, sizeof(p));
+		p.flags = w->sqpoll ? IORING_SETUP_SQPOLL : 0;
+		p.sq_thread_idle = (unsigned int)(w->spin_ns / 1000000 ? w->spin_ns / 1000000 : 1);
+		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
+	}
+	return ret;
+}
+
+int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
+{
+	struct rk_loop *loop;
+	sigset_t set;
+	int ret;
+
+	loop = calloc(1, sizeof(*loop));
+	if (!loop)
+		return -ENOMEM;
+	if (cfg)
+		loop->cfg = *cfg;
+	else
+		rk_config_init(&loop->cfg);
+	loop->clock_fn = mono_ns;
+	loop->sig_fd = -1;
+	loop->wake_op.fn = wake_done;
+	loop->sig_op.fn = sig_done;
+	atomic_init(&loop->inbox, NULL);
+	atomic_init(&loop->sleeping, 0);
+	atomic_init(&loop->wake_pending, 0);
+
+	loop->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (loop->wake_fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
+	ret = ring_setup(loop);
+	if (ret < 0)
+		goto err_close_wake;
+	ret = bufring_setup(loop);
+	if (ret < 0 && ret != -EINVAL && ret != -EOPNOTSUPP && ret != -ENOMEM)
+		rk__info(loop->cfg.rank, "io_uring: no provided-buffer ring (%s)", rk_strerror(ret));
+	if (loop->cfg.catch_signals) {
+		sigemptyset(&set);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGTERM);
+		ret = -pthread_sigmask(SIG_BLOCK, &set, &loop->sig_oldmask);
+		if (ret < 0)
+			goto err_bufring;
+		loop->sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+		if (loop->sig_fd < 0) {
+			ret = -errno;
+			goto err_sigmask;
+		}
+		sig_arm(loop);
+	}
+	wake_arm(loop);
+	loop->now = loop->clock_fn(NULL);
+	loop->mark = loop->now;
+	loop->phase = PH_RUN;
+	*out = loop;
+	return 0;
+
+err_sigmask:
+	pthread_sigmask(SIG_SETMASK, &loop->sig_oldmask, NULL);
+err_bufring:
+	bufring_teardown(loop);
+	io_uring_queue_exit(&loop->ring);
+err_close_wake:
+	close(loop->wake_fd);
+err_free:
+	free(loop);
+	return ret;
+}
+
+int rk_loop_destroy(struct rk_loop *loop)
+{
+	if (!loop)
+		return 0;
+	if (loop->refs || loop->sources || loop->timers)
+		return -EBUSY;
+	/* Exiting the ring cancels our own reads on wake_fd and sig_fd. */
+	bufring_teardown(loop);
+	io_uring_queue_exit(&loop->ring);
+	close(loop->wake_fd);
+	if (loop->sig_fd >= 0) {
+		close(loop->sig_fd);
+		pthread_sigmask(SIG_SETMASK, &loop->sig_oldmask, NULL);
+	}
+	free(loop);
+	return 0;
+}
+
+/* ---- running --------------------------------------------------------------------- */
+
+static void account(struct rk_loop *loop, uint64_t t)
+{
+	uint64_t d = t - loop->mark;
+
+	switch (loop->phase) {
+	case PH_RUN:
+		loop->stats.ns_run += d;
+		break;
+	case PH_SPIN:
+		loop->stats.ns_spin += d;
+		break;
+	case PH_TIMED:
+		loop->stats.ns_timed += d;
+		break;
+	case PH_BLOCK:
+		loop->stats.ns_blocked += d;
+		break;
+	}
+	loop->mark = t;
+}
+
+static unsigned int reap(struct rk_loop *loop)
+{
+	struct io_uring_cqe *cqes[RK_CQE_BATCH];
+	unsigned int n, i;
+
+	n = io_uring_peek_batch_cqe(&loop->ring, cqes, RK_CQE_BATCH);
+	for (i = 0; i < n; i++) {
+		struct io_uring_cqe *cqe = cqes[i];
+		uint64_t ud = cqe->user_data;
+		int res = cqe->res;
+		unsigned int flags = cqe->flags;
+
+		/* Consume before dispatch: a handler may submit and reap recursively. */
+		io_uring_cqe_seen(&loop->ring, cqe);
+		if (ud == RK_UDATA_INTERNAL || ud == 0)
+			continue;
+		((struct rk__op *)(uintptr_t)ud)->fn((struct rk__op *)(uintptr_t)ud, res, flags);
+	}
+	loop->stats.events += n;
+	return n;
+}
+
+/* Work the kernel holds for us under COOP_TASKRUN: completions it will post
+ * only when this task enters the kernel. */
+static inline bool ring_needs_enter(struct rk_loop *loop)
+{
+	unsigned int f = IO_URING_READ_ONCE(*loop->ring.sq.kflags);
+
+	return f & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW);
+}
+
+static void run_flushers(struct rk_loop *loop)
+{
+	struct rk__flusher *f;
+
+	while ((f = loop->flush_head)) {
+		loop->flush_head = f->next;
+		f->next = NULL;
+		f->queued = false;
+		f->fn(f);
+	}
+}
+
+static uint64_t next_timer_in(struct rk_loop *loop)
+{
+	if (!loop->timers)
+		return UINT64_MAX;
+	return loop->timers->due > loop->now ? loop->timers->due - loop->now : 0;
+}
+
+static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
+{
+	ts->tv_sec = (long long)(ns / 1000000000ull);
+	ts->tv_nsec = (long long)(ns % 1000000000ull);
+}
+
+/*
+ * Park the thread until a CQE, a wake or @timeout_ns. The spin-to-sleep switch
+ * publishes 'sleeping' before the last look at the inbox and the sources,
+ * with a full fence between (pairs with loop_kick()), so a post either is seen
+ * here or finds 'sleeping' set and writes the eventfd whose read is armed.
+ */
+static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_cqe *cqe;
+	uint64_t before_wakeups;
+	int ret;
+
+	atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&loop->inbox, memory_order_relaxed) ||
+	    io_uring_cq_ready(&loop->ring) || arm_sources(loop) > 0 || loop->flush_head ||
+	    loop->stop) {
+		atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+		io_uring_submit(&loop->ring);
+		return;
+	}
+	wake_arm(loop);
+	if (timed)
+		loop->stats.timed_waits++;
+	else
+		loop->stats.blocks++;
+	loop->phase = timed ? PH_TIMED : PH_BLOCK;
+	before_wakeups = atomic_load_explicit(&loop->wake_pending, memory_order_relaxed);
+	if (timeout_ns != UINT64_MAX) {
+		ns_to_ts(timeout_ns, &ts);
+		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
+	} else {
+		ret = io_uring_submit_and_wait(&loop->ring, 1);
+	}
+	atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+	if (ret == -EINTR)
+		loop->stats.eintr++;	/* an empty wait: the next iteration decides again */
+	else if (ret < 0 && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
+		rk__warn(loop->cfg.rank, "io_uring wait: %s", rk_strerror(ret));
+	if (!before_wakeups && atomic_load_explicit(&loop->wake_pending, memory_order_relaxed))
+		loop->stats.wakeups++;
+}
+
+static void loop_wait(struct rk_loop *loop)
+{
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+	uint64_t since = loop->now - loop->last_busy;
+	uint64_t tmo = next_timer_in(loop);
+
+	if (tmo == 0 || loop->flush_head) {
+		io_uring_submit(&loop->ring);
+		return;
+	}
+	if (w->mode == RK_WAIT_SPIN || (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns)) {
+		if (io_uring_sq_ready(&loop->ring))
+			io_uring_submit(&loop->ring);
+		if (ring_needs_enter(loop))
+			io_uring_get_events(&loop->ring);
+		loop->phase = PH_SPIN;
+		loop->stats.spin_iters++;
+		cpu_relax();
+		return;
+	}
+	if (w->mode == RK_WAIT_ADAPTIVE && w->timed_ns && since < w->spin_ns + w->timed_ns) {
+		uint64_t slice = w->timed_slice_ns;
+
+		loop_park(loop, tmo < slice ? tmo : slice, true);
+		return;
+	}
+	loop_park(loop, tmo, false);
+}
+
+static void iterate(struct rk_loop *loop, bool may_wait)
+{
+	uint64_t t;
+
+	loop->now = loop->clock_fn(loop->clock_arg);
+	account(loop, loop->now);
+	loop->iter_busy = 0;
+	loop->iter_events = 0;
+	loop->stats.iterations++;
+
+	if (io_uring_cq_ready(&loop->ring) || (loop->phase != PH_SPIN && ring_needs_enter(loop))) {
+		if (!io_uring_cq_ready(&loop->ring))
+			io_uring_get_events(&loop->ring);
+		reap(loop);
+	}
+	drain_inbox(loop);
+	if (loop->sources)
+		poll_sources(loop);
+	if (loop->timers && loop->timers->due <= loop->now)
+		run_timers(loop);
+	run_flushers(loop);
+
+	if (loop->iter_events) {
+		/* Handlers ran: charge their time to 'run', and restart the
+		 * window from the end of the work if any of it was busy. */
+		t = loop->clock_fn(loop->clock_arg);
+		loop->phase = PH_RUN;
+		account(loop, t);
+		loop->now = t;
+		loop->stats.busy_events += loop->iter_busy;
+		if (loop->iter_busy)
+			loop->last_busy = t;
+	} else {
+		loop->phase = PH_SPIN;
+	}
+	if (loop->stop || !may_wait) {
+		io_uring_submit(&loop->ring);
+		return;
+	}
+	loop_wait(loop);
+}
+
+int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
+{
+	if (loop->in_run)
+		return -EBUSY;
+	loop->in_run = true;
+	loop->stop = false;
+	loop->mark = loop->clock_fn(loop->clock_arg);
+	loop->phase = PH_RUN;
+	switch (mode) {
+	case RK_RUN_ONCE:
+		iterate(loop, true);
+		break;
+	case RK_RUN_NOWAIT:
+		iterate(loop, false);
+		break;
+	default:
+		while (!loop->stop)
+			iterate(loop, true);
+		break;
+	}
+	account(loop, loop->clock_fn(loop->clock_arg));
+	loop->in_run = false;
+	return loop->stop_signal ? -RK_ESTOPPED : 0;
+}
+
+void rk_loop_stop(struct rk_loop *loop)
+{
+	loop->stop = true;
+}
+
+uint64_t rk_loop_now(const struct rk_loop *loop)
+{
+	return loop->now;
+}
+
+void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
+{
+	*out = loop->stats;
+}
+
+void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
+{
+	loop->cfg.wait.mode = w->mode;
+	loop->cfg.wait.spin_ns = w->spin_ns;
+	loop->cfg.wait.timed_ns = w->timed_ns;
+	loop->cfg.wait.timed_slice_ns = w->timed_slice_ns ? w->timed_slice_ns : 1000;
+}
+
+const struct rk_config *rk_loop_config(const struct rk_loop *loop)
+{
+	return &loop->cfg;
+}
+
+void rk_loop_set_clock(struct rk_loop *loop, uint64_t (*fn)(void *arg), void *arg)
+{
+	loop->clock_fn = fn ? fn : mono_ns;
+	loop->clock_arg = fn ? arg : NULL;
+	loop->now = loop->clock_fn(loop->clock_arg);
+	loop->mark = loop->now;
+}
+
+int rk_loop_signal_stopped(const struct rk_loop *loop)
+{
+	return loop->stop_signal;
+}

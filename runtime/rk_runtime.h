@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rankrt runtime: the per-rank io_uring event loop, its wait policy, timers,
+ * cross-thread posts, signals, event sources, links and the world bootstrap.
+ *
+ * Threads: a loop and everything attached to it (timers, sources, links, the
+ * world) belong to the thread that runs the loop and are not thread-safe.
+ * Only rk_loop_post() and rk_loop_wake() may be called from other threads.
+ * Calls documented "loop thread" must come from the thread that runs (or will
+ * run) rk_loop_run() for that loop.
+ *
+ * Errors: negative -errno or -RK_E* codes, named by rk_strerror().
+ */
+#ifndef RK_RUNTIME_H
+#define RK_RUNTIME_H
+
+#include <stdbool.h>
+#include "rk_common.h"
+#include "rk_wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rk_loop;
+struct rk_link;
+struct rk_world;
+
+/* ---- configuration ------------------------------------------------------- */
+
+enum rk_wait_mode {
+	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
+	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
+	RK_WAIT_BLOCK = 2,	/* always block (lowest CPU, highest wake latency) */
+};
+
+/*
+ * The wait policy. After every busy event the loop spins for spin_ns (peeking
+ * at the completion queue and polling every source, with a pause instruction),
+ * then, if timed_ns > 0, waits in slices of timed_slice_ns until timed_ns has
+ * passed, then blocks until the next event or timer. See ARCHITECTURE.md for
+ * the measurements behind the defaults.
+ */
+struct rk_wait_policy {
+	enum rk_wait_mode mode;		/* RK_WAIT */
+	uint64_t spin_ns;		/* RK_SPIN_US: busy window */
+	uint64_t timed_ns;		/* RK_TIMED_US: timed-wait phase after the spin, 0 = off */
+	uint64_t timed_slice_ns;	/* RK_TIMED_SLICE_US: one timed wait */
+	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
+	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
+	bool coop_taskrun;		/* RK_COOP_TASKRUN: COOP_TASKRUN|TASKRUN_FLAG ring flags */
+};
+
+struct rk_config {
+	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
+	int rank;			/* -1 = not set */
+	int world_size;			/* 0 = not set */
+	char leader[256];		/* "tcp://host:port" or "host:port" */
+	uint64_t session_id;		/* both ends must agree; 0 = derive from leader address */
+
+	struct rk_wait_policy wait;
+
+	/* the loop */
+	unsigned int ring_entries;	/* RK_RING_ENTRIES */
+	unsigned int rx_buf_size;	/* RK_RX_BUF_SIZE: provided-buffer size for TCP receive */
+	unsigned int rx_buf_count;	/* RK_RX_BUF_COUNT: provided buffers per loop */
+
+	/* links */
+	uint32_t max_frame;		/* RK_MAX_FRAME: largest payload accepted */
+	uint64_t tx_limit;		/* RK_TX_LIMIT: unsent bytes per link before RK_ESLOWPEER */
+	uint64_t heartbeat_ns;		/* RK_HEARTBEAT_MS */
+	uint64_t peer_timeout_ns;	/* RK_PEER_TIMEOUT_MS: silence that declares a peer dead */
+	uint64_t connect_timeout_ns;	/* RK_CONNECT_TIMEOUT_MS: bootstrap bound */
+	uint64_t handshake_timeout_ns;	/* RK_HANDSHAKE_MS: an accepted socket must HELLO by then */
+
+	int log_level;			/* RK_LOG: error=0 warn=1 info=2 debug=3 */
+	bool catch_signals;		/* RK_SIGNALS: the loop stops on SIGINT/SIGTERM */
+};
+
+/**
+ * rk_config_init() - fill @cfg with the defaults (no environment read).
+ * Any thread; never fails.
+ */
+RK_EXPORT void rk_config_init(struct rk_config *cfg);
+
+/**
+ * rk_config_set() - set one knob by its environment name ("RK_SPIN_US") or
+ * its short name ("spin_us"), parsing @value strictly (whole string, range
+ * checked, units as the name says).
+ * @err: optional buffer that receives "RK_SPIN_US='abc': not a number" on error.
+ * Return: 0, -RK_ECONFIG for a malformed value, -ENOENT for an unknown name.
+ */
+RK_EXPORT int rk_config_set(struct rk_config *cfg, const char *name, const char *value,
+			    char *err, size_t errlen);
+
+/**
+ * rk_config_from_env() - apply every RK_* variable present in the environment.
+ * An unknown RK_* variable is refused too (a typo must not pass silently).
+ * Return: 0, or -RK_ECONFIG with @err naming the first bad variable. Call it
+ * before any device work; nothing is changed in @cfg past the bad variable.
+ */
+RK_EXPORT int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen);
+
+/**
+ * rk_config_from_launcher_env() - also read rank/size/leader from the
+ * OpenMPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm (SLURM_PROCID/SLURM_NTASKS) and
+ * torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) conventions, where the
+ * RK_* variables did not set them. Return: 0 or -RK_ECONFIG as above.
+ */
+RK_EXPORT int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen);
+
+/** rk_config_print() - write every knob with its value to @f (a FILE *). */
+RK_EXPORT void rk_config_print(const struct rk_config *cfg, void *f);
+
+/** rk_wait_mode_name() - "adaptive", "spin", "block". */
+RK_EXPORT const char *rk_wait_mode_name(enum rk_wait_mode mode);
+
+/* ---- logging ------------------------------------------------------------- */
+
+enum rk_log_level { RK_LOG_ERROR = 0, RK_LOG_WARN, RK_LOG_INFO, RK_LOG_DEBUG };
+
+typedef void (*rk_log_fn)(int level, int rank, const char *msg, void *arg);
+
+/**
+ * rk_log_set_handler() - route rankrt's log lines (default: stderr, as
+ * "rankrt[r1] warn: ..."). Set it before any loop exists; NULL restores the
+ * default. Not thread-safe with respect to running loops.
+ */
+RK_EXPORT void rk_log_set_handler(rk_log_fn fn, void *arg);
+
+/* ---- the loop ------------------------------------------------------------ */
+
+/* Counters of one loop. Times are nanoseconds of the loop's monotonic clock. */
+struct rk_loop_stats {
+	uint64_t iterations;
+	uint64_t events;		/* completions, timer firings, posts, source events */
+	uint64_t busy_events;		/* events that restarted the busy window */
+	uint64_t spin_iters;		/* spin iterations that found nothing */
+	uint64_t timed_waits;		/* timed waits entered */
+	uint64_t blocks;		/* blocking waits entered */
+	uint64_t wakeups;		/* blocking waits ended by a cross-thread wake */
+	uint64_t posts;			/* posts delivered */
+	uint64_t eintr;			/* waits interrupted by a signal (counted as empty) */
+	uint64_t ns_spin;		/* time spent spinning */
+	uint64_t ns_timed;		/* time spent in timed waits */
+	uint64_t ns_blocked;		/* time spent blocked */
+	uint64_t ns_run;		/* time spent in handlers */
+};
+
+/**
+ * rk_loop_create() - create a loop (one io_uring, an eventfd for wakes, a
+ * provided-buffer ring for TCP receive when the kernel has it).
+ * @cfg: the configuration, copied; NULL = defaults.
+ * Return: 0 and *@out, or -errno (-ENOMEM, io_uring_setup's error).
+ * Any thread; the loop then belongs to the thread that runs it.
+ */
+RK_EXPORT int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out);
+
+/**
+ * rk_loop_destroy() - free a loop. Sources, timers and links must be removed or
+ * closed first. Return: 0, or -EBUSY (nothing freed) while any are attached.
+ * Loop thread, not from inside a callback.
+ */
+RK_EXPORT int rk_loop_destroy(struct rk_loop *loop);
+
+enum rk_run_mode {
+	RK_RUN_DEFAULT = 0,	/* until rk_loop_stop() */
+	RK_RUN_ONCE = 1,	/* one iteration; waits per the policy if nothing is ready */
+	RK_RUN_NOWAIT = 2,	/* one iteration; never waits */
+};
+
+/**
+ * rk_loop_run() - run the loop.
+ * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
+ * -RK_ESTOPPED when a caught signal stopped it, or a fatal ring error (-errno).
+ * Loop thread.
+ */
+RK_EXPORT int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode);
+
+/** rk_loop_stop() - make rk_loop_run() return after the current iteration. Loop thread. */
+RK_EXPORT void rk_loop_stop(struct rk_loop *loop);
+
+/**
+ * rk_loop_wake() - wake the loop from another thread (it re-runs its
+ * iteration). Costs nothing while the loop spins; one eventfd write when it
+ * sleeps. Any thread, async-signal-safe.
+ */
+RK_EXPORT void rk_loop_wake(struct rk_loop *loop);
+
+/** rk_loop_now() - the loop's cached monotonic time in ns (read once an iteration). */
+RK_EXPORT uint64_t rk_loop_now(const struct rk_loop *loop);
+
+/** rk_loop_stats() - copy the counters. Loop thread (or after the loop thread joined). */
+RK_EXPORT void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out);
+
+/**
+ * rk_loop_set_wait() - change the wait mode and windows of a running loop
+ * (mode, spin_ns, timed_ns, timed_slice_ns; ring flags such as sqpoll and
+ * coop_taskrun are fixed at creation and are ignored here). Loop thread.
+ */
+RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
+
+/** rk_loop_config() - the loop's configuration (read-only view). */
+RK_EXPORT const struct rk_config *rk_loop_config(const struct rk_loop *loop);
+
+/**
+ * rk_loop_set_clock() - replace the clock (tests inject time). @fn returns ns.
+ * Loop thread, before running.
+ */
+RK_EXPORT void rk_loop_set_clock(struct rk_loop *loop, uint64_t (*fn)(void *arg), void *arg);
+
+/**
+ * rk_loop_signal_stopped() - the signal that stopped the loop (SIGINT, SIGTERM),
+ * or 0. Loop thread.
+ */
+RK_EXPORT int rk_loop_signal_stopped(const struct rk_loop *loop);
+
+/* ---- timers -------------------------------------------------------------- */
+
+struct rk_timer;
+typedef enum rk_activity (*rk_timer_cb)(struct rk_timer *t, uint64_t now);
+
+/* A timer, embedded in the caller's storage. Fields are private. */
+struct rk_timer {
+	/* public */
+	void *data;
+	/* private */
+	rk_timer_cb cb;
+	struct rk_loop *loop;
+	uint64_t due;
+	uint64_t period;
+	struct rk_timer *next, *prev;
+	bool active;
+};
+
+/** rk_timer_init() - prepare a timer. Any thread, before use. */
+RK_EXPORT void rk_timer_init(struct rk_timer *t, rk_timer_cb cb, void *data);
+
+/**
+ * rk_timer_start() - fire @t after @delay_ns, then every @period_ns (0 = once).
+ * Restarting an active timer moves it. Return: 0. Loop thread.
+ */
+RK_EXPORT int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
+			     uint64_t period_ns);
+
+/** rk_timer_stop() - stop @t (no-op when inactive). Loop thread. */
+RK_EXPORT void rk_timer_stop(struct rk_timer *t);
+
+/* ---- cross-thread posts -------------------------------------------------- */
+
+struct rk_post;
+typedef enum rk_activity (*rk_post_cb)(struct rk_post *p);
+
+/*
+ * A message to the loop, in the poster's storage (no allocation on either side:
+ * the CUDA host-callback path may not allocate). Owned by the loop from
+ * rk_loop_post() until its callback starts; the callback may free or re-post it.
+ */
+struct rk_post {
+	/* public */
+	rk_post_cb cb;
+	void *data;
+	/* private */
+	struct rk_post *next;
+};
+
+/**
+ * rk_loop_post() - queue @p; its callback runs on the loop thread, in post
+ * order per posting thread. Lock-free; never blocks or allocates; wakes the
+ * loop only if it has published that it sleeps. Any thread.
+ */
+RK_EXPORT void rk_loop_post(struct rk_loop *loop, struct rk_post *p);
+
+/* ---- event sources ------------------------------------------------------- */
+
+struct rk_source;
+
+/*
+ * How the loop drives a source (the seam for verbs CQs and GPU completion words):
+ * - poll(): called every spin iteration and once before and after each wait;
+ *   cheap and syscall-free. Handle what is ready. Return the number of events
+ *   handled that were busy (> 0 restarts the busy window), 0, or -errno
+ *   (logged; the source stays).
+ * - arm(): called before the loop blocks: make the next event wake the ring
+ *   (e.g. rk_fd_watch_start() on a completion channel), then check once more.
+ *   Return 0 when armed, > 0 when an event is already pending (the loop will not
+ *   block), or -errno. May be NULL for a source whose producer calls
+ *   rk_loop_wake() or rk_loop_post() after publishing an event.
+ */
+struct rk_source_ops {
+	const char *name;
+	int (*poll)(struct rk_source *src, uint64_t now);
+	int (*arm)(struct rk_source *src);
+};
+
+struct rk_source {
+	/* public */
+	const struct rk_source_ops *ops;
+	void *data;
+	/* private */
+	struct rk_source *next;
+	struct rk_loop *loop;
+};
+
+/** rk_loop_add_source() - attach @src. Return: 0, -EALREADY. Loop thread. */
+RK_EXPORT int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src);
+/** rk_loop_remove_source() - detach @src. Return: 0, -ENOENT. Loop thread. */
+RK_EXPORT int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src);
+
+struct rk_fd_watch;
+typedef enum rk_activity (*rk_fd_watch_cb)(struct rk_fd_watch *w, int revents);
+
+/* A one-shot readiness watch on a file descriptor through the ring (poll SQE). */
+struct rk_fd_watch {
+	/* public */
+	void *data;
+	/* private */
+	rk_fd_watch_cb cb;
+	struct rk_loop *loop;
+	int fd;
+	bool armed;
+	bool cancelling;
+	uint64_t op[2];
+};
+
+/** rk_fd_watch_init() - prepare a watch for @fd. Any thread. */
+RK_EXPORT void rk_fd_watch_init(struct rk_fd_watch *w, int fd, rk_fd_watch_cb cb, void *data);
+
+/**
+ * rk_fd_watch_start() - arm one readiness notification (@events: POLLIN...).
+ * A no-op while already armed. The callback runs once, on the loop thread.
+ * Return: 0, -EBUSY (the ring is full even after a submit). Loop thread.
+ */
+RK_EXPORT int rk_fd_watch_start(struct rk_loop *loop, struct rk_fd_watch *w, unsigned int events);
+
+/**
+ * rk_fd_watch_stop() - cancel an armed watch. Its storage may be reused once
+ * rk_fd_watch_busy() is false (the cancellation completes on a later iteration).
+ * Loop thread.
+ */
+RK_EXPORT void rk_fd_watch_stop(struct rk_fd_watch *w);
+RK_EXPORT bool rk_fd_watch_busy(const struct rk_fd_watch *w);
+
+/* ---- links --------------------------------------------------------------- */
+
+/* Counters of one link. */
+struct rk_link_stats {
+	uint64_t tx_frames, tx_bytes, rx_frames, rx_bytes;
+	uint64_t tx_flushes;		/* send operations submitted (frames are batched) */
+	uint64_t heartbeats_tx, heartbeats_rx;
+	uint64_t tx_queued_max;		/* high-water mark of unsent bytes */
+};
+
+/**
+ * rk_link_send() - queue one frame; the loop flushes queued frames in one send
+ * before it next waits. @payload is copied.
+ * Return: 0; -RK_ETOOBIG past max_frame; -RK_ESLOWPEER when the unsent bytes
+ * would pass tx_limit (the link is then failed and closed); -ENOTCONN when the
+ * link is down. Loop thread.
+ */
+RK_EXPORT int rk_link_send(struct rk_link *link, unsigned int type, unsigned int flags,
+			   const void *payload, uint32_t len);
+
+/**
+ * rk_link_reserve() / rk_link_commit() - encode a frame in place, without a
+ * copy: reserve @len payload bytes, write them, then commit the final length
+ * (<= @len) with its type and flags. Nothing else may be sent in between.
+ * Return: reserve: a pointer, or NULL with *@err set (as rk_link_send);
+ * commit: 0 or -errno. Loop thread.
+ */
+RK_EXPORT uint8_t *rk_link_reserve(struct rk_link *link, uint32_t len, int *err);
+RK_EXPORT int rk_link_commit(struct rk_link *link, unsigned int type, unsigned int flags,
+			     uint32_t len);
+
+/** rk_link_peer() - the peer's rank, or -1 before the handshake. */
+RK_EXPORT int rk_link_peer(const struct rk_link *link);
+/** rk_link_up() - true once the handshake completed and until the link fails. */
+RK_EXPORT bool rk_link_up(const struct rk_link *link);
+/** rk_link_stats() - copy the link's counters. Loop thread. */
+RK_EXPORT void rk_link_stats(const struct rk_link *link, struct rk_link_stats *out);
+/** rk_link_transport() - "tcp" or "roce". */
+RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
+
+/* ---- the world ----------------------------------------------------------- */
+
+/*
+ * Callbacks of a world. All run on the loop thread. Frames handled by the
+ * runtime itself (HELLO, WELCOME, HEARTBEAT, BYE, ERROR) are not delivered.
+ */
+struct rk_world_ops {
+	/* every link this rank needs is up (leader: all followers; follower: the leader) */
+	void (*ready)(struct rk_world *w, void *arg);
+	/* a ROUND, ROUND_DONE, NCCL_ID or USER frame; @payload valid during the call */
+	enum rk_activity (*frame)(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				  const uint8_t *payload, void *arg);
+	/*
+	 * a rank failed or left: @rank is the peer (or, on a follower, a rank the
+	 * leader reported dead); @err is -RK_EPEERDEAD, -RK_EPEERBYE, -ECONNRESET,
+	 * a wire error, ... After it the world is degraded; most servers stop.
+	 */
+	void (*peer_error)(struct rk_world *w, int rank, int err, void *arg);
+};
+
+/**
+ * rk_world_create() - start the bootstrap: the leader (rank 0) listens on
+ * cfg->leader and accepts world_size - 1 followers; a follower connects to the
+ * leader (retrying until connect_timeout) and sends HELLO.
+ * Return: 0 and *@out, -RK_ECONFIG (rank/size/leader missing or invalid),
+ * -errno from socket setup (-EADDRINUSE...). Loop thread.
+ */
+RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *arg,
+			      struct rk_world **out);
+
+/**
+ * rk_world_wait_ready() - run the loop until the world is ready, failed, or
+ * connect_timeout passed. Return: 0, -RK_ETIMEOUT, -RK_ESTOPPED (a signal),
+ * or the first peer error. Loop thread, not from a callback.
+ */
+RK_EXPORT int rk_world_wait_ready(struct rk_world *w);
+
+/**
+ * rk_world_send() - send a frame to @rank (the leader reaches everyone;
+ * a follower reaches rank 0). Return: as rk_link_send(), -ENOTCONN when no
+ * link to @rank is up. Loop thread.
+ */
+RK_EXPORT int rk_world_send(struct rk_world *w, int rank, unsigned int type,
+			    unsigned int flags, const void *payload, uint32_t len);
+
+/**
+ * rk_world_broadcast() - leader: send a frame to every follower (the payload
+ * is encoded once, copied into each link's batch). Return: 0 or the first
+ * error (-ENOTCONN on a follower). Loop thread.
+ */
+RK_EXPORT int rk_world_broadcast(struct rk_world *w, unsigned int type, unsigned int flags,
+				 const void *payload, uint32_t len);
+
+/** rk_world_link() - the link to @rank, or NULL. */
+RK_EXPORT struct rk_link *rk_world_link(struct rk_world *w, int rank);
+RK_EXPORT int rk_world_rank(const struct rk_world *w);
+RK_EXPORT int rk_world_size(const struct rk_world *w);
+RK_EXPORT struct rk_loop *rk_world_loop(const struct rk_world *w);
+/** rk_world_port() - leader: the TCP port it listens on (useful with port 0);
+ * -ENOTCONN elsewhere. */
+RK_EXPORT int rk_world_port(const struct rk_world *w);
+/** rk_world_failed() - the first peer error (negative), or 0. */
+RK_EXPORT int rk_world_failed(const struct rk_world *w);
+
+/**
+ * rk_world_destroy() - send BYE on every link, flush briefly (bounded by
+ * 100 ms), close the sockets and free the world. Return: 0. Loop thread.
+ */
+RK_EXPORT int rk_world_destroy(struct rk_world *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RK_RUNTIME_H */

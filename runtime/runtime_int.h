@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/* rankrt runtime internals shared across runtime/, rdma/ and gpu/. Never installed. */
+#ifndef RK_RUNTIME_INT_H
+#define RK_RUNTIME_INT_H
+
+#include <stdarg.h>
+#include "rk_runtime.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- config defaults (documented in README.md; chosen in ARCHITECTURE.md) ---- */
+#define RK_DEF_SPIN_US		20000
+#define RK_DEF_TIMED_US		0
+#define RK_DEF_TIMED_SLICE_US	50
+#define RK_DEF_RING_ENTRIES	256
+#define RK_DEF_RX_BUF_SIZE	16384
+#define RK_DEF_RX_BUF_COUNT	64
+#define RK_DEF_MAX_FRAME	(4u << 20)
+#define RK_DEF_TX_LIMIT		(64ull << 20)
+#define RK_DEF_HEARTBEAT_MS	500
+#define RK_DEF_PEER_TIMEOUT_MS	5000
+#define RK_DEF_CONNECT_MS	30000
+#define RK_DEF_HANDSHAKE_MS	5000
+
+/* ---- logging: "rankrt[r<rank>] <level>: <message>" ---- */
+/* rank < 0 prints "rankrt[-]". Thread-safe: one write() per line. */
+void rk__log(int level, int rank, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The threshold: lines above it are dropped. Set from the first loop's config
+ * and by rk__log_set_level(); RK_LOG is read by rk_config_from_env(). */
+void rk__log_set_level(int level);
+int rk__log_level(void);
+
+#define rk__err(rank, ...)	rk__log(RK_LOG_ERROR, rank, __VA_ARGS__)
+#define rk__warn(rank, ...)	rk__log(RK_LOG_WARN, rank, __VA_ARGS__)
+#define rk__info(rank, ...)	rk__log(RK_LOG_INFO, rank, __VA_ARGS__)
+#define rk__dbg(rank, ...)						\
+	do {								\
+		if (rk__log_level() >= RK_LOG_DEBUG)			\
+			rk__log(RK_LOG_DEBUG, rank, __VA_ARGS__);	\
+	} while (0)
+
+/* ---- config parsing helpers (config.c) ---- */
+/* Strict unsigned parse of the whole string; 0 or -RK_ECONFIG. */
+int rk__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+/* "tcp://host:port", "roce://host:port?dev=rxe0&gid=1" or "host:port" (tcp).
+ * Splits into scheme ("tcp"/"roce"), host, port and the query string. */
+struct rk__addr {
+	char scheme[8];
+	char host[128];
+	uint16_t port;
+	char query[96];
+};
+int rk__addr_parse(const char *s, struct rk__addr *out);
+/* 64-bit FNV-1a, for deriving a session id from the leader address. */
+uint64_t rk__fnv1a64(const void *p, size_t n);
+
+#endif /* RK_RUNTIME_INT_H */
+
+/* ---- the loop's internal interface (loop.c), used by links and transports ---- */
+#include <liburing.h>
+
+/*
+ * Every SQE the runtime submits carries a pointer to one of these as its
+ * user_data; the loop calls fn with the CQE's result and flags. The op's
+ * storage must live until its last CQE (IORING_CQE_F_MORE clear).
+ */
+struct rk__op {
+	void (*fn)(struct rk__op *op, int res, unsigned int flags);
+};
+
+/* user_data of SQEs whose completion is ignored (cancels, links' timeouts). */
+#define RK_UDATA_INTERNAL (~0ULL)
+
+/* Get an SQE, submitting queued ones first if the SQ is full. NULL only if
+ * the kernel refuses to take any (fatal for the caller's operation). */
+struct io_uring_sqe *rk__loop_sqe(struct rk_loop *loop);
+static inline void rk__sqe_set_op(struct io_uring_sqe *sqe, struct rk__op *op)
+{
+	io_uring_sqe_set_data(sqe, op);
+}
+
+/* Before-wait work (Redis ae's beforeSleep): links queue themselves here when
+ * they have frames to flush; the loop runs each once per iteration, before it
+ * spins or blocks, so frames queued by handlers go out in one send. */
+struct rk__flusher {
+	void (*fn)(struct rk__flusher *f);
+	struct rk__flusher *next;
+	bool queued;
+};
+void rk__loop_queue_flush(struct rk_loop *loop, struct rk__flusher *f);
+
+/* The loop's provided-buffer ring for TCP receive (NULL group when absent). */
+struct rk__bufring {
+	struct io_uring_buf_ring *br;
+	uint8_t *mem;
+	unsigned int size, count, mask;
+	int bgid;
+};
+struct rk__bufring *rk__loop_bufring(struct rk_loop *loop);
+/* Hand buffer @bid back to the kernel. */
+void rk__bufring_recycle(struct rk__bufring *r, unsigned int bid);
+
+/* Handles attached to a loop (links, worlds): rk_loop_destroy() refuses while > 0. */
+void rk__loop_ref(struct rk_loop *loop);
+void rk__loop_unref(struct rk_loop *loop);
+/* Count events into the policy: busy events restart the spin window. */
+void rk__loop_note(struct rk_loop *loop, enum rk_activity a);
+int rk__loop_rank(const struct rk_loop *loop);
+
+/* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
+
+/* How a link's bytes move (the seam a verbs transport plugs into). */
+struct rk__transport_ops {
+	const char *name;		/* "tcp", "roce" */
+	/* Send what rk__link_tx_next() hands out; called by the flusher when
+	 * frames are queued and nothing is in flight. */
+	void (*flush)(struct rk_link *l);
+	/* Stop all I/O (shutdown the socket, flush QPs). Each operation in
+	 * flight must end with rk__link_op_done(). */
+	void (*shutdown)(struct rk_link *l);
+	/* Free the transport's resources (fd, QP); the link's memory follows. */
+	void (*destroy)(struct rk_link *l);
+};
+
+/* What a link reports to its owner (the world). All on the loop thread. */
+struct rk__link_owner_ops {
+	/* HELLO (accepting side) or WELCOME (connecting side) arrived, already
+	 * decoded and validated as a payload; return 0 to accept, or an error
+	 * that is sent back as ERROR before the link closes. */
+	int (*handshake)(struct rk_link *l, const struct rk_wire_hdr *h,
+			 const struct rk_wire_hello *hello);
+	/* a frame for the application, or an ERROR frame */
+	enum rk_activity (*frame)(struct rk_link *l, const struct rk_wire_hdr *h,
+				  const uint8_t *payload);
+	/* the link failed (called once, with the cause); it closes itself after */
+	void (*failed)(struct rk_link *l, int err);
+	/* the link's I/O is over and its memory is about to be freed */
+	void (*closed)(struct rk_link *l);
+};
+
+enum rk__link_state {
+	RK_LINK_CONNECTING,	/* transport connecting */
+	RK_LINK_ACCEPTED,	/* waiting for HELLO */
+	RK_LINK_HELLO_SENT,	/* waiting for WELCOME */
+	RK_LINK_UP,
+	RK_LINK_FAILED,		/* draining an ERROR/BYE frame, then closing */
+	RK_LINK_CLOSED,		/* I/O shut down, waiting for ops to end */
+};
+
+struct rk__txbuf {
+	uint8_t *p;
+	size_t len, off, cap;
+};
+
+struct rk_link {
+	struct rk_loop *loop;
+	const struct rk__transport_ops *tops;
+	const struct rk__link_owner_ops *oops;
+	void *owner;
+	enum rk__link_state state;
+	int rank;			/* ours */
+	int peer;			/* theirs, -1 until known */
+	int err;			/* first failure */
+	uint64_t tx_seq, rx_seq;
+	struct rk__txbuf q;		/* frames being queued */
+	struct rk__txbuf out;		/* frames being sent */
+	uint8_t *rx;			/* a partial frame */
+	size_t rx_len, rx_cap;
+	uint32_t max_frame;
+	uint64_t tx_limit;
+	uint64_t created, last_rx, last_tx;
+	struct rk__flusher flusher;
+	unsigned int ops_inflight;
+	unsigned int in_dispatch;
+	bool close_after_flush;
+	bool reserved;
+	bool failed_reported;
+	struct rk_link_stats stats;
+	struct rk_link *next;		/* owner's list */
+};
+
+/* Initialise the generic part of a link embedded in a transport's struct. */
+void rk__link_init(struct rk_link *l, struct rk_loop *loop, const struct rk__transport_ops *tops,
+		   const struct rk__link_owner_ops *oops, void *owner, enum rk__link_state state);
+/* Bytes received (any split); frames are parsed, validated and dispatched.
+ * Return: 0, or the error that failed the link. */
+int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n);
+/* Next bytes to send: a pointer and length into the out buffer (0: none). */
+size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p);
+/* @n bytes of what rk__link_tx_next() gave were sent. */
+void rk__link_tx_done(struct rk_link *l, size_t n);
+/* Queue a frame ignoring the link state (handshake, ERROR, BYE). */
+int rk__link_send_raw(struct rk_link *l, unsigned int type, unsigned int flags,
+		      const void *payload, uint32_t len);
+/* Fail the link with @err: report it to the owner once; if @tell, send the
+ * peer an ERROR frame first; then close. Safe to call repeatedly. */
+void rk__link_fail(struct rk_link *l, int err, bool tell);
+/* Orderly close: send BYE (if up), flush, then shut down. */
+void rk__link_close(struct rk_link *l, bool bye);
+/* Shut the transport down now (after a linger), skipping unsent frames. */
+void rk__link_abort(struct rk_link *l);
+/* Transports: an operation of theirs started / ended. */
+static inline void rk__link_op_start(struct rk_link *l)
+{
+	l->ops_inflight++;
+}
+void rk__link_op_done(struct rk_link *l);
+/* The transport connected: start the handshake (HELLO) as rank @rank. */
+void rk__link_connected(struct rk_link *l);
+
+/* ---- the TCP transport (tcp.c) ---- */
+/* Start a multishot accept on a listening socket; @cb gets each new fd. */
+struct rk__listener;
+int rk__tcp_listen(struct rk_loop *loop, const struct rk__addr *a,
+		   void (*cb)(struct rk__listener *ls, int fd), void *arg, struct rk__listener **out);
+void *rk__listener_arg(struct rk__listener *ls);
+/* Close; *@gone becomes true once its memory is freed (a later iteration). */
+void rk__tcp_listener_close(struct rk__listener *ls, bool *gone);
+int rk__tcp_listener_port(struct rk__listener *ls);
+/* Wrap a connected socket in a link (starts receiving). */
+int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,
+			 void *owner, enum rk__link_state state, struct rk_link **out);
+/* Connect to @a; on success the link starts the handshake; on failure
+ * oops->failed() reports the connect error (e.g. -ECONNREFUSED). */
+int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
+		    const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);

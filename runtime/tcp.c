@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TCP transport: io_uring-native accept, connect, multishot receive into
+ * the loop's provided-buffer ring (plain recv into a per-link buffer where the
+ * kernel lacks buffer rings), and one send in flight per link carrying every
+ * frame queued since the last one. TCP_NODELAY on every socket: frames are
+ * already batched by the link, so Nagle would only add latency.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+#define TCP_PLAIN_RX 16384
+
+struct tcp_link {
+	struct rk_link link;		/* first: rk_link * <-> tcp_link * */
+	int fd;
+	struct rk__op recv_op;
+	struct rk__op send_op;
+	struct rk__op connect_op;
+	bool recv_armed;
+	bool send_armed;
+	bool connecting;
+	struct sockaddr_storage addr;
+	socklen_t addrlen;
+	uint8_t *plain;			/* receive buffer without a buffer ring */
+};
+
+struct rk__listener {
+	struct rk_loop *loop;
+	int fd;
+	struct rk__op accept_op;
+	bool armed;
+	bool closing;
+	void (*cb)(struct rk__listener *ls, int fd);
+	void *arg;
+	bool *gone;			/* set when freed after a close */
+};
+
+static void listener_free(struct rk__listener *ls)
+{
+	close(ls->fd);
+	rk__loop_unref(ls->loop);
+	if (ls->gone)
+		*ls->gone = true;
+	free(ls);
+}
+
+static inline struct tcp_link *tl_of(struct rk_link *l)
+{
+	return (struct tcp_link *)l;
+}
+
+static void tcp_recv_arm(struct tcp_link *t);
+
+static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, recv_op));
+	struct rk_link *l = &t->link;
+	struct rk__bufring *br = rk__loop_bufring(l->loop);
+	bool more = flags & IORING_CQE_F_MORE;
+
+	l->in_dispatch++;	/* keep the link while this CQE is handled */
+	if (res > 0) {
+		if (flags & IORING_CQE_F_BUFFER) {
+			unsigned int bid = flags >> IORING_CQE_BUFFER_SHIFT;
+
+			rk__link_rx(l, br->mem + (size_t)bid * br->size, (size_t)res);
+			rk__bufring_recycle(br, bid);
+		} else {
+			rk__link_rx(l, t->plain, (size_t)res);
+		}
+	} else if (res == 0 || (res < 0 && res != -ENOBUFS && res != -ECANCELED)) {
+		int err = res == 0 ? -ECONNRESET : res;
+
+		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
+			rk__warn(l->rank, "link to rank %d: %s", l->peer,
+				 res == 0 ? "peer closed the connection" : rk_strerror(res));
+		rk__link_fail(l, err, false);
+	}
+	if (more) {
+		/* The multishot receive stays in flight: the link cannot be freed. */
+		l->in_dispatch--;
+		return;
+	}
+	t->recv_armed = false;
+	if (l->state != RK_LINK_CLOSED && (res > 0 || res == -ENOBUFS))
+		tcp_recv_arm(t);
+	l->in_dispatch--;
+	rk__link_op_done(l);
+}
+
+static void tcp_recv_arm(struct tcp_link *t)
+{
+	struct rk_link *l = &t->link;
+	struct rk__bufring *br = rk__loop_bufring(l->loop);
+	struct io_uring_sqe *sqe;
+
+	if (t->recv_armed || l->state == RK_LINK_CLOSED)
+		return;
+	sqe = rk__loop_sqe(l->loop);
+	if (!sqe) {
+		rk__link_fail(l, -EBUSY, false);
+		return;
+	}
+	if (br) {
+		io_uring_prep_recv_multishot(sqe, t->fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = (uint16_t)br->bgid;
+	} else {
+		io_uring_prep_recv(sqe, t->fd, t->plain, TCP_PLAIN_RX, 0);
+	}
+	rk__sqe_set_op(sqe, &t->recv_op);
+	t->recv_armed = true;
+	rk__link_op_start(l);
+}
+
+static void tcp_send_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, send_op));
+	struct rk_link *l = &t->link;
+
+	(void)flags;
+	t->send_armed = false;
+	if (res < 0) {
+		if (res != -ECANCELED && l->state != RK_LINK_CLOSED)
+			rk__warn(l->rank, "link to rank %d: send: %s", l->peer, rk_strerror(res));
+		rk__link_fail(l, res, false);
+	} else {
+		rk__link_tx_done(l, (size_t)res);
+	}
+	rk__link_op_done(l);
+}
+
+static void tcp_flush(struct rk_link *l)
+{
+	struct tcp_link *t = tl_of(l);
+	struct io_uring_sqe *sqe;
+	const uint8_t *p;
+	size_t n;
+
+	if (t->send_armed || t->connecting)
+		return;
+	n = rk__link_tx_next(l, &p);
+	if (!n)
+		return;
+	sqe = rk__loop_sqe(l->loop);
+	if (!sqe) {
+		rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
+		return;
+	}
+	io_uring_prep_send(sqe, t->fd, p, n, MSG_NOSIGNAL);
+	rk__sqe_set_op(sqe, &t->send_op);
+	t->send_armed = true;
+	rk__link_op_start(l);
+}
+
+static void tcp_shutdown(struct rk_link *l)
+{
+	struct tcp_link *t = tl_of(l);
+
+	/* Ends the receive and any send in flight with an error or EOF; each
+	 * completion then calls rk__link_op_done(). */
+	if (t->fd >= 0)
+		shutdown(t->fd, SHUT_RDWR);
+	if (t->connecting) {
+		struct io_uring_sqe *sqe = rk__loop_sqe(l->loop);
+
+		if (sqe) {
+			io_uring_prep_cancel(sqe, &t->connect_op, 0);
+			io_uring_sqe_set_data64(sqe, RK_UDATA_INTERNAL);
+		}
+	}
+}
+
+static void tcp_destroy(struct rk_link *l)
+{
+	struct tcp_link *t = tl_of(l);
+
+	if (t->fd >= 0)
+		close(t->fd);
+	free(t->plain);
+	free(t);
+}
+
+static const struct rk__transport_ops tcp_ops = {
+	.name = "tcp",
+	.flush = tcp_flush,
+	.shutdown = tcp_shutdown,
+	.destroy = tcp_destroy,
+};
+
+static void set_nodelay(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static int tcp_link_new(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,
+			void *owner, enum rk__link_state state, struct tcp_link **out)
+{
+	struct tcp_link *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	if (!rk__loop_bufring(loop)) {
+		t->plain = malloc(TCP_PLAIN_RX);
+		if (!t->plain) {
+			free(t);
+			return -ENOMEM;
+		}
+	}
+	rk__link_init(&t->link, loop, &tcp_ops, oops, owner, state);
+	t->fd = fd;
+	t->recv_op.fn = tcp_recv_done;
+	t->send_op.fn = tcp_send_done;
+	*out = t;
+	return 0;
+}
+
+int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,
+			 void *owner, enum rk__link_state state, struct rk_link **out)
+{
+	struct tcp_link *t;
+	int ret;
+
+	ret = tcp_link_new(loop, fd, oops, owner, state, &t);
+	if (ret)
+		return ret;
+	set_nodelay(fd);
+	tcp_recv_arm(t);
+	*out = &t->link;
+	return 0;
+}
+
+/* ---- connect ---------------------------------------------------------------------- */
+
+static void tcp_connect_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, connect_op));
+	struct rk_link *l = &t->link;
+
+	(void)flags;
+	t->connecting = false;
+	if (res < 0 || l->state == RK_LINK_CLOSED) {
+		rk__link_fail(l, res < 0 ? res : -ECANCELED, false);
+	} else {
+		set_nodelay(t->fd);
+		tcp_recv_arm(t);
+		rk__link_connected(l);
+	}
+	rk__link_op_done(l);
+}
+
+static int resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
+		   socklen_t *len)
+{
+	struct addrinfo hints, *res;
+	char port[8];
+	int ret;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = passive ? AI_PASSIVE : 0;
+	snprintf(port, sizeof(port), "%u", a->port);
+	ret = getaddrinfo(a->host[0] ? a->host : NULL, port, &hints, &res);
+	if (ret) {
+		rk__err(-1, "cannot resolve '%s': %s", a->host, gai_strerror(ret));
+		return -RK_ECONFIG;
+	}
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
+		    const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+{
+	struct io_uring_sqe *sqe;
+	struct tcp_link *t;
+	int fd, ret;
+
+	t = NULL;
+	fd = -1;
+	{
+		struct sockaddr_storage ss;
+		socklen_t len;
+
+		ret = resolve(a, false, &ss, &len);
+		if (ret)
+			return ret;
+		fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		ret = tcp_link_new(loop, fd, oops, owner, RK_LINK_CONNECTING, &t);
+		if (ret) {
+			close(fd);
+			return ret;
+		}
+		t->addr = ss;
+		t->addrlen = len;
+	}
+	sqe = rk__loop_sqe(loop);
+	if (!sqe) {
+		t->link.state = RK_LINK_CLOSED;
+		rk__link_op_start(&t->link);
+		rk__link_op_done(&t->link);	/* frees it */
+		return -EBUSY;
+	}
+	t->connect_op.fn = tcp_connect_done;
+	t->connecting = true;
+	io_uring_prep_connect(sqe, fd, (struct sockaddr *)&t->addr, t->addrlen);
+	rk__sqe_set_op(sqe, &t->connect_op);
+	rk__link_op_start(&t->link);
+	*out = &t->link;
+	return 0;
+}
+
+/* ---- listen / accept -------------------------------------------------------------- */
+
+static void accept_arm(struct rk__listener *ls);
+
+static void accept_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk__listener *ls =
+		(struct rk__listener *)((char *)op - offsetof(struct rk__listener, accept_op));
+
+	if (!(flags & IORING_CQE_F_MORE))
+		ls->armed = false;
+	if (ls->closing) {
+		if (res >= 0)
+			close(res);
+		if (!ls->armed)
+			listener_free(ls);
+		return;
+	}
+	if (res >= 0)
+		ls->cb(ls, res);
+	else if (res != -ECANCELED)
+		rk__warn(-1, "accept: %s", rk_strerror(res));
+	if (!ls->armed)
+		accept_arm(ls);
+}
+
+static void accept_arm(struct rk__listener *ls)
+{
+	struct io_uring_sqe *sqe = rk__loop_sqe(ls->loop);
+
+	if (!sqe)
+		return;
+	io_uring_prep_multishot_accept(sqe, ls->fd, NULL, NULL, SOCK_CLOEXEC);
+	rk__sqe_set_op(sqe, &ls->accept_op);
+	ls->armed = true;
+}
+
+int rk__tcp_listen(struct rk_loop *loop, const struct rk__addr *a,
+		   void (*cb)(struct rk__listener *ls, int fd), void *arg, struct rk__listener **out)
+{
+	struct sockaddr_storage ss;
+	struct rk__listener *ls;
+	socklen_t len;
+	int one = 1, ret;
+
+	ret = resolve(a, true, &ss, &len);
+	if (ret)
+		return ret;
+	ls = calloc(1, sizeof(*ls));
+	if (!ls)
+		return -ENOMEM;
+	ls->loop = loop;
+	ls->cb = cb;
+	ls->arg = arg;
+	ls->accept_op.fn = accept_done;
+	ls->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ls->fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
+	setsockopt(ls->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(ls->fd, (struct sockaddr *)&ss, len) < 0 || listen(ls->fd, 128) < 0) {
+		ret = -errno;
+		goto err_close;
+	}
+	rk__loop_ref(loop);
+	accept_arm(ls);
+	*out = ls;
+	return 0;
+
+err_close:
+	close(ls->fd);
+err_free:
+	free(ls);
+	return ret;
+}
+
+void *rk__listener_arg(struct rk__listener *ls)
+{
+	return ls->arg;
+}
+
+int rk__tcp_listener_port(struct rk__listener *ls)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getsockname(ls->fd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+void rk__tcp_listener_close(struct rk__listener *ls, bool *gone)
+{
+	struct io_uring_sqe *sqe;
+
+	ls->closing = true;
+	ls->gone = gone;
+	if (!ls->armed) {
+		listener_free(ls);
+		return;
+	}
+	/* shutdown() on a listening socket ends a pending accept in io_uring. */
+	sqe = rk__loop_sqe(ls->loop);
+	if (sqe) {
+		io_uring_prep_cancel(sqe, &ls->accept_op, 0);
+		io_uring_sqe_set_data64(sqe, RK_UDATA_INTERNAL);
+	}
+	shutdown(ls->fd, SHUT_RDWR);
+}

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rankrt wire format v1: the control-frame codec.
+ *
+ * Pure code: no I/O, no allocation, no global state; every function is
+ * thread-safe. Decoders take a caller's buffer and return views into it;
+ * encoders write into a caller's buffer. Byte layouts are in wire/WIRE.md.
+ *
+ * A frame is a 32-byte little-endian header followed by a payload of
+ * hdr.len bytes. Decoding is incremental: rk_wire_decode_hdr() accepts any
+ * prefix of a frame and either rejects it as soon as the bytes present prove
+ * it malformed, or asks for more with -EAGAIN.
+ */
+#ifndef RK_WIRE_H
+#define RK_WIRE_H
+
+#include "rk_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RK_WIRE_MAGIC		0x54524b52u	/* "RKRT" as little-endian bytes */
+#define RK_WIRE_VERSION		1
+#define RK_WIRE_HDR_LEN		32
+#define RK_WIRE_MAX_PAYLOAD	(16u << 20)	/* hard cap of any frame, 16 MiB */
+#define RK_WIRE_NCCL_ID_LEN	128
+#define RK_WIRE_ERRMSG_MAX	256
+#define RK_WIRE_ROUND_HDR_LEN	16
+#define RK_WIRE_ROUND_STREAM_LEN 40
+#define RK_WIRE_HELLO_LEN	32
+#define RK_WIRE_RANK_NONE	0xffffffffu
+
+enum rk_frame_type {
+	RK_FRAME_HELLO = 0,	/* follower -> leader, first frame on a link */
+	RK_FRAME_WELCOME = 1,	/* leader -> follower, answer to HELLO */
+	RK_FRAME_HEARTBEAT = 2,
+	RK_FRAME_ROUND = 3,	/* a decode round's header */
+	RK_FRAME_ROUND_DONE = 4,
+	RK_FRAME_NCCL_ID = 5,	/* opaque 128-byte ncclUniqueId */
+	RK_FRAME_USER = 6,	/* opaque application payload */
+	RK_FRAME_BYE = 7,	/* orderly close */
+	RK_FRAME_ERROR = 8,	/* the sender reports an error, then closes */
+	RK_FRAME__COUNT,
+};
+
+/* Header flag bits. Each type admits only the bits listed in WIRE.md. */
+#define RK_FRAME_F_DRAFTED	0x0001u	/* ROUND: some stream carries drafted tokens */
+#define RK_FRAME_F_PREFILL	0x0002u	/* ROUND: some stream carries more than one input token */
+#define RK_FRAME_F_REPLY	0x0001u	/* HEARTBEAT: this is an echo of a HEARTBEAT */
+
+/* Capability bits in HELLO/WELCOME. */
+#define RK_CAP_VERBS		0x0001u
+#define RK_CAP_CUDA		0x0002u
+#define RK_CAP_NCCL		0x0004u
+
+/* A decoded header. */
+struct rk_wire_hdr {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t type;		/* enum rk_frame_type */
+	uint16_t flags;
+	uint32_t src_rank;
+	uint32_t len;		/* payload bytes after the header */
+	uint64_t seq;		/* per-link, per-direction, starts at 0 */
+	uint32_t payload_crc;	/* CRC32C of the payload */
+	uint32_t hdr_crc;	/* CRC32C of header bytes 0..27 */
+};
+
+/**
+ * rk_wire_decode_hdr() - validate and decode a frame header from a prefix.
+ * @p: bytes received so far (the start of a frame).
+ * @n: how many bytes @p holds (may be less than the header, or more than a frame).
+ * @max_len: the largest payload the caller accepts (<= RK_WIRE_MAX_PAYLOAD
+ *           is enforced in any case).
+ * @h: filled when the header is complete and valid.
+ *
+ * Validates in this order, with the first failure returned: magic (checked on
+ * as many of its 4 bytes as @n holds, so garbage is refused at its first byte),
+ * then, once 32 bytes are present: header CRC, version, type, the type's
+ * payload-length rule (fixed-size types must have their exact size, others have
+ * a minimum and a maximum), flags allowed for the type, the @max_len limit.
+ *
+ * Return: the total frame length (32 + h->len) when the header is complete and
+ * valid (the payload may not have arrived yet: compare with @n);
+ * -EAGAIN when @n is too short to decide; -RK_EMAGIC, -RK_EHDRCRC,
+ * -RK_EVERSION, -RK_ETYPE, -RK_ESHORT (fixed-size type, too short),
+ * -RK_ETRAILING (fixed-size type, too long), -RK_EFLAGS, -RK_ETOOBIG (over the
+ * type's maximum, @max_len or RK_WIRE_MAX_PAYLOAD). @h is written only on success.
+ */
+RK_EXPORT int64_t rk_wire_decode_hdr(const uint8_t *p, size_t n, uint32_t max_len,
+				     struct rk_wire_hdr *h);
+
+/**
+ * rk_wire_check_payload() - verify a complete frame's payload CRC.
+ * @h: a header from rk_wire_decode_hdr().
+ * @payload: h->len bytes.
+ * Return: 0, or -RK_EPAYCRC.
+ */
+RK_EXPORT int rk_wire_check_payload(const struct rk_wire_hdr *h, const uint8_t *payload);
+
+/**
+ * rk_wire_encode_hdr() - write a frame header for a payload already in place.
+ * @out: RK_WIRE_HDR_LEN bytes.
+ * @type, @flags, @src_rank, @seq: header fields.
+ * @payload, @len: the payload (may be NULL when @len is 0); its CRC is computed here.
+ *
+ * Return: RK_WIRE_HDR_LEN, or -RK_ETYPE / -RK_ESHORT / -RK_ETRAILING /
+ * -RK_EFLAGS / -RK_ETOOBIG when the header would not pass rk_wire_decode_hdr()
+ * (so a bad frame is never sent).
+ */
+RK_EXPORT int rk_wire_encode_hdr(uint8_t *out, unsigned int type, unsigned int flags,
+				 uint32_t src_rank, uint64_t seq, const uint8_t *payload,
+				 uint32_t len);
+
+/**
+ * rk_wire_crc32c() - CRC32C (Castagnoli), as used by the header and payload checks.
+ * @crc: 0 to start, or a previous result to continue.
+ */
+RK_EXPORT uint32_t rk_wire_crc32c(uint32_t crc, const void *p, size_t n);
+
+/* ---- typed payloads ----------------------------------------------------- */
+
+/* HELLO and WELCOME share one 32-byte layout. */
+struct rk_wire_hello {
+	uint32_t proto_version;	/* RK_WIRE_VERSION of the sender */
+	uint32_t world_size;
+	uint32_t rank;		/* HELLO: the follower's rank; WELCOME: the leader's (0) */
+	uint64_t session_id;
+	uint64_t caps;		/* RK_CAP_* */
+};
+
+struct rk_wire_heartbeat {
+	uint64_t time_ns;	/* sender's monotonic clock */
+};
+
+struct rk_wire_round_done {
+	uint64_t round_id;
+	int32_t status;		/* 0, or a negative rankrt/errno code */
+	uint64_t elapsed_ns;	/* launch to completion on the sender */
+};
+
+struct rk_wire_bye {
+	uint32_t reason;	/* 0 = normal shutdown, 1 = stopping on a signal, 2 = error */
+};
+
+struct rk_wire_error {
+	int32_t code;		/* a negative rankrt/errno code */
+	uint32_t rank;		/* the rank the error concerns; RK_WIRE_RANK_NONE = the link itself */
+	uint32_t msg_len;	/* <= RK_WIRE_ERRMSG_MAX */
+	const char *msg;	/* view into the payload, NOT NUL-terminated */
+};
+
+struct rk_wire_user {
+	uint32_t tag;		/* application-defined demultiplexing tag */
+	uint32_t len;
+	const uint8_t *data;	/* view into the payload */
+};
+
+/* One stream's entry in a ROUND. */
+struct rk_wire_stream {
+	uint64_t stream_id;
+	uint32_t position;	/* sequence position of the first input token */
+	uint32_t n_tokens;	/* input tokens this round (1 for decode, more for prefill) */
+	uint32_t n_draft;	/* drafted tokens to verify after the input tokens */
+	uint32_t top_k;		/* 0 = greedy */
+	float temperature;
+	float top_p;
+	uint64_t seed;
+};
+
+/* A decoded ROUND: a view into the payload. Use the accessors below. */
+struct rk_wire_round {
+	uint64_t round_id;
+	uint32_t n_streams;
+	uint32_t n_tok_total;		/* sum of n_tokens + n_draft over streams */
+	const uint8_t *streams;		/* n_streams * 40 bytes */
+	const uint8_t *tokens;		/* n_tok_total * 4 bytes */
+};
+
+/*
+ * Every payload decoder validates completely before it returns 0 and
+ * returns -RK_ESHORT, -RK_ETRAILING, -RK_ERESERVED or -RK_EFIELD
+ * otherwise (-RK_ETOOBIG when @n exceeds RK_WIRE_MAX_PAYLOAD). @p/@n are the
+ * payload (after the header); views point into @p. @out is written only on success.
+ */
+RK_EXPORT int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out);
+RK_EXPORT int rk_wire_decode_heartbeat(const uint8_t *p, size_t n,
+				       struct rk_wire_heartbeat *out);
+RK_EXPORT int rk_wire_decode_round(const uint8_t *p, size_t n, struct rk_wire_round *out);
+RK_EXPORT int rk_wire_decode_round_done(const uint8_t *p, size_t n,
+					struct rk_wire_round_done *out);
+RK_EXPORT int rk_wire_decode_nccl_id(const uint8_t *p, size_t n,
+				     uint8_t id[RK_WIRE_NCCL_ID_LEN]);
+RK_EXPORT int rk_wire_decode_user(const uint8_t *p, size_t n, struct rk_wire_user *out);
+RK_EXPORT int rk_wire_decode_bye(const uint8_t *p, size_t n, struct rk_wire_bye *out);
+RK_EXPORT int rk_wire_decode_error(const uint8_t *p, size_t n, struct rk_wire_error *out);
+
+/**
+ * rk_wire_decode_payload() - validate any payload by type (dispatches to the above
+ * and discards the result). Return: 0 or the decoder's error; -RK_ETYPE for an
+ * unknown type.
+ */
+RK_EXPORT int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n);
+
+/** rk_wire_round_stream() - load stream @i (< n_streams) of a decoded ROUND. */
+RK_EXPORT void rk_wire_round_stream(const struct rk_wire_round *r, uint32_t i,
+				    struct rk_wire_stream *out);
+/** rk_wire_round_token() - load token @i (< n_tok_total) of a decoded ROUND.
+ * Tokens are laid out stream by stream: n_tokens inputs then n_draft drafts. */
+RK_EXPORT uint32_t rk_wire_round_token(const struct rk_wire_round *r, uint32_t i);
+
+/*
+ * Payload encoders write into @out (capacity @cap) and return the payload length,
+ * or -ENOSPC when @cap is too small, or -RK_EFIELD for an unencodable value
+ *, or -RK_ETOOBIG (USER data past RK_WIRE_MAX_PAYLOAD).
+ * rk_wire_encode_error() truncates @msg (NULL = empty) to RK_WIRE_ERRMSG_MAX bytes.
+ */
+RK_EXPORT int rk_wire_encode_hello(uint8_t *out, size_t cap, const struct rk_wire_hello *h);
+RK_EXPORT int rk_wire_encode_heartbeat(uint8_t *out, size_t cap,
+				       const struct rk_wire_heartbeat *hb);
+RK_EXPORT int rk_wire_encode_round_done(uint8_t *out, size_t cap,
+					const struct rk_wire_round_done *d);
+RK_EXPORT int rk_wire_encode_nccl_id(uint8_t *out, size_t cap,
+				     const uint8_t id[RK_WIRE_NCCL_ID_LEN]);
+RK_EXPORT int rk_wire_encode_user(uint8_t *out, size_t cap, uint32_t tag, const void *data,
+				  uint32_t len);
+RK_EXPORT int rk_wire_encode_bye(uint8_t *out, size_t cap, const struct rk_wire_bye *b);
+RK_EXPORT int rk_wire_encode_error(uint8_t *out, size_t cap, int32_t code, uint32_t rank,
+				   const char *msg);
+
+/**
+ * rk_wire_round_size() - payload bytes of a ROUND with @n_streams streams and
+ * @n_tok_total tokens in all. Return: the size, or -RK_ETOOBIG past RK_WIRE_MAX_PAYLOAD.
+ */
+RK_EXPORT int64_t rk_wire_round_size(uint32_t n_streams, uint64_t n_tok_total);
+
+/**
+ * rk_wire_encode_round() - encode a ROUND payload.
+ * @streams: @n_streams entries; stream i's tokens are taken from @tokens in order
+ *           (n_tokens inputs, then n_draft drafts), sum over streams = token count.
+ * Return: the payload length, -ENOSPC, -RK_ETOOBIG, or -RK_EFIELD (e.g. a
+ * stream with n_tokens == 0).
+ */
+RK_EXPORT int64_t rk_wire_encode_round(uint8_t *out, size_t cap, uint64_t round_id,
+				       const struct rk_wire_stream *streams, uint32_t n_streams,
+				       const uint32_t *tokens);
+
+/** rk_wire_frame_name() - "HELLO", "ROUND", ...; "UNKNOWN" past the table. */
+RK_EXPORT const char *rk_wire_frame_name(unsigned int type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RK_WIRE_H */
