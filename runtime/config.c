@@ -1,0 +1,752 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rankrt configuration: defaults, the RK_* knob table, strict value parsing,
+ * the environment and launcher readers, and the address parser.
+ *
+ * Every knob lives in one designated table (knobs[] below), asserted complete,
+ * so setting, printing and the "known variables" list cannot drift apart.
+ * Parsing is strict on purpose: a typo in a launch script must fail at start,
+ * not run a rank with a silently different wait policy.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "runtime_int.h"
+
+extern char **environ;
+
+#define NS_PER_US	((uint64_t)1000)
+#define NS_PER_MS	((uint64_t)1000000)
+#define FIELD_SIZE(f)	sizeof(((struct rk_config *)0)->f)
+#define U(f)		offsetof(struct rk_config, f), FIELD_SIZE(f)
+
+enum knob_kind {
+	KIND_U64,	/* unsigned integer in the env units, stored times .scale */
+	KIND_POW2,	/* as KIND_U64, and a power of two */
+	KIND_INT,	/* signed int in [min, max]; below min means "unset" when printed */
+	KIND_BOOL,
+	KIND_WAIT,	/* adaptive | spin | block */
+	KIND_LEADER,	/* an address rk__addr_parse() accepts */
+	KIND_SESSION,	/* u64, decimal or 0x-hex */
+	KIND_LOG,	/* error | warn | info | debug, or 0..3 */
+};
+
+enum knob_id {
+	K_RANK,
+	K_WORLD_SIZE,
+	K_LEADER,
+	K_SESSION,
+	K_WAIT,
+	K_SPIN_US,
+	K_TIMED_US,
+	K_TIMED_SLICE_US,
+	K_SQPOLL,
+	K_SQPOLL_CPU,
+	K_COOP_TASKRUN,
+	K_RING_ENTRIES,
+	K_RX_BUF_SIZE,
+	K_RX_BUF_COUNT,
+	K_MAX_FRAME,
+	K_TX_LIMIT,
+	K_HEARTBEAT_MS,
+	K_PEER_TIMEOUT_MS,
+	K_CONNECT_TIMEOUT_MS,
+	K_HANDSHAKE_MS,
+	K_LOG,
+	K_SIGNALS,
+	K__COUNT,
+};
+
+struct knob {
+	const char *env;	/* "RK_SPIN_US" */
+	const char *name;	/* "spin_us" */
+	enum knob_kind kind;
+	size_t off;		/* of the field in struct rk_config */
+	size_t size;		/* of the field (KIND_U64/POW2: 4 or 8) */
+	uint64_t scale;		/* field = value * scale (KIND_U64/POW2) */
+	long long min, max;	/* in the env units (KIND_U64/POW2/INT) */
+	const char *help;
+};
+
+static const struct knob knobs[] = {
+	[K_RANK] = { "RK_RANK", "rank", KIND_INT, U(rank), 1, 0, 65535,
+		     "this process's rank (0 = leader)" },
+	[K_WORLD_SIZE] = { "RK_WORLD_SIZE", "world_size", KIND_INT, U(world_size), 1, 1, 65536,
+			   "number of ranks" },
+	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, U(leader), 1, 0, 0,
+		       "leader address: host:port, tcp://host:port or roce://host:port?query" },
+	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, U(session_id), 1, 0, 0,
+			"session id both ends must agree on (decimal or 0x-hex; 0 = derive)" },
+	[K_WAIT] = { "RK_WAIT", "wait", KIND_WAIT, U(wait.mode), 1, 0, 0,
+		     "wait mode: adaptive, spin or block" },
+	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, U(wait.spin_ns), NS_PER_US,
+			0, 60000000, "busy window after an event, us" },
+	[K_TIMED_US] = { "RK_TIMED_US", "timed_us", KIND_U64, U(wait.timed_ns), NS_PER_US,
+			 0, 60000000, "timed-wait phase after the spin, us (0 = off)" },
+	[K_TIMED_SLICE_US] = { "RK_TIMED_SLICE_US", "timed_slice_us", KIND_U64,
+			       U(wait.timed_slice_ns), NS_PER_US, 1, 1000000,
+			       "one timed wait, us" },
+	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_BOOL, U(wait.sqpoll), 1, 0, 0,
+		       "kernel SQ polling thread" },
+	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, U(wait.sqpoll_cpu), 1,
+			   -1, 4095, "CPU of the SQPOLL thread (-1 = not pinned)" },
+	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, U(wait.coop_taskrun),
+			     1, 0, 0, "IORING_SETUP_COOP_TASKRUN|TASKRUN_FLAG" },
+	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, U(ring_entries), 1,
+			     8, 32768, "submission queue entries (power of two)" },
+	[K_RX_BUF_SIZE] = { "RK_RX_BUF_SIZE", "rx_buf_size", KIND_U64, U(rx_buf_size), 1,
+			    4096, 1 << 20, "provided-buffer size for TCP receive, bytes" },
+	[K_RX_BUF_COUNT] = { "RK_RX_BUF_COUNT", "rx_buf_count", KIND_POW2, U(rx_buf_count), 1,
+			     1, 32768, "provided buffers per loop (power of two)" },
+	[K_MAX_FRAME] = { "RK_MAX_FRAME", "max_frame", KIND_U64, U(max_frame), 1,
+			  4096, RK_WIRE_MAX_PAYLOAD, "largest payload accepted, bytes" },
+	[K_TX_LIMIT] = { "RK_TX_LIMIT", "tx_limit", KIND_U64, U(tx_limit), 1,
+			 64 << 10, 1ll << 40, "unsent bytes per link before RK_ESLOWPEER" },
+	[K_HEARTBEAT_MS] = { "RK_HEARTBEAT_MS", "heartbeat_ms", KIND_U64, U(heartbeat_ns),
+			     NS_PER_MS, 1, 60000, "heartbeat period, ms" },
+	[K_PEER_TIMEOUT_MS] = { "RK_PEER_TIMEOUT_MS", "peer_timeout_ms", KIND_U64,
+				U(peer_timeout_ns), NS_PER_MS, 10, 3600000,
+				"silence that declares a peer dead, ms (> heartbeat)" },
+	[K_CONNECT_TIMEOUT_MS] = { "RK_CONNECT_TIMEOUT_MS", "connect_timeout_ms", KIND_U64,
+				   U(connect_timeout_ns), NS_PER_MS, 1, 3600000,
+				   "bootstrap bound, ms" },
+	[K_HANDSHAKE_MS] = { "RK_HANDSHAKE_MS", "handshake_ms", KIND_U64,
+			     U(handshake_timeout_ns), NS_PER_MS, 1, 600000,
+			     "an accepted socket must HELLO within this, ms" },
+	[K_LOG] = { "RK_LOG", "log", KIND_LOG, U(log_level), 1, 0, 0,
+		    "log threshold: error, warn, info, debug (or 0..3)" },
+	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, U(catch_signals), 1, 0, 0,
+			"stop the loop on SIGINT/SIGTERM" },
+};
+_Static_assert(ARRAY_SIZE(knobs) == K__COUNT, "every knob needs a table entry");
+
+/* RK_* variables the project's tools use that are not knobs: skipped by from_env. */
+static const char *const ignore_prefixes[] = { "RK_BENCH_", "RK_TEST_" };
+
+static const char *const wait_names[] = {
+	[RK_WAIT_ADAPTIVE] = "adaptive",
+	[RK_WAIT_SPIN] = "spin",
+	[RK_WAIT_BLOCK] = "block",
+};
+
+static const char *const level_names[] = {
+	[RK_LOG_ERROR] = "error",
+	[RK_LOG_WARN] = "warn",
+	[RK_LOG_INFO] = "info",
+	[RK_LOG_DEBUG] = "debug",
+};
+
+static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t errlen,
+							 const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+void rk_config_init(struct rk_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->rank = -1;
+	cfg->world_size = 0;
+	cfg->leader[0] = '\0';
+	cfg->session_id = 0;
+	cfg->wait.mode = RK_WAIT_ADAPTIVE;
+	cfg->wait.spin_ns = RK_DEF_SPIN_US * NS_PER_US;
+	cfg->wait.timed_ns = RK_DEF_TIMED_US * NS_PER_US;
+	cfg->wait.timed_slice_ns = RK_DEF_TIMED_SLICE_US * NS_PER_US;
+	cfg->wait.sqpoll = false;
+	cfg->wait.sqpoll_cpu = -1;
+	cfg->wait.coop_taskrun = true;
+	cfg->ring_entries = RK_DEF_RING_ENTRIES;
+	cfg->rx_buf_size = RK_DEF_RX_BUF_SIZE;
+	cfg->rx_buf_count = RK_DEF_RX_BUF_COUNT;
+	cfg->max_frame = RK_DEF_MAX_FRAME;
+	cfg->tx_limit = RK_DEF_TX_LIMIT;
+	cfg->heartbeat_ns = RK_DEF_HEARTBEAT_MS * NS_PER_MS;
+	cfg->peer_timeout_ns = RK_DEF_PEER_TIMEOUT_MS * NS_PER_MS;
+	cfg->connect_timeout_ns = RK_DEF_CONNECT_MS * NS_PER_MS;
+	cfg->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
+	cfg->log_level = RK_LOG_WARN;
+	cfg->catch_signals = false;
+}
+
+const char *rk_wait_mode_name(enum rk_wait_mode mode)
+{
+	if ((unsigned int)mode >= ARRAY_SIZE(wait_names))
+		return "unknown";
+	return wait_names[mode];
+}
+
+/* ---- strict parsers ------------------------------------------------------ */
+
+int rk__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (!s || !*s)
+		return -RK_ECONFIG;
+	for (; *s; s++) {
+		unsigned int d;
+
+		if (*s < '0' || *s > '9')
+			return -RK_ECONFIG;
+		d = (unsigned int)(*s - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return -RK_ECONFIG;
+		v = v * 10 + d;
+	}
+	if (v < min || v > max)
+		return -RK_ECONFIG;
+	*out = v;
+	return 0;
+}
+
+static int parse_int(const char *s, long long min, long long max, long long *out)
+{
+	bool neg = s && *s == '-';
+	uint64_t mag;
+	long long v;
+
+	if (rk__parse_u64(s ? s + neg : s, 0, (uint64_t)INT64_MAX, &mag))
+		return -RK_ECONFIG;
+	v = neg ? -(long long)mag : (long long)mag;
+	if (v < min || v > max)
+		return -RK_ECONFIG;
+	*out = v;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -RK_ECONFIG;
+}
+
+static int parse_name(const char *s, const char *const *names, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (names[i] && !strcmp(s, names[i]))
+			return (int)i;
+	return -RK_ECONFIG;
+}
+
+static int parse_session(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t n;
+
+	if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X'))
+		return rk__parse_u64(s, 0, UINT64_MAX, out);
+	s += 2;
+	n = strlen(s);
+	if (n < 1 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
+		return -RK_ECONFIG;
+	for (; *s; s++)
+		v = v << 4 | (uint64_t)(isdigit((unsigned char)*s) ? *s - '0' :
+					(tolower((unsigned char)*s) - 'a' + 10));
+	*out = v;
+	return 0;
+}
+
+static bool is_pow2(uint64_t v)
+{
+	return v && !(v & (v - 1));
+}
+
+/* ---- addresses ----------------------------------------------------------- */
+
+/* A host name, an IPv4 address or an IPv6 zone: letters, digits, '-', '.', '_'. */
+static bool name_ok(const char *h, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_')
+			return false;
+	return n > 0;
+}
+
+/* Between brackets: an IPv6 address with an optional "%zone". */
+static bool host_ok(const char *h, size_t n, bool bracketed)
+{
+	const char *pct = bracketed ? memchr(h, '%', n) : NULL;
+	size_t addr_len = pct ? (size_t)(pct - h) : n;
+	char v6[INET6_ADDRSTRLEN];
+	struct in6_addr a6;
+
+	if (!bracketed)
+		return name_ok(h, n);
+	if (pct && !name_ok(pct + 1, n - addr_len - 1))
+		return false;
+	if (addr_len >= sizeof(v6))
+		return false;
+	memcpy(v6, h, addr_len);
+	v6[addr_len] = '\0';
+	return inet_pton(AF_INET6, v6, &a6) == 1;
+}
+
+int rk__addr_parse(const char *s, struct rk__addr *out)
+{
+	struct rk__addr a;
+	const char *p, *host, *host_end, *port, *q;
+	char portbuf[8];
+	uint64_t v;
+	size_t n, i;
+	bool bracketed;
+
+	if (!s)
+		return -RK_ECONFIG;
+	memset(&a, 0, sizeof(a));
+	p = strstr(s, "://");
+	if (p) {
+		n = (size_t)(p - s);
+		if (!((n == 3 && !strncmp(s, "tcp", 3)) || (n == 4 && !strncmp(s, "roce", 4))))
+			return -RK_ECONFIG;
+		memcpy(a.scheme, s, n);
+		s = p + 3;
+	} else {
+		strcpy(a.scheme, "tcp");
+	}
+
+	bracketed = *s == '[';
+	if (bracketed) {
+		host = s + 1;
+		host_end = strchr(host, ']');
+		if (!host_end || host_end[1] != ':')
+			return -RK_ECONFIG;
+		port = host_end + 2;
+	} else {
+		host = s;
+		host_end = strchr(host, ':');
+		if (!host_end)
+			return -RK_ECONFIG;
+		port = host_end + 1;
+	}
+	n = (size_t)(host_end - host);
+	if (n == 0 || n >= sizeof(a.host))
+		return -RK_ECONFIG;
+	if (!host_ok(host, n, bracketed))
+		return -RK_ECONFIG;
+	memcpy(a.host, host, n);
+
+	q = strchr(port, '?');
+	n = q ? (size_t)(q - port) : strlen(port);
+	if (n == 0 || n >= sizeof(portbuf))
+		return -RK_ECONFIG;
+	memcpy(portbuf, port, n);
+	portbuf[n] = '\0';
+	if (rk__parse_u64(portbuf, 1, 65535, &v))
+		return -RK_ECONFIG;
+	a.port = (uint16_t)v;
+
+	if (q) {
+		q++;
+		n = strlen(q);
+		if (n == 0 || n >= sizeof(a.query))
+			return -RK_ECONFIG;
+		for (i = 0; i < n; i++)
+			if (!isalnum((unsigned char)q[i]) && !strchr("=&-_.:,", q[i]))
+				return -RK_ECONFIG;
+		memcpy(a.query, q, n);
+	}
+	*out = a;
+	return 0;
+}
+
+uint64_t rk__fnv1a64(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	while (n--) {
+		h ^= *b++;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* ---- the table's accessors ----------------------------------------------- */
+
+static const struct knob *knob_find(const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
+		const struct knob *k = &knobs[i];
+
+		if ((strlen(k->env) == len && !strncmp(k->env, name, len)) ||
+		    (strlen(k->name) == len && !strncmp(k->name, name, len)))
+			return k;
+	}
+	return NULL;
+}
+
+static void *field(struct rk_config *cfg, const struct knob *k)
+{
+	return (char *)cfg + k->off;
+}
+
+static const void *cfield(const struct rk_config *cfg, const struct knob *k)
+{
+	return (const char *)cfg + k->off;
+}
+
+static uint64_t load_uint(const struct rk_config *cfg, const struct knob *k)
+{
+	if (k->size == sizeof(uint32_t))
+		return *(const uint32_t *)cfield(cfg, k);
+	return *(const uint64_t *)cfield(cfg, k);
+}
+
+/* The explanation after "NAME='value': " for a refused value. */
+static void explain(const struct knob *k, const char *value, char *err, size_t errlen)
+{
+	switch (k->kind) {
+	case KIND_U64:
+		seterr(err, errlen, "%s='%.64s': not an unsigned integer in [%lld, %lld]",
+		       k->env, value, k->min, k->max);
+		break;
+	case KIND_POW2:
+		seterr(err, errlen, "%s='%.64s': not a power of two in [%lld, %lld]",
+		       k->env, value, k->min, k->max);
+		break;
+	case KIND_INT:
+		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]",
+		       k->env, value, k->min, k->max);
+		break;
+	case KIND_BOOL:
+		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off)",
+		       k->env, value);
+		break;
+	case KIND_WAIT:
+		seterr(err, errlen, "%s='%.64s': not one of adaptive, spin, block", k->env, value);
+		break;
+	case KIND_LEADER:
+		seterr(err, errlen,
+		       "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
+		       "roce://host:port?query)", k->env, value);
+		break;
+	case KIND_SESSION:
+		seterr(err, errlen,
+		       "%s='%.64s': not an unsigned 64-bit integer (decimal or 0x-hex)", k->env,
+		       value);
+		break;
+	case KIND_LOG:
+		seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
+		       k->env, value);
+		break;
+	}
+}
+
+/* Parse @value for @k and store it; @cfg is untouched on error. */
+static int knob_set(struct rk_config *cfg, const struct knob *k, const char *value)
+{
+	struct rk__addr addr;
+	uint64_t u;
+	long long i;
+	bool b;
+	int ret;
+
+	switch (k->kind) {
+	case KIND_U64:
+	case KIND_POW2:
+		ret = rk__parse_u64(value, (uint64_t)k->min, (uint64_t)k->max, &u);
+		if (ret || (k->kind == KIND_POW2 && !is_pow2(u)))
+			return -RK_ECONFIG;
+		u *= k->scale;	/* the table keeps max * scale within the field */
+		if (k->size == sizeof(uint32_t))
+			*(uint32_t *)field(cfg, k) = (uint32_t)u;
+		else
+			*(uint64_t *)field(cfg, k) = u;
+		return 0;
+	case KIND_INT:
+		if (parse_int(value, k->min, k->max, &i))
+			return -RK_ECONFIG;
+		*(int *)field(cfg, k) = (int)i;
+		return 0;
+	case KIND_BOOL:
+		if (parse_bool(value, &b))
+			return -RK_ECONFIG;
+		*(bool *)field(cfg, k) = b;
+		return 0;
+	case KIND_WAIT:
+		ret = parse_name(value, wait_names, ARRAY_SIZE(wait_names));
+		if (ret < 0)
+			return ret;
+		*(enum rk_wait_mode *)field(cfg, k) = (enum rk_wait_mode)ret;
+		return 0;
+	case KIND_LEADER:
+		if (strlen(value) >= k->size || rk__addr_parse(value, &addr))
+			return -RK_ECONFIG;
+		strcpy(field(cfg, k), value);
+		return 0;
+	case KIND_SESSION:
+		if (parse_session(value, &u))
+			return -RK_ECONFIG;
+		*(uint64_t *)field(cfg, k) = u;
+		return 0;
+	case KIND_LOG:
+		ret = parse_name(value, level_names, ARRAY_SIZE(level_names));
+		if (ret < 0 && !parse_int(value, RK_LOG_ERROR, RK_LOG_DEBUG, &i))
+			ret = (int)i;
+		if (ret < 0)
+			return ret;
+		*(int *)field(cfg, k) = ret;
+		return 0;
+	}
+	return -RK_ECONFIG;
+}
+
+int rk_config_set(struct rk_config *cfg, const char *name, const char *value, char *err,
+		  size_t errlen)
+{
+	const struct knob *k = name ? knob_find(name, strlen(name)) : NULL;
+
+	if (!k) {
+		seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
+		return -ENOENT;
+	}
+	if (!value || knob_set(cfg, k, value)) {
+		explain(k, value ? value : "", err, errlen);
+		return -RK_ECONFIG;
+	}
+	return 0;
+}
+
+/* ---- environment --------------------------------------------------------- */
+
+static int check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
+		      size_t errlen)
+{
+	if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
+		seterr(err, errlen, "%s=%d: rank must be below the world size %d", rank_var,
+		       cfg->rank, cfg->world_size);
+		return -RK_ECONFIG;
+	}
+	return 0;
+}
+
+static void unknown_var(const char *name, size_t len, char *err, size_t errlen)
+{
+	size_t i, n;
+
+	if (!err || !errlen)
+		return;
+	seterr(err, errlen, "unknown variable %.*s (known:", (int)(len > 64 ? 64 : len), name);
+	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
+		n = strlen(err);
+		snprintf(err + n, errlen - n, " %s", knobs[i].env);
+	}
+	n = strlen(err);
+	snprintf(err + n, errlen - n, ")");
+}
+
+int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
+{
+	struct rk_config c = *cfg;	/* committed only when everything passed */
+	char **e;
+	size_t i;
+
+	for (e = environ; e && *e; e++) {
+		const char *var = *e, *eq = strchr(var, '=');
+		const struct knob *k;
+		bool skip = false;
+
+		if (strncmp(var, "RK_", 3) || !eq)
+			continue;
+		for (i = 0; i < ARRAY_SIZE(ignore_prefixes); i++)
+			if (!strncmp(var, ignore_prefixes[i], strlen(ignore_prefixes[i])))
+				skip = true;
+		if (skip)
+			continue;
+		k = knob_find(var, (size_t)(eq - var));
+		if (!k || strncmp(var, k->env, (size_t)(eq - var))) {	/* env names only */
+			unknown_var(var, (size_t)(eq - var), err, errlen);
+			return -RK_ECONFIG;
+		}
+		if (knob_set(&c, k, eq + 1)) {
+			explain(k, eq + 1, err, errlen);
+			return -RK_ECONFIG;
+		}
+	}
+	if (c.peer_timeout_ns <= c.heartbeat_ns) {
+		seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
+		       ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
+		       c.peer_timeout_ns / NS_PER_MS, c.heartbeat_ns / NS_PER_MS);
+		return -RK_ECONFIG;
+	}
+	if (check_rank(&c, "RK_RANK", err, errlen))
+		return -RK_ECONFIG;
+	*cfg = c;
+	rk__log_set_level(cfg->log_level);
+	return 0;
+}
+
+/* A launcher's integer variable: 0 when absent, 1 when read, -RK_ECONFIG if malformed. */
+static int launcher_int(const char *var, long long min, long long max, int *out, char *err,
+			size_t errlen)
+{
+	const char *s = getenv(var);
+	long long v;
+
+	if (!s)
+		return 0;
+	if (parse_int(s, min, max, &v)) {
+		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]", var, s, min,
+		       max);
+		return -RK_ECONFIG;
+	}
+	*out = (int)v;
+	return 1;
+}
+
+static int launcher_leader(struct rk_config *c, char *err, size_t errlen)
+{
+	const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+	struct rk__addr addr;
+	uint64_t p;
+	int n;
+
+	if (!host)
+		return 0;
+	if (!port) {
+		seterr(err, errlen, "MASTER_ADDR is set but MASTER_PORT is not");
+		return -RK_ECONFIG;
+	}
+	if (rk__parse_u64(port, 1, 65535, &p)) {
+		seterr(err, errlen, "MASTER_PORT='%.64s': not a port in [1, 65535]", port);
+		return -RK_ECONFIG;
+	}
+	/* a bare IPv6 address needs brackets before the port */
+	if (strchr(host, ':') && host[0] != '[')
+		n = snprintf(c->leader, sizeof(c->leader), "[%s]:%" PRIu64, host, p);
+	else
+		n = snprintf(c->leader, sizeof(c->leader), "%s:%" PRIu64, host, p);
+	if (n < 0 || (size_t)n >= sizeof(c->leader) || rk__addr_parse(c->leader, &addr)) {
+		seterr(err, errlen, "MASTER_ADDR='%.64s': not a host name or address", host);
+		return -RK_ECONFIG;
+	}
+	return 0;
+}
+
+int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen)
+{
+	static const struct {
+		const char *rank, *size;
+	} launchers[] = {
+		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE" },
+		{ "SLURM_PROCID", "SLURM_NTASKS" },
+		{ "RANK", "WORLD_SIZE" },
+	};
+	const struct knob *kr = &knobs[K_RANK], *ks = &knobs[K_WORLD_SIZE];
+	struct rk_config c = *cfg;
+	const char *rank_var = "RK_RANK";
+	size_t i;
+	int ret;
+
+	for (i = 0; i < ARRAY_SIZE(launchers); i++) {
+		if (c.rank < 0) {
+			ret = launcher_int(launchers[i].rank, kr->min, kr->max, &c.rank, err,
+					   errlen);
+			if (ret < 0)
+				return ret;
+			if (ret)
+				rank_var = launchers[i].rank;
+		}
+		if (c.world_size <= 0) {
+			ret = launcher_int(launchers[i].size, ks->min, ks->max, &c.world_size, err,
+					   errlen);
+			if (ret < 0)
+				return ret;
+		}
+	}
+	if (!c.leader[0]) {
+		ret = launcher_leader(&c, err, errlen);
+		if (ret < 0)
+			return ret;
+	}
+	if (check_rank(&c, rank_var, err, errlen))
+		return -RK_ECONFIG;
+	*cfg = c;
+	return 0;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+void rk_config_print(const struct rk_config *cfg, void *f)
+{
+	FILE *out = f;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
+		const struct knob *k = &knobs[i];
+		const void *p = cfield(cfg, k);
+		int v;
+
+		switch (k->kind) {
+		case KIND_U64:
+		case KIND_POW2:
+			fprintf(out, "%s=%" PRIu64 "\n", k->env, load_uint(cfg, k) / k->scale);
+			break;
+		case KIND_INT:
+			v = *(const int *)p;
+			if (v < k->min || v > k->max)	/* rank -1, world_size 0: not set */
+				fprintf(out, "# %s unset\n", k->env);
+			else
+				fprintf(out, "%s=%d\n", k->env, v);
+			break;
+		case KIND_BOOL:
+			fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
+			break;
+		case KIND_WAIT:
+			fprintf(out, "%s=%s\n", k->env,
+				rk_wait_mode_name(*(const enum rk_wait_mode *)p));
+			break;
+		case KIND_LEADER:
+			if (*(const char *)p)
+				fprintf(out, "%s=%.*s\n", k->env, (int)k->size, (const char *)p);
+			else
+				fprintf(out, "# %s unset\n", k->env);
+			break;
+		case KIND_SESSION:
+			fprintf(out, "%s=0x%" PRIx64 "\n", k->env, *(const uint64_t *)p);
+			break;
+		case KIND_LOG:
+			v = *(const int *)p;
+			if (v >= 0 && (size_t)v < ARRAY_SIZE(level_names))
+				fprintf(out, "%s=%s\n", k->env, level_names[v]);
+			else
+				fprintf(out, "%s=%d\n", k->env, v);
+			break;
+		}
+	}
+}

@@ -1,0 +1,1194 @@
+// SPDX-License-Identifier: MIT
+/*
+ * check_config: the RK_* knob table, strict parsing, the environment and
+ * launcher readers, address parsing and logging.
+ *
+ * Tests that touch the environment or the log state reset it in a checked
+ * fixture, so they stay isolated with CK_FORK=no too (valgrind runs).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+#define TIMEOUT_S 30
+
+extern char **environ;
+
+static struct rk_config defaults(void)
+{
+	struct rk_config c;
+
+	rk_config_init(&c);
+	return c;
+}
+
+/* rk_config_print() into a malloc'd string. */
+static char *print_cfg(const struct rk_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	rk_config_print(c, f);
+	ck_assert_int_eq(fclose(f), 0);
+	return buf;
+}
+
+/* Does @text hold @line as a whole line? */
+static int has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+	const char *p = text;
+
+	while ((p = strstr(p, line))) {
+		if ((p == text || p[-1] == '\n') && p[n] == '\n')
+			return 1;
+		p++;
+	}
+	return 0;
+}
+
+/* Remove every variable a test could depend on: RK_*, and the launchers'. */
+static void scrub_env(void)
+{
+	static const char *const launcher[] = {
+		"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+		"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	};
+	char name[256];
+	size_t i;
+	int again = 1;
+
+	while (again) {
+		char **e;
+
+		again = 0;
+		for (e = environ; e && *e; e++) {
+			const char *eq = strchr(*e, '=');
+			size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+
+			if (strncmp(*e, "RK_", 3) || n >= sizeof(name))
+				continue;
+			memcpy(name, *e, n);
+			name[n] = '\0';
+			unsetenv(name);		/* environ changed: walk it again */
+			again = 1;
+			break;
+		}
+	}
+	for (i = 0; i < ARRAY_SIZE(launcher); i++)
+		unsetenv(launcher[i]);
+}
+
+static void env_setup(void)
+{
+	scrub_env();
+	rk__log_set_level(RK_LOG_WARN);
+}
+
+static void env_teardown(void)
+{
+	scrub_env();
+	rk__log_set_level(RK_LOG_WARN);
+}
+
+/* ---- defaults ------------------------------------------------------------ */
+
+START_TEST(test_defaults)
+{
+	struct rk_config c;
+
+	memset(&c, 0xa5, sizeof(c));
+	rk_config_init(&c);
+	ck_assert_int_eq(c.rank, -1);
+	ck_assert_int_eq(c.world_size, 0);
+	ck_assert_str_eq(c.leader, "");
+	ck_assert_uint_eq(c.session_id, 0);
+	ck_assert_int_eq(c.wait.mode, RK_WAIT_ADAPTIVE);
+	ck_assert_uint_eq(c.wait.spin_ns, 20000000ull);
+	ck_assert_uint_eq(c.wait.spin_ns, RK_DEF_SPIN_US * 1000ull);
+	ck_assert_uint_eq(c.wait.timed_ns, 0);
+	ck_assert_uint_eq(c.wait.timed_slice_ns, 50000);
+	ck_assert(!c.wait.sqpoll);
+	ck_assert_int_eq(c.wait.sqpoll_cpu, -1);
+	ck_assert(c.wait.coop_taskrun);
+	ck_assert_uint_eq(c.ring_entries, RK_DEF_RING_ENTRIES);
+	ck_assert_uint_eq(c.rx_buf_size, RK_DEF_RX_BUF_SIZE);
+	ck_assert_uint_eq(c.rx_buf_count, RK_DEF_RX_BUF_COUNT);
+	ck_assert_uint_eq(c.max_frame, RK_DEF_MAX_FRAME);
+	ck_assert_uint_eq(c.tx_limit, RK_DEF_TX_LIMIT);
+	ck_assert_uint_eq(c.heartbeat_ns, RK_DEF_HEARTBEAT_MS * 1000000ull);
+	ck_assert_uint_eq(c.peer_timeout_ns, RK_DEF_PEER_TIMEOUT_MS * 1000000ull);
+	ck_assert_uint_eq(c.connect_timeout_ns, RK_DEF_CONNECT_MS * 1000000ull);
+	ck_assert_uint_eq(c.handshake_timeout_ns, RK_DEF_HANDSHAKE_MS * 1000000ull);
+	ck_assert_int_eq(c.log_level, RK_LOG_WARN);
+	ck_assert(!c.catch_signals);
+}
+END_TEST
+
+START_TEST(test_wait_mode_name)
+{
+	ck_assert_str_eq(rk_wait_mode_name(RK_WAIT_ADAPTIVE), "adaptive");
+	ck_assert_str_eq(rk_wait_mode_name(RK_WAIT_SPIN), "spin");
+	ck_assert_str_eq(rk_wait_mode_name(RK_WAIT_BLOCK), "block");
+	ck_assert_ptr_nonnull(rk_wait_mode_name((enum rk_wait_mode)7));
+}
+END_TEST
+
+START_TEST(test_print_defaults)
+{
+	static const char *const want =
+		"# RK_RANK unset\n"
+		"# RK_WORLD_SIZE unset\n"
+		"# RK_LEADER unset\n"
+		"RK_SESSION=0x0\n"
+		"RK_WAIT=adaptive\n"
+		"RK_SPIN_US=20000\n"
+		"RK_TIMED_US=0\n"
+		"RK_TIMED_SLICE_US=50\n"
+		"RK_SQPOLL=0\n"
+		"RK_SQPOLL_CPU=-1\n"
+		"RK_COOP_TASKRUN=1\n"
+		"RK_RING_ENTRIES=256\n"
+		"RK_RX_BUF_SIZE=16384\n"
+		"RK_RX_BUF_COUNT=64\n"
+		"RK_MAX_FRAME=4194304\n"
+		"RK_TX_LIMIT=67108864\n"
+		"RK_HEARTBEAT_MS=500\n"
+		"RK_PEER_TIMEOUT_MS=5000\n"
+		"RK_CONNECT_TIMEOUT_MS=30000\n"
+		"RK_HANDSHAKE_MS=5000\n"
+		"RK_LOG=warn\n"
+		"RK_SIGNALS=0\n";
+	struct rk_config c = defaults();
+	char *out = print_cfg(&c);
+
+	ck_assert_str_eq(out, want);
+	free(out);
+}
+END_TEST
+
+/* Printed lines, fed back through rk_config_set(), rebuild the same config. */
+START_TEST(test_print_roundtrip)
+{
+	static const char *const set[][2] = {
+		{ "RK_RANK", "3" }, { "RK_WORLD_SIZE", "8" },
+		{ "RK_LEADER", "roce://10.0.0.1:7000?dev=rxe0&gid=1" },
+		{ "RK_SESSION", "0xdeadbeefcafe" }, { "RK_WAIT", "block" },
+		{ "RK_SPIN_US", "123" }, { "RK_TIMED_US", "1000" },
+		{ "RK_TIMED_SLICE_US", "7" }, { "RK_SQPOLL", "on" }, { "RK_SQPOLL_CPU", "5" },
+		{ "RK_COOP_TASKRUN", "off" }, { "RK_RING_ENTRIES", "1024" },
+		{ "RK_RX_BUF_SIZE", "65536" }, { "RK_RX_BUF_COUNT", "128" },
+		{ "RK_MAX_FRAME", "8192" }, { "RK_TX_LIMIT", "1048576" },
+		{ "RK_HEARTBEAT_MS", "100" }, { "RK_PEER_TIMEOUT_MS", "1000" },
+		{ "RK_CONNECT_TIMEOUT_MS", "2000" }, { "RK_HANDSHAKE_MS", "300" },
+		{ "RK_LOG", "debug" }, { "RK_SIGNALS", "true" },
+	};
+	struct rk_config a = defaults(), b = defaults();
+	char err[256], *out, *line, *save = NULL;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(set); i++)
+		ck_assert_msg(rk_config_set(&a, set[i][0], set[i][1], err, sizeof(err)) == 0,
+			      "%s", err);
+	out = print_cfg(&a);
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *eq = strchr(line, '=');
+
+		ck_assert_msg(eq && line[0] != '#', "line '%s'", line);
+		*eq = '\0';
+		ck_assert_msg(rk_config_set(&b, line, eq + 1, err, sizeof(err)) == 0, "%s", err);
+	}
+	free(out);
+	ck_assert(memcmp(&a, &b, sizeof(a)) == 0);
+}
+END_TEST
+
+/* ---- rk_config_set: good values -------------------------------------------- */
+
+static const struct {
+	const char *name, *value, *printed;
+} good[] = {
+	{ "RK_RANK", "0", "RK_RANK=0" },
+	{ "RK_RANK", "65535", "RK_RANK=65535" },
+	{ "rank", "007", "RK_RANK=7" },
+	{ "RK_WORLD_SIZE", "1", "RK_WORLD_SIZE=1" },
+	{ "world_size", "65536", "RK_WORLD_SIZE=65536" },
+	{ "RK_LEADER", "node1:29500", "RK_LEADER=node1:29500" },
+	{ "RK_LEADER", "tcp://10.1.2.3:1", "RK_LEADER=tcp://10.1.2.3:1" },
+	{ "RK_LEADER", "[::1]:65535", "RK_LEADER=[::1]:65535" },
+	{ "leader", "roce://h-1.x:9?dev=rxe0&gid=1", "RK_LEADER=roce://h-1.x:9?dev=rxe0&gid=1" },
+	{ "RK_SESSION", "0", "RK_SESSION=0x0" },
+	{ "RK_SESSION", "18446744073709551615", "RK_SESSION=0xffffffffffffffff" },
+	{ "RK_SESSION", "0xABCdef0123456789", "RK_SESSION=0xabcdef0123456789" },
+	{ "session", "255", "RK_SESSION=0xff" },
+	{ "RK_WAIT", "spin", "RK_WAIT=spin" },
+	{ "RK_WAIT", "block", "RK_WAIT=block" },
+	{ "wait", "adaptive", "RK_WAIT=adaptive" },
+	{ "RK_SPIN_US", "0", "RK_SPIN_US=0" },
+	{ "RK_SPIN_US", "60000000", "RK_SPIN_US=60000000" },
+	{ "spin_us", "5", "RK_SPIN_US=5" },
+	{ "RK_TIMED_US", "250", "RK_TIMED_US=250" },
+	{ "RK_TIMED_SLICE_US", "1", "RK_TIMED_SLICE_US=1" },
+	{ "RK_TIMED_SLICE_US", "1000000", "RK_TIMED_SLICE_US=1000000" },
+	{ "RK_SQPOLL", "1", "RK_SQPOLL=1" },
+	{ "RK_SQPOLL", "yes", "RK_SQPOLL=1" },
+	{ "RK_SQPOLL", "TRUE", "RK_SQPOLL=1" },
+	{ "sqpoll", "on", "RK_SQPOLL=1" },
+	{ "RK_SQPOLL_CPU", "-1", "RK_SQPOLL_CPU=-1" },
+	{ "RK_SQPOLL_CPU", "4095", "RK_SQPOLL_CPU=4095" },
+	{ "RK_COOP_TASKRUN", "0", "RK_COOP_TASKRUN=0" },
+	{ "RK_COOP_TASKRUN", "no", "RK_COOP_TASKRUN=0" },
+	{ "RK_COOP_TASKRUN", "false", "RK_COOP_TASKRUN=0" },
+	{ "coop_taskrun", "off", "RK_COOP_TASKRUN=0" },
+	{ "RK_RING_ENTRIES", "8", "RK_RING_ENTRIES=8" },
+	{ "RK_RING_ENTRIES", "32768", "RK_RING_ENTRIES=32768" },
+	{ "RK_RX_BUF_SIZE", "4096", "RK_RX_BUF_SIZE=4096" },
+	{ "RK_RX_BUF_SIZE", "1048576", "RK_RX_BUF_SIZE=1048576" },
+	{ "RK_RX_BUF_SIZE", "5000", "RK_RX_BUF_SIZE=5000" },
+	{ "RK_RX_BUF_COUNT", "1", "RK_RX_BUF_COUNT=1" },
+	{ "RK_RX_BUF_COUNT", "32768", "RK_RX_BUF_COUNT=32768" },
+	{ "RK_MAX_FRAME", "4096", "RK_MAX_FRAME=4096" },
+	{ "RK_MAX_FRAME", "16777216", "RK_MAX_FRAME=16777216" },
+	{ "RK_TX_LIMIT", "65536", "RK_TX_LIMIT=65536" },
+	{ "RK_TX_LIMIT", "1099511627776", "RK_TX_LIMIT=1099511627776" },
+	{ "RK_HEARTBEAT_MS", "1", "RK_HEARTBEAT_MS=1" },
+	{ "RK_HEARTBEAT_MS", "60000", "RK_HEARTBEAT_MS=60000" },
+	{ "RK_PEER_TIMEOUT_MS", "10", "RK_PEER_TIMEOUT_MS=10" },
+	{ "RK_PEER_TIMEOUT_MS", "3600000", "RK_PEER_TIMEOUT_MS=3600000" },
+	{ "RK_CONNECT_TIMEOUT_MS", "1", "RK_CONNECT_TIMEOUT_MS=1" },
+	{ "RK_HANDSHAKE_MS", "1", "RK_HANDSHAKE_MS=1" },
+	{ "RK_LOG", "error", "RK_LOG=error" },
+	{ "RK_LOG", "info", "RK_LOG=info" },
+	{ "RK_LOG", "3", "RK_LOG=debug" },
+	{ "log", "0", "RK_LOG=error" },
+	{ "RK_SIGNALS", "1", "RK_SIGNALS=1" },
+	{ "signals", "Yes", "RK_SIGNALS=1" },
+};
+
+START_TEST(test_set_good)
+{
+	struct rk_config c = defaults();
+	char err[256] = "", *out;
+	int ret;
+
+	ret = rk_config_set(&c, good[_i].name, good[_i].value, err, sizeof(err));
+	ck_assert_msg(ret == 0, "%s='%s' -> %d (%s)", good[_i].name, good[_i].value, ret, err);
+	out = print_cfg(&c);
+	ck_assert_msg(has_line(out, good[_i].printed), "'%s' not in:\n%s", good[_i].printed, out);
+	free(out);
+}
+END_TEST
+
+/* ---- rk_config_set: malformed values ----------------------------------------- */
+
+static const char *const all_knobs[] = {
+	"RK_RANK", "RK_WORLD_SIZE", "RK_LEADER", "RK_SESSION", "RK_WAIT", "RK_SPIN_US",
+	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
+	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
+	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
+	"RK_LOG", "RK_SIGNALS",
+};
+
+/* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
+static const char *const generic_bad[] = {
+	"", "abc", "12x", "-1", " 5", "5 ", "+5", "99999999999999999999", "0x", "1\n", "1.5",
+};
+
+static void assert_refused(const char *name, const char *value)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[512] = "", want[256];
+	int ret;
+
+	ret = rk_config_set(&c, name, value, err, sizeof(err));
+	ck_assert_msg(ret == -RK_ECONFIG, "%s='%s' accepted (%d)", name, value, ret);
+	snprintf(want, sizeof(want), "%s='%s': ", name, value);
+	ck_assert_msg(!strncmp(err, want, strlen(want)), "'%s' does not start with '%s'", err,
+		      want);
+	ck_assert_msg(memcmp(&c, &d, sizeof(c)) == 0, "%s='%s' changed the config", name, value);
+}
+
+START_TEST(test_set_bad_generic)
+{
+	const char *name = all_knobs[_i / ARRAY_SIZE(generic_bad)];
+	const char *value = generic_bad[_i % ARRAY_SIZE(generic_bad)];
+
+	if (!strcmp(name, "RK_SQPOLL_CPU") && !strcmp(value, "-1"))
+		value = "-2";
+	assert_refused(name, value);
+}
+END_TEST
+
+static const struct {
+	const char *name, *value;
+} bad[] = {
+	{ "RK_RANK", "65536" }, { "RK_RANK", "-0x1" }, { "RK_RANK", "--1" },
+	{ "RK_RANK", "-" }, { "RK_RANK", "9223372036854775808" },
+	{ "RK_WORLD_SIZE", "0" }, { "RK_WORLD_SIZE", "65537" },
+	{ "RK_SESSION", "0x1g" }, { "RK_SESSION", "0x11112222333344445" },
+	{ "RK_SESSION", "18446744073709551616" }, { "RK_SESSION", "-5" },
+	{ "RK_SESSION", "0X" }, { "RK_SESSION", "x10" },
+	{ "RK_WAIT", "Spin" }, { "RK_WAIT", "busy" }, { "RK_WAIT", "adaptive " },
+	{ "RK_WAIT", "0" }, { "RK_WAIT", "blockx" },
+	{ "RK_SPIN_US", "60000001" }, { "RK_SPIN_US", "18446744073709551615" },
+	{ "RK_TIMED_US", "60000001" },
+	{ "RK_TIMED_SLICE_US", "0" }, { "RK_TIMED_SLICE_US", "1000001" },
+	{ "RK_SQPOLL", "2" }, { "RK_SQPOLL", "maybe" }, { "RK_SQPOLL", "yess" },
+	{ "RK_SQPOLL", "y" }, { "RK_SQPOLL", "01" },
+	{ "RK_SQPOLL_CPU", "-2" }, { "RK_SQPOLL_CPU", "4096" },
+	{ "RK_COOP_TASKRUN", "nope" }, { "RK_SIGNALS", "enable" },
+	{ "RK_RING_ENTRIES", "100" }, { "RK_RING_ENTRIES", "4" }, { "RK_RING_ENTRIES", "0" },
+	{ "RK_RING_ENTRIES", "65536" }, { "RK_RING_ENTRIES", "255" },
+	{ "RK_RX_BUF_SIZE", "4095" }, { "RK_RX_BUF_SIZE", "1048577" },
+	{ "RK_RX_BUF_COUNT", "0" }, { "RK_RX_BUF_COUNT", "3" }, { "RK_RX_BUF_COUNT", "65536" },
+	{ "RK_MAX_FRAME", "4095" }, { "RK_MAX_FRAME", "16777217" },
+	{ "RK_TX_LIMIT", "65535" }, { "RK_TX_LIMIT", "0" }, { "RK_TX_LIMIT", "1099511627777" },
+	{ "RK_HEARTBEAT_MS", "0" }, { "RK_HEARTBEAT_MS", "60001" },
+	{ "RK_PEER_TIMEOUT_MS", "9" }, { "RK_PEER_TIMEOUT_MS", "3600001" },
+	{ "RK_CONNECT_TIMEOUT_MS", "0" }, { "RK_CONNECT_TIMEOUT_MS", "3600001" },
+	{ "RK_HANDSHAKE_MS", "0" }, { "RK_HANDSHAKE_MS", "600001" },
+	{ "RK_LOG", "4" }, { "RK_LOG", "WARN" }, { "RK_LOG", "warning" }, { "RK_LOG", "-1" },
+	{ "RK_LOG", "trace" },
+	/* leader addresses */
+	{ "RK_LEADER", "localhost" }, { "RK_LEADER", "host:" }, { "RK_LEADER", ":80" },
+	{ "RK_LEADER", "host:0" }, { "RK_LEADER", "host:65536" }, { "RK_LEADER", "host:80x" },
+	{ "RK_LEADER", "host:-80" }, { "RK_LEADER", "host:+80" },
+	{ "RK_LEADER", "http://h:80" }, { "RK_LEADER", "TCP://h:80" }, { "RK_LEADER", "tcp://" },
+	{ "RK_LEADER", "tcp://h" }, { "RK_LEADER", "tcp:/h:80" }, { "RK_LEADER", "://h:80" },
+	{ "RK_LEADER", "[::1]" }, { "RK_LEADER", "[::1]80" }, { "RK_LEADER", "::1:80" },
+	{ "RK_LEADER", "[]:80" }, { "RK_LEADER", "[h:1]:80" }, { "RK_LEADER", "[::1%]:80" },
+	{ "RK_LEADER", "[::1%a b]:80" }, { "RK_LEADER", "[1.2.3.4]:80" }, { "RK_LEADER", "[::1:80" },
+	{ "RK_LEADER", "h:80?" },
+	{ "RK_LEADER", "ho st:80" }, { "RK_LEADER", "h/x:80" }, { "RK_LEADER", "h:80:81" },
+	{ "RK_LEADER", "roce://h:1?dev=rxe0 gid=1" }, { "RK_LEADER", "user@h:80" },
+};
+
+START_TEST(test_set_bad)
+{
+	assert_refused(bad[_i].name, bad[_i].value);
+}
+END_TEST
+
+/* ---- rk_config_set: names, units, messages ---------------------------------- */
+
+START_TEST(test_set_units)
+{
+	struct rk_config c = defaults();
+
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "7", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.spin_ns, 7000);
+	ck_assert_int_eq(rk_config_set(&c, "timed_us", "60000000", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.timed_ns, 60000000000ull);
+	ck_assert_int_eq(rk_config_set(&c, "RK_TIMED_SLICE_US", "3", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.timed_slice_ns, 3000);
+	ck_assert_int_eq(rk_config_set(&c, "RK_HEARTBEAT_MS", "3", NULL, 0), 0);
+	ck_assert_uint_eq(c.heartbeat_ns, 3000000);
+	ck_assert_int_eq(rk_config_set(&c, "RK_PEER_TIMEOUT_MS", "3600000", NULL, 0), 0);
+	ck_assert_uint_eq(c.peer_timeout_ns, 3600000000000ull);
+	ck_assert_int_eq(rk_config_set(&c, "connect_timeout_ms", "12", NULL, 0), 0);
+	ck_assert_uint_eq(c.connect_timeout_ns, 12000000);
+	ck_assert_int_eq(rk_config_set(&c, "handshake_ms", "13", NULL, 0), 0);
+	ck_assert_uint_eq(c.handshake_timeout_ns, 13000000);
+	ck_assert_int_eq(rk_config_set(&c, "RK_RING_ENTRIES", "64", NULL, 0), 0);
+	ck_assert_uint_eq(c.ring_entries, 64);
+	ck_assert_int_eq(rk_config_set(&c, "RK_MAX_FRAME", "16777216", NULL, 0), 0);
+	ck_assert_uint_eq(c.max_frame, RK_WIRE_MAX_PAYLOAD);
+	ck_assert_int_eq(rk_config_set(&c, "RK_TX_LIMIT", "1099511627776", NULL, 0), 0);
+	ck_assert_uint_eq(c.tx_limit, 1ull << 40);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SESSION", "0x10", NULL, 0), 0);
+	ck_assert_uint_eq(c.session_id, 16);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SESSION", "10", NULL, 0), 0);
+	ck_assert_uint_eq(c.session_id, 10);
+	ck_assert_int_eq(rk_config_set(&c, "RK_WAIT", "spin", NULL, 0), 0);
+	ck_assert_int_eq(c.wait.mode, RK_WAIT_SPIN);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LOG", "info", NULL, 0), 0);
+	ck_assert_int_eq(c.log_level, RK_LOG_INFO);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SIGNALS", "on", NULL, 0), 0);
+	ck_assert(c.catch_signals);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL_CPU", "-0", NULL, 0), 0);
+	ck_assert_int_eq(c.wait.sqpoll_cpu, 0);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", "[fe80::1%eth0]:5", NULL, 0), 0);
+	ck_assert_str_eq(c.leader, "[fe80::1%eth0]:5");
+}
+END_TEST
+
+START_TEST(test_set_messages)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[256], small[8];
+
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "12x", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_SPIN_US='12x': not an unsigned integer in [0, 60000000]");
+	/* the short name reports the variable's name */
+	ck_assert_int_eq(rk_config_set(&c, "spin_us", "abc", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_SPIN_US='abc': not an unsigned integer in [0, 60000000]");
+	ck_assert_int_eq(rk_config_set(&c, "RK_RING_ENTRIES", "100", err, sizeof(err)),
+			 -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_RING_ENTRIES='100': not a power of two in [8, 32768]");
+	ck_assert_int_eq(rk_config_set(&c, "RK_WAIT", "busy", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_WAIT='busy': not one of adaptive, spin, block");
+	ck_assert_int_eq(rk_config_set(&c, "RK_RANK", "-1", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_RANK='-1': not an integer in [0, 65535]");
+
+	/* unknown names, case-sensitive */
+	ck_assert_int_eq(rk_config_set(&c, "RK_NOPE", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_str_eq(err, "unknown setting 'RK_NOPE'");
+	ck_assert_int_eq(rk_config_set(&c, "rk_spin_us", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(rk_config_set(&c, "SPIN_US", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_U", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_USX", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(rk_config_set(&c, "", "1", err, sizeof(err)), -ENOENT);
+	ck_assert_int_eq(rk_config_set(&c, NULL, "1", err, sizeof(err)), -ENOENT);
+
+	/* no err buffer, a tiny one, a NULL value */
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "x", NULL, 0), -RK_ECONFIG);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "x", small, sizeof(small)), -RK_ECONFIG);
+	ck_assert_str_eq(small, "RK_SPIN");
+	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", NULL, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_int_eq(rk_config_set(&c, "RK_NOPE", "1", NULL, 0), -ENOENT);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
+/* ---- rk_config_from_env ------------------------------------------------------- */
+
+START_TEST(test_env_apply)
+{
+	struct rk_config c = defaults();
+	char err[1024] = "";
+
+	setenv("RK_SPIN_US", "100", 1);
+	setenv("RK_WAIT", "spin", 1);
+	setenv("RK_LEADER", "tcp://leader:29500", 1);
+	setenv("RK_RANK", "2", 1);
+	setenv("RK_WORLD_SIZE", "4", 1);
+	setenv("RK_SESSION", "0x2a", 1);
+	setenv("RK_LOG", "debug", 1);
+	setenv("RKX", "junk", 1);		/* not RK_: not ours */
+	setenv("XRK_SPIN_US", "junk", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.wait.spin_ns, 100000);
+	ck_assert_int_eq(c.wait.mode, RK_WAIT_SPIN);
+	ck_assert_str_eq(c.leader, "tcp://leader:29500");
+	ck_assert_int_eq(c.rank, 2);
+	ck_assert_int_eq(c.world_size, 4);
+	ck_assert_uint_eq(c.session_id, 42);
+	ck_assert_int_eq(c.log_level, RK_LOG_DEBUG);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_DEBUG);
+	unsetenv("RKX");
+	unsetenv("XRK_SPIN_US");
+}
+END_TEST
+
+START_TEST(test_env_empty)
+{
+	struct rk_config c = defaults(), d = defaults();
+
+	rk__log_set_level(RK_LOG_DEBUG);
+	ck_assert_int_eq(rk_config_from_env(&c, NULL, 0), 0);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_WARN);	/* the config's level applies */
+}
+END_TEST
+
+START_TEST(test_env_unknown)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "";
+
+	setenv("RK_SPIN_US", "5", 1);
+	setenv("RK_SPINUS", "5", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "unknown variable RK_SPINUS (known: RK_RANK ", 43), "%s",
+		      err);
+	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_SIGNALS)"), "%s", err);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);	/* nothing applied */
+
+	/* short names are for rk_config_set() only; RK_ alone is unknown too */
+	unsetenv("RK_SPINUS");
+	setenv("RK_", "1", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "unknown variable RK_ (known:", 28), "%s", err);
+	/* a small buffer still gets a terminated prefix */
+	ck_assert_int_eq(rk_config_from_env(&c, err, 20), -RK_ECONFIG);
+	ck_assert_str_eq(err, "unknown variable RK");
+	ck_assert_int_eq(rk_config_from_env(&c, NULL, 0), -RK_ECONFIG);
+}
+END_TEST
+
+START_TEST(test_env_ignored_prefixes)
+{
+	struct rk_config c = defaults();
+	char err[1024] = "";
+
+	setenv("RK_BENCH_ITERS", "1000", 1);
+	setenv("RK_BENCH_", "x", 1);
+	setenv("RK_TEST_SEED", "not a number", 1);
+	setenv("RK_TIMED_US", "9", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.wait.timed_ns, 9000);
+
+	/* only the prefixes with their underscore */
+	setenv("RK_TESTING", "1", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_TESTING"), "%s", err);
+	unsetenv("RK_TESTING");
+	setenv("RK_BENCH", "1", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "unknown variable RK_BENCH ", 26), "%s", err);
+}
+END_TEST
+
+START_TEST(test_env_bad_value)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "";
+
+	rk__log_set_level(RK_LOG_INFO);
+	setenv("RK_SPIN_US", "5", 1);
+	setenv("RK_LOG", "debug", 1);
+	setenv("RK_WAIT", "bogus", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_WAIT='bogus': not one of adaptive, spin, block");
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_INFO);	/* untouched on failure */
+
+	setenv("RK_WAIT", "", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_WAIT='': not one of adaptive, spin, block");
+}
+END_TEST
+
+START_TEST(test_env_cross_heartbeat)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "";
+
+	setenv("RK_HEARTBEAT_MS", "1000", 1);
+	setenv("RK_PEER_TIMEOUT_MS", "1000", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_PEER_TIMEOUT_MS=1000: must be greater than RK_HEARTBEAT_MS=1000");
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+
+	/* against the default peer timeout (5000 ms) */
+	unsetenv("RK_PEER_TIMEOUT_MS");
+	setenv("RK_HEARTBEAT_MS", "6000", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_PEER_TIMEOUT_MS"), "%s", err);
+
+	setenv("RK_PEER_TIMEOUT_MS", "6001", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.heartbeat_ns, 6000000000ull);
+	ck_assert_uint_eq(c.peer_timeout_ns, 6001000000ull);
+}
+END_TEST
+
+START_TEST(test_env_cross_rank)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "";
+
+	setenv("RK_RANK", "4", 1);
+	setenv("RK_WORLD_SIZE", "4", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_RANK=4", 9), "%s", err);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+
+	setenv("RK_RANK", "3", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 3);
+
+	/* only checked when both are set */
+	c = defaults();
+	unsetenv("RK_WORLD_SIZE");
+	setenv("RK_RANK", "9", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 9);
+	ck_assert_int_eq(c.world_size, 0);
+}
+END_TEST
+
+/* ---- rk_config_from_launcher_env ----------------------------------------------- */
+
+START_TEST(test_launcher_ompi)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "6", 1);
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "3", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 2);
+	ck_assert_int_eq(c.world_size, 8);
+	ck_assert_str_eq(c.leader, "");
+}
+END_TEST
+
+START_TEST(test_launcher_slurm)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "6", 1);
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "3", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 5);
+	ck_assert_int_eq(c.world_size, 6);
+}
+END_TEST
+
+START_TEST(test_launcher_torchrun)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "3", 1);
+	setenv("MASTER_ADDR", "10.0.0.1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 1);
+	ck_assert_int_eq(c.world_size, 3);
+	ck_assert_str_eq(c.leader, "10.0.0.1:29500");
+
+	/* a bare IPv6 address gets brackets */
+	c = defaults();
+	setenv("MASTER_ADDR", "fd00::2", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "[fd00::2]:29500");
+	c = defaults();
+	setenv("MASTER_ADDR", "[fd00::3]", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "[fd00::3]:29500");
+}
+END_TEST
+
+/* RK_* values (already in the config) win over every launcher. */
+START_TEST(test_launcher_rk_wins)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	c.rank = 0;
+	c.world_size = 2;
+	strcpy(c.leader, "tcp://mine:1");
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+	setenv("MASTER_ADDR", "other", 1);
+	setenv("MASTER_PORT", "2", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 0);
+	ck_assert_int_eq(c.world_size, 2);
+	ck_assert_str_eq(c.leader, "tcp://mine:1");
+
+	/* per field: the size still comes from the launcher */
+	c = defaults();
+	c.rank = 1;
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 1);
+	ck_assert_int_eq(c.world_size, 8);
+	ck_assert_str_eq(c.leader, "other:2");
+}
+END_TEST
+
+START_TEST(test_launcher_none)
+{
+	struct rk_config c = defaults(), d = defaults();
+
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, NULL, 0), 0);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
+static const struct {
+	const char *var, *value, *want;	/* want: the start of the message */
+} launcher_bad[] = {
+	{ "OMPI_COMM_WORLD_RANK", "x", "OMPI_COMM_WORLD_RANK='x': " },
+	{ "OMPI_COMM_WORLD_RANK", "", "OMPI_COMM_WORLD_RANK='': " },
+	{ "OMPI_COMM_WORLD_RANK", "-1", "OMPI_COMM_WORLD_RANK='-1': " },
+	{ "OMPI_COMM_WORLD_SIZE", "0", "OMPI_COMM_WORLD_SIZE='0': " },
+	{ "SLURM_PROCID", "1 ", "SLURM_PROCID='1 ': " },
+	{ "SLURM_NTASKS", "70000", "SLURM_NTASKS='70000': " },
+	{ "RANK", "one", "RANK='one': " },
+	{ "WORLD_SIZE", "4x", "WORLD_SIZE='4x': " },
+	{ "MASTER_PORT", "abc", "MASTER_PORT='abc': " },
+	{ "MASTER_PORT", "0", "MASTER_PORT='0': " },
+	{ "MASTER_PORT", "65536", "MASTER_PORT='65536': " },
+	{ "MASTER_ADDR", "bad host", "MASTER_ADDR='bad host': " },
+	{ "MASTER_ADDR", "", "MASTER_ADDR='': " },
+	{ "MASTER_ADDR", "h:1", "MASTER_ADDR='h:1': " },
+};
+
+START_TEST(test_launcher_bad)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[256] = "";
+
+	/* a valid torchrun environment, then one variable spoiled */
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("MASTER_ADDR", "h", 1);
+	setenv("MASTER_PORT", "1", 1);
+	setenv(launcher_bad[_i].var, launcher_bad[_i].value, 1);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, launcher_bad[_i].want, strlen(launcher_bad[_i].want)),
+		      "'%s' does not start with '%s'", err, launcher_bad[_i].want);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
+START_TEST(test_launcher_missing_port)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("MASTER_ADDR", "h", 1);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "MASTER_PORT"), "%s", err);
+	ck_assert_str_eq(c.leader, "");
+}
+END_TEST
+
+START_TEST(test_launcher_rank_range)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("SLURM_PROCID", "4", 1);
+	setenv("SLURM_NTASKS", "4", 1);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "SLURM_PROCID=4", 14), "%s", err);
+	ck_assert_int_eq(c.rank, -1);
+
+	/* the world size from the launcher checks a rank from RK_RANK */
+	c = defaults();
+	c.rank = 7;
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_RANK=7", 9), "%s", err);
+}
+END_TEST
+
+/* ---- addresses and helpers ------------------------------------------------------ */
+
+static const struct {
+	const char *in, *scheme, *host;
+	unsigned int port;
+	const char *query;
+} addr_good[] = {
+	{ "h:1", "tcp", "h", 1, "" },
+	{ "localhost:29500", "tcp", "localhost", 29500, "" },
+	{ "tcp://10.0.0.1:65535", "tcp", "10.0.0.1", 65535, "" },
+	{ "roce://192.168.1.2:7000?dev=rxe0&gid=1", "roce", "192.168.1.2", 7000,
+	  "dev=rxe0&gid=1" },
+	{ "roce://n1:7000", "roce", "n1", 7000, "" },
+	{ "[::1]:80", "tcp", "::1", 80, "" },
+	{ "tcp://[fe80::1%eth0]:80", "tcp", "fe80::1%eth0", 80, "" },
+	{ "roce://[fd00::1]:9?dev=mlx5_0", "roce", "fd00::1", 9, "dev=mlx5_0" },
+	{ "node-1.cluster_a.local:0080", "tcp", "node-1.cluster_a.local", 80, "" },
+	{ "tcp://h:1?k=v", "tcp", "h", 1, "k=v" },
+};
+
+START_TEST(test_addr_good)
+{
+	struct rk__addr a;
+
+	memset(&a, 0xa5, sizeof(a));
+	ck_assert_msg(rk__addr_parse(addr_good[_i].in, &a) == 0, "'%s' refused",
+		      addr_good[_i].in);
+	ck_assert_str_eq(a.scheme, addr_good[_i].scheme);
+	ck_assert_str_eq(a.host, addr_good[_i].host);
+	ck_assert_uint_eq(a.port, addr_good[_i].port);
+	ck_assert_str_eq(a.query, addr_good[_i].query);
+}
+END_TEST
+
+START_TEST(test_addr_bad)
+{
+	struct rk__addr a, b;
+	size_t i;
+	int n = 0;
+
+	memset(&a, 0x5a, sizeof(a));
+	b = a;
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		if (strcmp(bad[i].name, "RK_LEADER"))
+			continue;
+		ck_assert_msg(rk__addr_parse(bad[i].value, &a) == -RK_ECONFIG, "'%s' accepted",
+			      bad[i].value);
+		ck_assert(memcmp(&a, &b, sizeof(a)) == 0);
+		n++;
+	}
+	for (i = 0; i < ARRAY_SIZE(generic_bad); i++)
+		ck_assert_int_eq(rk__addr_parse(generic_bad[i], &a), -RK_ECONFIG);
+	ck_assert_int_eq(rk__addr_parse(NULL, &a), -RK_ECONFIG);
+	ck_assert_int_gt(n, 20);
+}
+END_TEST
+
+/* The host and query buffers' limits, and RK_LEADER through rk_config_set(). */
+START_TEST(test_addr_lengths)
+{
+	struct rk_config c = defaults();
+	struct rk__addr a;
+	char s[512];
+
+	memset(s, 'h', 127);
+	strcpy(s + 127, ":80");
+	ck_assert_int_eq(rk__addr_parse(s, &a), 0);
+	ck_assert_uint_eq(strlen(a.host), 127);
+	memset(s, 'h', 128);
+	strcpy(s + 128, ":80");
+	ck_assert_int_eq(rk__addr_parse(s, &a), -RK_ECONFIG);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", s, NULL, 0), -RK_ECONFIG);
+
+	strcpy(s, "roce://");
+	memset(s + 7, 'a', 127);
+	strcpy(s + 134, ":65535?");
+	memset(s + 141, 'q', 95);
+	s[236] = '\0';
+	ck_assert_int_eq(rk__addr_parse(s, &a), 0);
+	ck_assert_uint_eq(strlen(a.query), 95);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", s, NULL, 0), 0);
+	ck_assert_str_eq(c.leader, s);
+	strcpy(s + 236, "q");
+	ck_assert_int_eq(rk__addr_parse(s, &a), -RK_ECONFIG);
+}
+END_TEST
+
+START_TEST(test_parse_u64)
+{
+	uint64_t v = 77;
+
+	ck_assert_int_eq(rk__parse_u64("0", 0, 10, &v), 0);
+	ck_assert_uint_eq(v, 0);
+	ck_assert_int_eq(rk__parse_u64("18446744073709551615", 0, UINT64_MAX, &v), 0);
+	ck_assert_uint_eq(v, UINT64_MAX);
+	ck_assert_int_eq(rk__parse_u64("00042", 42, 42, &v), 0);
+	ck_assert_uint_eq(v, 42);
+	v = 77;
+	ck_assert_int_eq(rk__parse_u64("18446744073709551616", 0, UINT64_MAX, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("99999999999999999999", 0, UINT64_MAX, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64(NULL, 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("+1", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("-1", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64(" 1", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("1 ", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("0x1", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("11", 0, 10, &v), -RK_ECONFIG);
+	ck_assert_int_eq(rk__parse_u64("4", 5, 10, &v), -RK_ECONFIG);
+	ck_assert_uint_eq(v, 77);	/* untouched on error */
+}
+END_TEST
+
+START_TEST(test_fnv1a64)
+{
+	ck_assert_uint_eq(rk__fnv1a64("", 0), 0xcbf29ce484222325ull);
+	ck_assert_uint_eq(rk__fnv1a64("a", 1), 0xaf63dc4c8601ec8cull);
+	ck_assert_uint_eq(rk__fnv1a64("foobar", 6), 0x85944171f73967e8ull);
+}
+END_TEST
+
+/* ---- logging ------------------------------------------------------------------ */
+
+struct captured {
+	int calls;
+	int level;
+	int rank;
+	char msg[2048];
+};
+
+static void capture(int level, int rank, const char *msg, void *arg)
+{
+	struct captured *c = arg;
+
+	c->calls++;
+	c->level = level;
+	c->rank = rank;
+	snprintf(c->msg, sizeof(c->msg), "%s", msg);
+	errno = EBADF;		/* rk__log must not leak this */
+}
+
+static void log_setup(void)
+{
+	rk_log_set_handler(NULL, NULL);
+	rk__log_set_level(RK_LOG_WARN);
+}
+
+static void log_teardown(void)
+{
+	rk_log_set_handler(NULL, NULL);
+	rk__log_set_level(RK_LOG_WARN);
+}
+
+START_TEST(test_log_handler)
+{
+	struct captured c = { 0 };
+
+	rk_log_set_handler(capture, &c);
+	rk__log(RK_LOG_ERROR, 5, "link %d: %s", 3, "reset");
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_int_eq(c.level, RK_LOG_ERROR);
+	ck_assert_int_eq(c.rank, 5);
+	ck_assert_str_eq(c.msg, "link 3: reset");
+
+	rk__warn(-1, "no rank yet\n");		/* a trailing newline is dropped */
+	ck_assert_int_eq(c.calls, 2);
+	ck_assert_int_eq(c.level, RK_LOG_WARN);
+	ck_assert_int_eq(c.rank, -1);
+	ck_assert_str_eq(c.msg, "no rank yet");
+
+	rk__log(RK_LOG_WARN, 0, "%s", "");
+	ck_assert_int_eq(c.calls, 3);
+	ck_assert_str_eq(c.msg, "");
+}
+END_TEST
+
+START_TEST(test_log_threshold)
+{
+	struct captured c = { 0 };
+
+	rk_log_set_handler(capture, &c);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_WARN);
+	rk__info(1, "dropped");
+	rk__dbg(1, "dropped");
+	ck_assert_int_eq(c.calls, 0);
+	rk__warn(1, "kept");
+	ck_assert_int_eq(c.calls, 1);
+
+	rk__log_set_level(RK_LOG_ERROR);
+	rk__warn(1, "dropped");
+	ck_assert_int_eq(c.calls, 1);
+	rk__err(1, "kept");
+	ck_assert_int_eq(c.calls, 2);
+
+	rk__log_set_level(RK_LOG_DEBUG);
+	rk__dbg(2, "d%d", 4);
+	ck_assert_int_eq(c.calls, 3);
+	ck_assert_int_eq(c.level, RK_LOG_DEBUG);
+	ck_assert_str_eq(c.msg, "d4");
+
+	/* out-of-range levels clamp */
+	rk__log_set_level(99);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_DEBUG);
+	rk__log_set_level(-5);
+	ck_assert_int_eq(rk__log_level(), RK_LOG_ERROR);
+}
+END_TEST
+
+/* Run @fn with stderr on a pipe and return what it wrote (malloc'd). */
+static char *capture_stderr(void (*fn)(void))
+{
+	int fds[2], saved;
+	char *buf = calloc(1, 8192);
+	ssize_t n;
+	size_t len = 0;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pipe(fds), 0);
+	saved = dup(STDERR_FILENO);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(dup2(fds[1], STDERR_FILENO), 0);
+	close(fds[1]);
+	fn();
+	ck_assert_int_ge(dup2(saved, STDERR_FILENO), 0);	/* closes the pipe's write end */
+	close(saved);
+	while ((n = read(fds[0], buf + len, 8191 - len)) > 0)
+		len += (size_t)n;
+	close(fds[0]);
+	return buf;
+}
+
+static void log_hello(void)
+{
+	rk__warn(3, "hello");
+}
+
+static void log_two(void)
+{
+	rk__err(-1, "x %d", 5);
+	rk__info(0, "dropped");
+	rk__warn(65535, "%s", "last");
+}
+
+static void log_errno(void)
+{
+	errno = EAGAIN;
+	rk__warn(0, "y");
+	ck_assert_int_eq(errno, EAGAIN);
+}
+
+static void log_long(void)
+{
+	char big[5000];
+
+	memset(big, 'z', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	rk__warn(1, "%s", big);
+}
+
+START_TEST(test_log_errno)
+{
+	struct captured c = { 0 };
+	int saved, full, ret;
+	char *out;
+
+	rk_log_set_handler(capture, &c);
+	errno = EAGAIN;
+	rk__warn(0, "x");
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_int_eq(errno, EAGAIN);
+	rk_log_set_handler(NULL, NULL);
+	out = capture_stderr(log_errno);
+	ck_assert_str_eq(out, "rankrt[r0] warn: y\n");
+	free(out);
+
+	/* a failing write (ENOSPC) does not leak either */
+	saved = dup(STDERR_FILENO);
+	full = open("/dev/full", O_WRONLY);
+	ck_assert_int_ge(saved, 0);
+	ck_assert_int_ge(full, 0);
+	ck_assert_int_ge(dup2(full, STDERR_FILENO), 0);
+	errno = EAGAIN;
+	rk__warn(0, "z");
+	ret = errno;
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(full);
+	ck_assert_int_eq(ret, EAGAIN);
+}
+END_TEST
+
+START_TEST(test_log_stderr)
+{
+	char *out = capture_stderr(log_hello);
+
+	ck_assert_str_eq(out, "rankrt[r3] warn: hello\n");
+	free(out);
+	out = capture_stderr(log_two);
+	ck_assert_str_eq(out, "rankrt[-] error: x 5\nrankrt[r65535] warn: last\n");
+	free(out);
+}
+END_TEST
+
+START_TEST(test_log_truncate)
+{
+	char *out = capture_stderr(log_long);
+	size_t n = strlen(out);
+
+	ck_assert_uint_eq(n, 1024);
+	ck_assert(!strncmp(out, "rankrt[r1] warn: zzz", 20));
+	ck_assert_str_eq(out + n - 5, "z...\n");
+	ck_assert(strchr(out, '\n') == out + n - 1);
+	free(out);
+}
+END_TEST
+
+/* NULL restores the default stderr path. */
+START_TEST(test_log_handler_reset)
+{
+	struct captured c = { 0 };
+	char *out;
+
+	rk_log_set_handler(capture, &c);
+	rk_log_set_handler(NULL, NULL);
+	out = capture_stderr(log_hello);
+	ck_assert_str_eq(out, "rankrt[r3] warn: hello\n");
+	ck_assert_int_eq(c.calls, 0);
+	free(out);
+}
+END_TEST
+
+/* ---- the suite ---------------------------------------------------------------- */
+
+static TCase *tcase(Suite *s, const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, TIMEOUT_S);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc;
+
+	tc = tcase(s, "defaults");
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_wait_mode_name);
+	tcase_add_test(tc, test_print_defaults);
+	tcase_add_test(tc, test_print_roundtrip);
+
+	tc = tcase(s, "set");
+	tcase_add_loop_test(tc, test_set_good, 0, ARRAY_SIZE(good));
+	tcase_add_loop_test(tc, test_set_bad_generic, 0,
+			    ARRAY_SIZE(all_knobs) * ARRAY_SIZE(generic_bad));
+	tcase_add_loop_test(tc, test_set_bad, 0, ARRAY_SIZE(bad));
+	tcase_add_test(tc, test_set_units);
+	tcase_add_test(tc, test_set_messages);
+
+	tc = tcase(s, "env");
+	tcase_add_checked_fixture(tc, env_setup, env_teardown);
+	tcase_add_test(tc, test_env_apply);
+	tcase_add_test(tc, test_env_empty);
+	tcase_add_test(tc, test_env_unknown);
+	tcase_add_test(tc, test_env_ignored_prefixes);
+	tcase_add_test(tc, test_env_bad_value);
+	tcase_add_test(tc, test_env_cross_heartbeat);
+	tcase_add_test(tc, test_env_cross_rank);
+
+	tc = tcase(s, "launcher");
+	tcase_add_checked_fixture(tc, env_setup, env_teardown);
+	tcase_add_test(tc, test_launcher_ompi);
+	tcase_add_test(tc, test_launcher_slurm);
+	tcase_add_test(tc, test_launcher_torchrun);
+	tcase_add_test(tc, test_launcher_rk_wins);
+	tcase_add_test(tc, test_launcher_none);
+	tcase_add_loop_test(tc, test_launcher_bad, 0, ARRAY_SIZE(launcher_bad));
+	tcase_add_test(tc, test_launcher_missing_port);
+	tcase_add_test(tc, test_launcher_rank_range);
+
+	tc = tcase(s, "addr");
+	tcase_add_loop_test(tc, test_addr_good, 0, ARRAY_SIZE(addr_good));
+	tcase_add_test(tc, test_addr_bad);
+	tcase_add_test(tc, test_addr_lengths);
+	tcase_add_test(tc, test_parse_u64);
+	tcase_add_test(tc, test_fnv1a64);
+
+	tc = tcase(s, "log");
+	tcase_add_checked_fixture(tc, log_setup, log_teardown);
+	tcase_add_test(tc, test_log_handler);
+	tcase_add_test(tc, test_log_threshold);
+	tcase_add_test(tc, test_log_errno);
+	tcase_add_test(tc, test_log_stderr);
+	tcase_add_test(tc, test_log_truncate);
+	tcase_add_test(tc, test_log_handler_reset);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
