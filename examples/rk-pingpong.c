@@ -43,6 +43,8 @@ struct pp {
 	struct rk_world *world;
 	int rank;
 	unsigned int count, size, warmup, runs;
+	unsigned int gap_us;
+	struct rk_timer gap_timer;
 	double idle_s;
 	int modes[MAX_MODES];
 	int nmodes;
@@ -130,6 +132,13 @@ static void leader_ping(struct pp *p)
 		p->err = -EIO;
 }
 
+static enum rk_activity gap_done(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	leader_ping(t->data);
+	return RK_BUSY;	/* the answer is due within microseconds: keep spinning */
+}
+
 static void leader_end_run(struct pp *p)
 {
 	struct mode_result *r = &p->res[p->mode_idx];
@@ -139,7 +148,7 @@ static void leader_end_run(struct pp *p)
 	qsort(p->rtt, n, sizeof(uint64_t), cmp_u64);
 	r->p50_us[r->runs] = (double)p->rtt[n / 2] / 1e3;
 	r->p99_us[r->runs] = (double)p->rtt[(size_t)n * 99 / 100] / 1e3;
-	r->fps[r->runs] = 2.0 * n / secs;
+	r->fps[r->runs] = 2.0 * n / secs;	/* with --gap-us this includes the gaps */
 	r->cpu0[r->runs] = cpu_seconds() - p->cpu_start;
 	/* the follower's CPU time arrives in a TAG_CPU frame next */
 	p->got_peer_cpu = false;
@@ -164,7 +173,9 @@ static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_w
 			p->sent++;
 			if (p->sent == p->warmup)
 				p->t_start = now_ns();
-			if (p->sent < p->warmup + p->count)
+			if (p->sent < p->warmup + p->count && p->gap_us)
+				rk_timer_start(p->loop, &p->gap_timer, (uint64_t)p->gap_us * 1000, 0);
+			else if (p->sent < p->warmup + p->count)
 				leader_ping(p);
 			else
 				leader_end_run(p);
@@ -263,6 +274,7 @@ static int leader(struct pp *p)
 	p->rtt = calloc(p->count, sizeof(uint64_t));
 	if (!p->rtt)
 		return -ENOMEM;
+	rk_timer_init(&p->gap_timer, gap_done, p);
 	for (run = 0; run < (int)p->runs; run++) {
 		for (m = 0; m < p->nmodes; m++) {
 			p->mode_idx = m;
@@ -283,8 +295,8 @@ static int leader(struct pp *p)
 		}
 	}
 	printf("rk-pingpong: 2 ranks over %s, %u-byte payloads, %u round trips per run, "
-	       "median of %u runs\n",
-	       rk_link_transport(rk_world_link(p->world, 1)), p->size, p->count, p->runs);
+	       "%u us apart, median of %u runs\n",
+	       rk_link_transport(rk_world_link(p->world, 1)), p->size, p->count, p->gap_us, p->runs);
 	printf("%-9s %9s %9s %11s %9s %9s\n", "mode", "p50_us", "p99_us", "frames/s", "cpu_s_r0",
 	       "cpu_s_r1");
 	for (m = 0; m < p->nmodes; m++) {
@@ -337,6 +349,8 @@ static void usage(FILE *f)
 		"  --warmup=N         untimed round trips first (default 1000)\n"
 		"  --runs=K           runs per mode, interleaved; medians reported (default 3)\n"
 		"  --size=B           payload bytes per frame (default 64)\n"
+		"  --gap-us=N         wait N us between round trips: measures the wake-up\n"
+		"                     latency of a rank that has been idle that long (default 0)\n"
 		"  --idle=S           after the traffic, stay idle S seconds on the default\n"
 		"                     policy and report each rank's CPU seconds (default 0)\n"
 		"  --pin              pin rank r to CPU r\n"
@@ -424,6 +438,7 @@ int main(int argc, char **argv)
 		{ "runs", required_argument, NULL, 'r' }, { "size", required_argument, NULL, 's' },
 		{ "idle", required_argument, NULL, 'i' }, { "pin", no_argument, NULL, 'p' },
 		{ "leader", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
+		{ "gap-us", required_argument, NULL, 'g' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pp p = { .count = 20000, .size = 64, .warmup = 1000, .runs = 3 };
@@ -471,6 +486,10 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			pin = true;
+			break;
+		case 'g':
+			if (parse_uint("gap-us", optarg, 0, 10000000, &p.gap_us))
+				return 2;
 			break;
 		case 'l':
 			if (rk_config_set(&cfg, "RK_LEADER", optarg, err, sizeof(err))) {

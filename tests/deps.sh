@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install the Debian/Ubuntu packages that building and testing rankrt need,
+# if any is missing. Idempotent; uses sudo when not root.
+set -e
+pkgs="build-essential autoconf automake libtool pkg-config liburing-dev check libsubunit-dev
+libibverbs-dev librdmacm-dev libssl-dev iproute2 procps"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing:$missing"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
