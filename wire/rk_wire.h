@@ -181,8 +181,9 @@ struct rk_wire_round {
 /*
  * Every payload decoder validates completely before it returns 0 and
  * returns -RK_ESHORT, -RK_ETRAILING, -RK_ERESERVED or -RK_EFIELD
- * otherwise (-RK_ETOOBIG when @n exceeds RK_WIRE_MAX_PAYLOAD). @p/@n are the
- * payload (after the header); views point into @p. @out is written only on success.
+ * otherwise (ROUND, USER, ERROR: -RK_ETOOBIG when @n exceeds RK_WIRE_MAX_PAYLOAD).
+ * @p/@n are the payload (after the header); views point into @p. @out is written
+ * only on success.
  */
 RK_EXPORT int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out);
 RK_EXPORT int rk_wire_decode_heartbeat(const uint8_t *p, size_t n,
@@ -213,7 +214,7 @@ RK_EXPORT uint32_t rk_wire_round_token(const struct rk_wire_round *r, uint32_t i
 /*
  * Payload encoders write into @out (capacity @cap) and return the payload length,
  * or -ENOSPC when @cap is too small, or -RK_EFIELD for an unencodable value
- *, or -RK_ETOOBIG (USER data past RK_WIRE_MAX_PAYLOAD).
+ * (what the decoder would refuse), or -RK_ETOOBIG (USER data past RK_WIRE_MAX_PAYLOAD).
  * rk_wire_encode_error() truncates @msg (NULL = empty) to RK_WIRE_ERRMSG_MAX bytes.
  */
 RK_EXPORT int rk_wire_encode_hello(uint8_t *out, size_t cap, const struct rk_wire_hello *h);

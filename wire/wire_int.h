@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rankrt wire: private helpers shared by the library's modules (never installed).
+ *
+ * Every multi-byte value that crosses a link or a file is little-endian and is
+ * read and written with these helpers, one byte at a time: no cast of a buffer
+ * to a struct, no alignment assumption, no dependence on the host's byte order.
+ * Compilers turn each helper into a single (unaligned) load or store on
+ * little-endian hosts.
+ */
+#ifndef RK_WIRE_INT_H
+#define RK_WIRE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef ARRAY_SIZE
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#endif
+
+static inline uint16_t rk__le16_load(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static inline uint32_t rk__le32_load(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t rk__le64_load(const uint8_t *p)
+{
+	return (uint64_t)rk__le32_load(p) | (uint64_t)rk__le32_load(p + 4) << 32;
+}
+
+static inline void rk__le16_store(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void rk__le32_store(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void rk__le64_store(uint8_t *p, uint64_t v)
+{
+	rk__le32_store(p, (uint32_t)v);
+	rk__le32_store(p + 4, (uint32_t)(v >> 32));
+}
+
+/* IEEE-754 binary32 travels as its u32 bit pattern; memcpy is the defined way to
+ * reinterpret it (a union or pointer cast would break strict aliasing). */
+static inline float rk__lef32_load(const uint8_t *p)
+{
+	uint32_t u = rk__le32_load(p);
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline void rk__lef32_store(uint8_t *p, float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	rk__le32_store(p, u);
+}
+
+/*
+ * CRC32C back ends, exposed so the tests can prove the hardware path equals the
+ * portable one. Same contract as rk_wire_crc32c(): @crc is 0 or a previous result.
+ * rk__crc32c_hw() may only be called when rk__crc32c_have_hw() returns true.
+ */
+uint32_t rk__crc32c_sw(uint32_t crc, const void *p, size_t n);
+uint32_t rk__crc32c_hw(uint32_t crc, const void *p, size_t n);
+int rk__crc32c_have_hw(void);
+
+#endif /* RK_WIRE_INT_H */
