@@ -6,6 +6,7 @@
 #include "rk_common.h"
 #include "rk_wire.h"
 #include "rk_runtime.h"
+#include "rk_sched.h"
 #include "rk_rdma.h"
 #include "rk_gpu.h"
 

@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Decode-round scheduling (the leader's batcher and the followers' launcher).
+ *
+ * It lives in runtime/, not gpu/: it only forms ROUND frames, calls the
+ * backend, and reacts to completion events, so it runs unchanged on the CPU
+ * backend, the CUDA backend, or a server's own. One round is in flight at a
+ * time; the next is formed in the completion handler of the last, so the
+ * ROUND leaves in the same loop iteration (flushed before the loop waits).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_int.h"
+#include "rk_sched.h"
+
+struct rk_sched {
+	struct rk_world *world;
+	struct rk_loop *loop;
+	struct rk_sched_config cfg;
+	const struct rk_backend_ops *ops;
+	void *ctx;
+	int rank;
+	bool stopped;
+
+	/* leader */
+	struct rk_request *qhead, *qtail;	/* waiting, FIFO */
+	struct rk_request **batch;		/* running, in round order */
+	uint32_t nbatch;
+	uint64_t next_id;
+	uint64_t round_id;
+	bool in_flight;
+	uint64_t t_launch;
+	uint8_t *buf;				/* the ROUND payload */
+	size_t buf_cap;
+	struct rk_wire_stream *streams;
+	uint32_t *tokens;
+	size_t tok_cap;
+	uint32_t *draft_off;			/* per batch index: offset of drafts in tokens */
+	uint32_t *outs;				/* scratch: k + 1 outputs */
+
+	/* follower */
+	uint64_t *prev_ids, *cur_ids;
+	uint32_t nprev;
+	uint32_t ids_cap;
+
+	struct rk_sched_stats stats;
+};
+
+/* ---- drafting -------------------------------------------------------------------- */
+
+uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uint32_t *out, uint32_t k)
+{
+	size_t g, j, m, c;
+
+	(void)arg;
+	for (g = 3; g >= 1; g--) {
+		if (n < g + 1)
+			continue;
+		/* the most recent earlier occurrence of the last g tokens */
+		for (j = n - g; j-- > 0;) {
+			for (m = 0; m < g && hist[j + m] == hist[n - g + m]; m++)
+				;
+			if (m < g)
+				continue;
+			for (c = 0; c < k && j + g + c < n; c++)
+				out[c] = hist[j + g + c];
+			if (c)
+				return (uint32_t)c;
+		}
+	}
+	return 0;
+}
+
+/* ---- create / destroy ------------------------------------------------------------ */
+
+int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
+		    const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out)
+{
+	struct rk_sched *s;
+	uint32_t mb;
+
+	if (!ops || !ops->launch || (!ops->token && rk_world_rank(world) == 0))
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->world = world;
+	s->loop = rk_world_loop(world);
+	s->ops = ops;
+	s->ctx = ctx;
+	s->rank = rk_world_rank(world);
+	s->cfg.max_batch = 8;
+	if (cfg)
+		s->cfg = *cfg;
+	if (!s->cfg.max_batch)
+		s->cfg.max_batch = 8;
+	if (s->cfg.draft_k && !s->cfg.draft)
+		s->cfg.draft = rk_ngram_draft;
+	mb = s->cfg.max_batch;
+	s->next_id = 1;
+	s->batch = calloc(mb, sizeof(*s->batch));
+	s->streams = calloc(mb, sizeof(*s->streams));
+	s->draft_off = calloc(mb, sizeof(*s->draft_off));
+	s->outs = calloc((size_t)s->cfg.draft_k + 1, sizeof(*s->outs));
+	if (!s->batch || !s->streams || !s->draft_off || !s->outs) {
+		rk_sched_destroy(s);
+		return -ENOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
+static void req_finish(struct rk_sched *s, struct rk_request *r, const uint32_t *toks, uint32_t n,
+		       int err)
+{
+	free(r->hist);
+	r->hist = NULL;
+	r->in_batch = false;
+	s->stats.streams_done++;
+	r->cb(r, toks, n, true, err);	/* the caller may free r now */
+}
+
+static void fail_all(struct rk_sched *s, int err)
+{
+	struct rk_request *r;
+	uint32_t i, n = s->nbatch;
+
+	s->nbatch = 0;
+	for (i = 0; i < n; i++) {
+		r = s->batch[i];
+		if (s->ops->retire)
+			s->ops->retire(s->ctx, r->id);
+		req_finish(s, r, NULL, 0, err);
+	}
+	while ((r = s->qhead)) {
+		s->qhead = r->next;
+		req_finish(s, r, NULL, 0, err);
+	}
+	s->qtail = NULL;
+}
+
+void rk_sched_stop(struct rk_sched *s)
+{
+	s->stopped = true;
+	fail_all(s, -RK_ESTOPPED);
+}
+
+void rk_sched_destroy(struct rk_sched *s)
+{
+	if (!s)
+		return;
+	fail_all(s, -RK_ESTOPPED);
+	free(s->batch);
+	free(s->streams);
+	free(s->draft_off);
+	free(s->outs);
+	free(s->buf);
+	free(s->tokens);
+	free(s->prev_ids);
+	free(s->cur_ids);
+	free(s);
+}
+
+bool rk_sched_idle(const struct rk_sched *s)
+{
+	return !s->qhead && !s->nbatch && !s->in_flight;
+}
+
+void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out)
+{
+	*out = s->stats;
+}
+
+/* ---- leader: forming rounds ------------------------------------------------------- */
+
+static int hist_reserve(struct rk_request *r, size_t need)
+{
+	size_t cap;
+	uint32_t *p;
+
+	if (need <= r->hist_cap)
+		return 0;
+	cap = r->hist_cap ? r->hist_cap : 64;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(r->hist, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	r->hist = p;
+	r->hist_cap = cap;
+	return 0;
+}
+
+static int tok_reserve(struct rk_sched *s, size_t need)
+{
+	size_t cap;
+	uint32_t *p;
+
+	if (need <= s->tok_cap)
+		return 0;
+	cap = s->tok_cap ? s->tok_cap : 1024;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(s->tokens, cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	s->tokens = p;
+	s->tok_cap = cap;
+	return 0;
+}
+
+static void admit(struct rk_sched *s)
+{
+	struct rk_request *r;
+
+	while (s->nbatch < s->cfg.max_batch && (r = s->qhead)) {
+		s->qhead = r->next;
+		if (!s->qhead)
+			s->qtail = NULL;
+		r->next = NULL;
+		r->in_batch = true;
+		s->batch[s->nbatch++] = r;
+	}
+}
+
+static void sched_step(struct rk_sched *s);
+
+static int form_round(struct rk_sched *s, uint32_t *flags, int64_t *len)
+{
+	uint64_t total = 0;
+	uint32_t i, n = s->nbatch, k, remaining, off;
+	int ret;
+
+	*flags = 0;
+	/* inputs and drafts, stream by stream, as the wire layout wants them */
+	for (i = 0; i < n; i++) {
+		struct rk_request *r = s->batch[i];
+
+		r->n_in = (uint32_t)(r->hist_len - r->fed);
+		total += r->n_in + s->cfg.draft_k;
+	}
+	ret = tok_reserve(s, total);
+	if (ret)
+		return ret;
+	off = 0;
+	for (i = 0; i < n; i++) {
+		struct rk_request *r = s->batch[i];
+		struct rk_wire_stream *st = &s->streams[i];
+
+		memcpy(s->tokens + off, r->hist + r->fed, r->n_in * sizeof(uint32_t));
+		off += r->n_in;
+		s->draft_off[i] = off;
+		remaining = r->max_tokens - r->generated;
+		k = s->cfg.draft_k < remaining - 1 ? s->cfg.draft_k : remaining - 1;
+		r->n_draft = k ? s->cfg.draft(s->cfg.draft_arg, r->hist, r->hist_len,
+					      s->tokens + off, k) : 0;
+		if (r->n_draft > k)
+			r->n_draft = k;
+		off += r->n_draft;
+		s->stats.drafted += r->n_draft;
+		if (r->n_draft)
+			*flags |= RK_FRAME_F_DRAFTED;
+		if (r->n_in > 1)
+			*flags |= RK_FRAME_F_PREFILL;
+		st->stream_id = r->id;
+		st->position = r->fed;
+		st->n_tokens = r->n_in;
+		st->n_draft = r->n_draft;
+		st->top_k = r->top_k;
+		st->temperature = r->temperature;
+		st->top_p = r->top_p;
+		st->seed = r->seed;
+	}
+	*len = rk_wire_round_size(n, off);
+	if (*len < 0)
+		return (int)*len;
+	if ((size_t)*len > s->buf_cap) {
+		uint8_t *p = realloc(s->buf, (size_t)*len);
+
+		if (!p)
+			return -ENOMEM;
+		s->buf = p;
+		s->buf_cap = (size_t)*len;
+	}
+	*len = rk_wire_encode_round(s->buf, s->buf_cap, s->round_id + 1, s->streams, n, s->tokens);
+	return *len < 0 ? (int)*len : 0;
+}
+
+static void sched_step(struct rk_sched *s)
+{
+	struct rk_wire_round view;
+	uint32_t flags;
+	int64_t len;
+	int ret;
+
+	if (s->in_flight || s->stopped)
+		return;
+	admit(s);
+	if (!s->nbatch)
+		return;
+	ret = form_round(s, &flags, &len);
+	if (ret)
+		goto fail;
+	s->round_id++;
+	if (rk_world_size(s->world) > 1) {
+		ret = rk_world_broadcast(s->world, RK_FRAME_ROUND, flags, s->buf, (uint32_t)len);
+		if (ret)
+			goto fail;
+	}
+	ret = rk_wire_decode_round(s->buf, (size_t)len, &view);
+	if (ret)
+		goto fail;
+	s->in_flight = true;
+	s->t_launch = rk_loop_now(s->loop);
+	s->stats.rounds++;
+	ret = s->ops->launch(s->ctx, &view, flags);
+	if (ret) {
+		s->in_flight = false;
+		goto fail;
+	}
+	return;
+fail:
+	rk__err(s->rank, "round %llu: %s", (unsigned long long)s->round_id + 1, rk_strerror(ret));
+	fail_all(s, ret);
+}
+
+int rk_sched_submit(struct rk_sched *s, struct rk_request *req)
+{
+	if (s->rank != 0)
+		return -EPERM;
+	if (s->stopped)
+		return -RK_ESTOPPED;
+	if (!req->cb || !req->prompt || !req->prompt_len || !req->max_tokens)
+		return -EINVAL;
+	req->hist = NULL;
+	req->hist_len = req->hist_cap = 0;
+	if (hist_reserve(req, (size_t)req->prompt_len + req->max_tokens + 1))
+		return -ENOMEM;
+	memcpy(req->hist, req->prompt, req->prompt_len * sizeof(uint32_t));
+	req->hist_len = req->prompt_len;
+	req->fed = 0;
+	req->generated = 0;
+	req->id = s->next_id++;
+	req->next = NULL;
+	req->in_batch = false;
+	if (s->qtail)
+		s->qtail->next = req;
+	else
+		s->qhead = req;
+	s->qtail = req;
+	sched_step(s);
+	return 0;
+}
+
+/* ---- leader: completion ----------------------------------------------------------- */
+
+static void leader_complete(struct rk_sched *s, int status)
+{
+	uint32_t i, j, keep = 0, n = s->nbatch, acc, emit;
+	int ret;
+
+	s->in_flight = false;
+	s->stats.ns_round_sum += rk_loop_now(s->loop) - s->t_launch;
+	if (status) {
+		rk__err(s->rank, "round %llu failed: %s", (unsigned long long)s->round_id,
+			rk_strerror(status));
+		fail_all(s, status);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		struct rk_request *r = s->batch[i];
+		const uint32_t *draft = s->tokens + s->draft_off[i];
+		bool done;
+
+		for (j = 0; j <= r->n_draft; j++) {
+			ret = s->ops->token(s->ctx, i, j, &s->outs[j]);
+			if (ret) {
+				fail_all(s, ret);
+				return;
+			}
+		}
+		/* accept the longest prefix of drafts the model agrees with, plus
+		 * the model's own next token: acc + 1 tokens */
+		for (acc = 0; acc < r->n_draft && draft[acc] == s->outs[acc]; acc++)
+			;
+		s->stats.accepted += acc;
+		r->fed += r->n_in;
+		emit = acc + 1;
+		if (emit > r->max_tokens - r->generated)
+			emit = r->max_tokens - r->generated;
+		for (j = 0; j < emit; j++) {
+			if (r->stop_token >= 0 && s->outs[j] == (uint32_t)r->stop_token) {
+				emit = j + 1;
+				break;
+			}
+		}
+		memcpy(r->hist + r->hist_len, s->outs, emit * sizeof(uint32_t));
+		r->hist_len += emit;
+		r->generated += emit;
+		s->stats.tokens += emit;
+		done = r->generated >= r->max_tokens ||
+		       (r->stop_token >= 0 && s->outs[emit - 1] == (uint32_t)r->stop_token);
+		if (done) {
+			if (s->ops->retire)
+				s->ops->retire(s->ctx, r->id);
+			req_finish(s, r, s->outs, emit, 0);
+		} else {
+			s->batch[keep++] = r;
+			r->cb(r, s->outs, emit, false, 0);
+		}
+	}
+	s->nbatch = keep;
+	sched_step(s);
+}
+
+/* ---- follower --------------------------------------------------------------------- */
+
+static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const uint8_t *payload)
+{
+	struct rk_wire_round view;
+	struct rk_wire_stream st;
+	uint32_t i, j;
+	uint64_t *t;
+	int ret;
+
+	ret = rk_wire_decode_round(payload, h->len, &view);
+	if (ret)
+		return ret;
+	if (view.n_streams > s->ids_cap) {
+		uint32_t cap = view.n_streams * 2;
+
+		t = realloc(s->prev_ids, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		s->prev_ids = t;
+		t = realloc(s->cur_ids, cap * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		s->cur_ids = t;
+		s->ids_cap = cap;
+	}
+	for (i = 0; i < view.n_streams; i++) {
+		rk_wire_round_stream(&view, i, &st);
+		s->cur_ids[i] = st.stream_id;
+	}
+	/* a stream absent from this round has finished (the stream rule) */
+	for (i = 0; i < s->nprev && s->ops->retire; i++) {
+		for (j = 0; j < view.n_streams && s->cur_ids[j] != s->prev_ids[i]; j++)
+			;
+		if (j == view.n_streams)
+			s->ops->retire(s->ctx, s->prev_ids[i]);
+	}
+	t = s->prev_ids;
+	s->prev_ids = s->cur_ids;
+	s->cur_ids = t;
+	s->nprev = view.n_streams;
+	s->round_id = view.round_id;
+	s->t_launch = rk_loop_now(s->loop);
+	s->stats.rounds++;
+	return s->ops->launch(s->ctx, &view, h->flags);
+}
+
+void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
+{
+	if (s->rank == 0) {
+		if (!s->in_flight || round_id != s->round_id) {
+			rk__warn(0, "completion for round %llu, expected %llu: ignored",
+				 (unsigned long long)round_id, (unsigned long long)s->round_id);
+			return;
+		}
+		leader_complete(s, status);
+		return;
+	}
+	{
+		struct rk_wire_round_done d = {
+			.round_id = round_id,
+			.status = status,
+			.elapsed_ns = rk_loop_now(s->loop) - s->t_launch,
+		};
+		uint8_t buf[24];
+		int n = rk_wire_encode_round_done(buf, sizeof(buf), &d);
+
+		s->stats.ns_round_sum += d.elapsed_ns;
+		if (n > 0)
+			rk_world_send(s->world, 0, RK_FRAME_ROUND_DONE, 0, buf, (uint32_t)n);
+	}
+}
+
+int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
+		      const uint8_t *payload)
+{
+	struct rk_wire_round_done d;
+	int ret;
+
+	switch (h->type) {
+	case RK_FRAME_ROUND:
+		if (s->rank == 0 || peer != 0)
+			return -ENOENT;
+		ret = follower_round(s, h, payload);
+		if (ret) {
+			rk__err(s->rank, "round: %s", rk_strerror(ret));
+			rk_sched_complete(s, s->round_id, ret);
+		}
+		return RK_BUSY;
+	case RK_FRAME_ROUND_DONE:
+		if (s->rank != 0 || rk_wire_decode_round_done(payload, h->len, &d))
+			return -ENOENT;
+		if (d.status) {
+			rk__err(0, "rank %d: round %llu failed: %s", peer,
+				(unsigned long long)d.round_id, rk_strerror(d.status));
+			if (s->in_flight && d.round_id == s->round_id)
+				leader_complete(s, d.status);
+		}
+		return RK_IDLE;
+	default:
+		return -ENOENT;
+	}
+}
