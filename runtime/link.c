@@ -243,6 +243,9 @@ int rk_link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uin
 	l->reserved = false;
 	if (l->state != RK_LINK_UP)
 		return -ENOTCONN;
+	/* More than was reserved would encode (and send) past the buffer. */
+	if (len > l->max_frame || l->q.len + RK_WIRE_HDR_LEN + (size_t)len > l->q.cap)
+		return -EINVAL;
 	return link_commit(l, type, flags, len);
 }
 
@@ -349,6 +352,7 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 {
 	struct rk_wire_hello hello;
 	enum rk_activity act = RK_IDLE;
+	enum rk__link_state prev;
 	int ret;
 
 	ret = rk_wire_check_payload(h, payload);
@@ -381,13 +385,17 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 		rk_wire_decode_hello(payload, h->len, &hello);
 		if (h->src_rank != hello.rank)
 			return -RK_ERANK;
-		ret = l->oops->handshake(l, h, &hello);
-		if (ret) {
-			rk__link_fail(l, ret, true);
-			return 0;
-		}
+		/* Up before the owner hears of it: accepting may complete the
+		 * world, and the ready callback sends on this very link. */
+		prev = l->state;
 		l->peer = (int)hello.rank;
 		l->state = RK_LINK_UP;
+		ret = l->oops->handshake(l, h, &hello);
+		if (ret) {
+			l->peer = -1;
+			l->state = prev;
+			rk__link_fail(l, ret, true);
+		}
 		return 0;
 	case RK_LINK_UP:
 		if (h->src_rank != (uint32_t)l->peer)

@@ -56,7 +56,7 @@ struct rk_config {
 	int rank;			/* -1 = not set */
 	int world_size;			/* 0 = not set */
 	char leader[256];		/* "tcp://host:port" or "host:port" */
-	uint64_t session_id;		/* both ends must agree; 0 = derive from leader address */
+	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
 	struct rk_wait_policy wait;
 
@@ -439,8 +439,7 @@ RK_EXPORT struct rk_link *rk_world_link(struct rk_world *w, int rank);
 RK_EXPORT int rk_world_rank(const struct rk_world *w);
 RK_EXPORT int rk_world_size(const struct rk_world *w);
 RK_EXPORT struct rk_loop *rk_world_loop(const struct rk_world *w);
-/** rk_world_port() - leader: the TCP port it listens on (useful with port 0);
- * -ENOTCONN elsewhere. */
+/** rk_world_port() - leader: the TCP port it listens on; -ENOTCONN elsewhere. */
 RK_EXPORT int rk_world_port(const struct rk_world *w);
 /** rk_world_failed() - the first peer error (negative), or 0. */
 RK_EXPORT int rk_world_failed(const struct rk_world *w);

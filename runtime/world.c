@@ -162,7 +162,8 @@ static void world_link_failed(struct rk_link *l, int err)
 		w->links[peer] = NULL;
 		w->nr_up--;
 		report_peer(w, peer, err);
-		if (w->rank == 0 && !w->destroying) {
+		/* a clean BYE is the follower's own business; a failure is everyone's */
+		if (w->rank == 0 && !w->destroying && err != -RK_EPEERBYE) {
 			/* tell every other follower, so no rank waits on a dead one */
 			n = rk_wire_encode_error(buf, sizeof(buf), err, (uint32_t)peer,
 						 "rank failed");
@@ -175,7 +176,8 @@ static void world_link_failed(struct rk_link *l, int err)
 	}
 	if (l == w->connecting) {
 		w->connecting = NULL;
-		if (w->destroying)
+		/* destroying, or the bootstrap already gave up (connect_timeout) */
+		if (w->destroying || w->failed)
 			return;
 		switch (err) {
 		case -ECONNREFUSED:
@@ -192,7 +194,15 @@ static void world_link_failed(struct rk_link *l, int err)
 					w->retry_ns *= 2;
 				return;
 			}
-			break;
+			/* retried until connect_timeout: that is the error (documented
+			 * for rk_world_wait_ready()), the last refusal only its cause */
+			rk__err(w->rank, "cannot join the leader at %s:%u within %llu ms: %s",
+				w->addr.host, w->addr.port,
+				(unsigned long long)(rk_loop_config(w->loop)->connect_timeout_ns /
+						     1000000),
+				rk_strerror(err));
+			report_peer(w, 0, -RK_ETIMEOUT);
+			return;
 		default:
 			break;
 		}
@@ -270,7 +280,7 @@ static enum rk_activity retry_timer_cb(struct rk_timer *t, uint64_t now)
 	struct rk_world *w = t->data;
 
 	(void)now;
-	if (!w->destroying && !w->ready)
+	if (!w->destroying && !w->ready && !w->failed)
 		world_retry_connect(w);
 	return RK_IDLE;
 }
