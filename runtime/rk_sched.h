@@ -73,9 +73,12 @@ typedef uint32_t (*rk_draft_fn)(void *arg, const uint32_t *hist, size_t n, uint3
 RK_EXPORT uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uint32_t *out,
 				  uint32_t k);
 
+#define RK_SCHED_MAX_DRAFT 16
+
 struct rk_sched_config {
 	uint32_t max_batch;		/* streams per round (default 8) */
-	uint32_t draft_k;		/* drafted tokens per stream and round, 0 = plain */
+	uint32_t draft_k;		/* default drafted tokens per stream and round, 0 = plain,
+					 * at most RK_SCHED_MAX_DRAFT */
 	rk_draft_fn draft;		/* drafter (default rk_ngram_draft when draft_k > 0) */
 	void *draft_arg;
 };
@@ -107,6 +110,8 @@ struct rk_request {
 	float temperature;
 	float top_p;
 	uint64_t seed;
+	int32_t draft_k;		/* drafted tokens per round: -1 = the scheduler's
+					 * default, 0 = plain, up to RK_SCHED_MAX_DRAFT */
 	rk_request_cb cb;		/* new tokens; done=true exactly once at the end */
 	void *data;
 	/* read-only */
@@ -139,7 +144,8 @@ RK_EXPORT int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wi
 
 /**
  * rk_sched_submit() - leader: queue a request; it joins the batch between
- * rounds. Return: 0, -EINVAL (empty prompt, no callback), -EPERM on a follower,
+ * rounds. Return: 0, -EINVAL (empty prompt, no callback, draft_k out of range),
+ * -EPERM on a follower,
  * -RK_ESTOPPED after rk_sched_stop().
  */
 RK_EXPORT int rk_sched_submit(struct rk_sched *s, struct rk_request *req);

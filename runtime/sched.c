@@ -98,14 +98,18 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		s->cfg = *cfg;
 	if (!s->cfg.max_batch)
 		s->cfg.max_batch = 8;
-	if (s->cfg.draft_k && !s->cfg.draft)
+	if (s->cfg.draft_k > RK_SCHED_MAX_DRAFT) {
+		free(s);
+		return -EINVAL;
+	}
+	if (!s->cfg.draft)
 		s->cfg.draft = rk_ngram_draft;
 	mb = s->cfg.max_batch;
 	s->next_id = 1;
 	s->batch = calloc(mb, sizeof(*s->batch));
 	s->streams = calloc(mb, sizeof(*s->streams));
 	s->draft_off = calloc(mb, sizeof(*s->draft_off));
-	s->outs = calloc((size_t)s->cfg.draft_k + 1, sizeof(*s->outs));
+	s->outs = calloc(RK_SCHED_MAX_DRAFT + 1, sizeof(*s->outs));
 	if (!s->batch || !s->streams || !s->draft_off || !s->outs) {
 		rk_sched_destroy(s);
 		return -ENOMEM;
@@ -241,7 +245,7 @@ static int form_round(struct rk_sched *s, uint32_t *flags, int64_t *len)
 		struct rk_request *r = s->batch[i];
 
 		r->n_in = (uint32_t)(r->hist_len - r->fed);
-		total += r->n_in + s->cfg.draft_k;
+		total += r->n_in + (uint32_t)r->draft_k;
 	}
 	ret = tok_reserve(s, total);
 	if (ret)
@@ -255,7 +259,7 @@ static int form_round(struct rk_sched *s, uint32_t *flags, int64_t *len)
 		off += r->n_in;
 		s->draft_off[i] = off;
 		remaining = r->max_tokens - r->generated;
-		k = s->cfg.draft_k < remaining - 1 ? s->cfg.draft_k : remaining - 1;
+		k = (uint32_t)r->draft_k < remaining - 1 ? (uint32_t)r->draft_k : remaining - 1;
 		r->n_draft = k ? s->cfg.draft(s->cfg.draft_arg, r->hist, r->hist_len,
 					      s->tokens + off, k) : 0;
 		if (r->n_draft > k)
@@ -334,8 +338,11 @@ int rk_sched_submit(struct rk_sched *s, struct rk_request *req)
 		return -EPERM;
 	if (s->stopped)
 		return -RK_ESTOPPED;
-	if (!req->cb || !req->prompt || !req->prompt_len || !req->max_tokens)
+	if (!req->cb || !req->prompt || !req->prompt_len || !req->max_tokens ||
+	    req->draft_k < -1 || req->draft_k > RK_SCHED_MAX_DRAFT)
 		return -EINVAL;
+	if (req->draft_k < 0)
+		req->draft_k = (int32_t)s->cfg.draft_k;
 	req->hist = NULL;
 	req->hist_len = req->hist_cap = 0;
 	if (hist_reserve(req, (size_t)req->prompt_len + req->max_tokens + 1))

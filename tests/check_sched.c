@@ -204,6 +204,7 @@ static void generate(struct out *o, int first, int np, uint32_t max_batch, uint3
 		o[i].req.temperature = sampled ? 0.8f : 0.0f;
 		o[i].req.top_p = 1.0f;
 		o[i].req.seed = 1000 + (uint64_t)(first + i);
+		o[i].req.draft_k = -1;	/* the scheduler's default */
 		o[i].req.cb = on_tokens;
 		o[i].req.data = &o[i];
 		ck_assert_int_eq(rk_sched_submit(f.sched, &o[i].req), 0);
@@ -296,6 +297,7 @@ START_TEST(test_drafts_are_accepted)
 	o->req.prompt_len = 6;
 	o->req.max_tokens = 200;
 	o->req.stop_token = -1;
+	o->req.draft_k = -1;
 	o->req.cb = on_tokens;
 	o->req.data = o;
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
@@ -338,6 +340,11 @@ START_TEST(test_submit_errors)
 	r.prompt_len = 6;
 	r.max_tokens = 1;
 	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -EINVAL);	/* no callback */
+	r.cb = on_tokens;
+	r.draft_k = RK_SCHED_MAX_DRAFT + 1;
+	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -EINVAL);
+	r.draft_k = 0;
+	r.cb = NULL;
 	rk_sched_stop(f.sched);
 	r.cb = on_tokens;
 	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -RK_ESTOPPED);

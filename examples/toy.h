@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The toy model: a deterministic, tensor-parallel stand-in for an LLM, and its
+ * CPU backend for the rankrt scheduler. examples/TOY.md is the exact
+ * definition (a GPU port must match it bit for bit); this header is the API.
+ *
+ * Layers: toy_model/toy_state/toy_pick/toy_table are pure compute (no I/O, no
+ * threads, no global state; any thread, one object per thread at a time).
+ * toy_cpu is the backend: a worker thread computes, the loop thread talks.
+ */
+#ifndef TOY_H
+#define TOY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rk_sched.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOY_DEF_V	256
+#define TOY_DEF_H	1024
+#define TOY_MAX_H	32768u		/* keeps every logit below 2^30: int32 never overflows */
+#define TOY_MAX_V	(1u << 20)
+#define TOY_TOPK_MAX	1024u		/* top_k is clamped to min(top_k, V, TOY_TOPK_MAX) */
+#define TOY_TAG		0x544f5900u	/* "TOY": USER frame tag of partial logits */
+
+/* Tensor ids of the counter-based weight hash (TOY.md). */
+enum toy_tensor {
+	TOY_T_EMBED = 0,	/* E[V][H], values < 2^16 */
+	TOY_T_PROJ = 1,		/* W[V][H], values < 2^7 */
+	TOY_T_STATE0 = 2,	/* the initial state h0[H] */
+	TOY_T_SAMPLE = 3,	/* the uniform draw of a sampled token */
+};
+
+/**
+ * toy_hash() - value @index of tensor @tensor for model (or sampling) @seed:
+ * the (index + 1)-th output of splitmix64 seeded with
+ * mix64(seed + (tensor + 1) * 0x9E3779B97F4A7C15). Pure.
+ */
+uint64_t toy_hash(uint64_t seed, uint64_t tensor, uint64_t index);
+
+/* One rank's shard of the model. Read-only after toy_model_init(). */
+struct toy_model {
+	uint32_t V, H;
+	uint64_t seed;
+	uint32_t rank, tp;	/* this shard is rank @rank of @tp */
+	uint32_t lo, hi;	/* hidden indices [lo, hi) */
+	uint32_t n;		/* hi - lo */
+	uint32_t n_pad;		/* n rounded up to 32: rows of W are padded with zeros */
+	uint16_t *E;		/* [V][n] */
+	uint8_t *W;		/* [V][n_pad] */
+	uint32_t *h0;		/* [n] the initial state */
+};
+
+/**
+ * toy_model_init() - generate rank @r's shard of a model with tensor
+ * parallelism @T. Return: 0; -EINVAL when V is 0 or above TOY_MAX_V, H is 0,
+ * above TOY_MAX_H or not divisible by T, T is 0 or r >= T; -ENOMEM.
+ */
+int toy_model_init(struct toy_model *m, uint32_t V, uint32_t H, uint64_t seed, uint32_t r,
+		   uint32_t T);
+void toy_model_fini(struct toy_model *m);
+
+/* A stream's state shard: h[lo..hi) of the model it was made for. */
+struct toy_state {
+	uint32_t *h;	/* [m->n] */
+};
+
+/** toy_state_init() - a fresh state (h0). Return: 0 or -ENOMEM. */
+int toy_state_init(const struct toy_model *m, struct toy_state *st);
+void toy_state_fini(struct toy_state *st);
+/** toy_state_copy() - @dst (initialised) = @src. */
+void toy_state_copy(const struct toy_model *m, struct toy_state *dst, const struct toy_state *src);
+/** toy_state_feed() - fold @token into @st. Return: 0, -EINVAL for token >= V. */
+int toy_state_feed(const struct toy_model *m, struct toy_state *st, uint32_t token);
+
+/**
+ * toy_partial_logits() - this shard's partial logits for the state @st:
+ * @out[v] = sum over i in [lo, hi) of W[v][i] * ((h[i] >> 16) & 0xff), for
+ * v < V. The sum of every rank's partials (int32, any order) is the TP1 logit.
+ */
+void toy_partial_logits(const struct toy_model *m, const struct toy_state *st, int32_t *out);
+
+/* The dot-product kernels (integer, so all of them give the same bits). */
+enum toy_kernel {
+	TOY_KERNEL_C = 0,	/* portable */
+	TOY_KERNEL_SSE2 = 1,	/* x86-64 baseline */
+	TOY_KERNEL_AVX2 = 2,	/* x86-64 with AVX2 (toy_partial_logits() picks it when present) */
+};
+
+/**
+ * toy_partial_logits_kernel() - toy_partial_logits() with a chosen kernel
+ * (tests and benchmarks). Return: 0, -EOPNOTSUPP when this build or CPU
+ * lacks it.
+ */
+int toy_partial_logits_kernel(const struct toy_model *m, const struct toy_state *st,
+			      int32_t *out, enum toy_kernel kernel);
+
+/* A stream's sampling parameters, as a ROUND entry carries them. */
+struct toy_sampling {
+	uint32_t top_k;		/* 0 = greedy */
+	float temperature;	/* <= 0 (or NaN) = greedy */
+	float top_p;		/* (0, 1) cuts; anything else keeps all top_k */
+	uint64_t seed;
+};
+
+/**
+ * toy_pick() - the token for full logits @logits[V] of a model with hidden
+ * size @H, for the token at absolute position @abs_pos of its stream. Greedy:
+ * argmax, the lowest v on ties. Sampled: TOY.md; a function of its arguments
+ * only (IEEE double basic operations, no libm transcendental). Pure.
+ */
+uint32_t toy_pick(uint32_t V, uint32_t H, const int32_t *logits, const struct toy_sampling *s,
+		  uint64_t abs_pos);
+
+/**
+ * toy_generate_ref() - the reference: generate @n_gen tokens after @prompt at
+ * TP1, one token at a time, with no scheduler. Generated token k has absolute
+ * position n_prompt + k. Return: 0, -EINVAL (bad model size, empty prompt, a
+ * token >= V), -ENOMEM.
+ */
+int toy_generate_ref(uint32_t V, uint32_t H, uint64_t model_seed, const uint32_t *prompt,
+		     uint32_t n_prompt, uint32_t n_gen, const struct toy_sampling *s,
+		     uint32_t *out);
+
+/**
+ * toy_hash_tokens() - a receipt for a token sequence: SHA-256 of the tokens as
+ * little-endian u32, the first 8 bytes in hex (16 chars + NUL). Built without
+ * OpenSSL: FNV-1a 64 of the same bytes instead (a different value).
+ * Return: 0; -ENOMEM or -EIO from libcrypto (@hex is then "").
+ */
+int toy_hash_tokens(const uint32_t *t, size_t n, char hex[17]);
+
+/* ---- rounds and the stream table (the backend's compute, without threads) ---- */
+
+/* One stream of a round, copied out of the ROUND view. */
+struct toy_rstream {
+	uint64_t id;
+	uint32_t position;	/* tokens already folded into the stream's state */
+	uint32_t n_tokens;	/* inputs, at tok[tok_off..] */
+	uint32_t n_draft;	/* drafts, at tok[tok_off + n_tokens..] */
+	uint32_t tok_off;
+	uint32_t out_off;	/* first of its n_draft + 1 outputs */
+	struct toy_sampling s;
+};
+
+/* A round, owned (the ROUND view dies when launch() returns). */
+struct toy_round {
+	uint64_t round_id;
+	uint32_t n_streams;
+	uint32_t n_tok;		/* inputs and drafts of every stream */
+	uint32_t n_out;		/* sum of n_draft + 1 */
+	struct toy_rstream *st;
+	uint32_t *tok;
+	uint32_t st_cap, tok_cap;
+};
+
+/**
+ * toy_round_copy() - copy @src into @dst (zeroed or used before; its arrays
+ * grow as needed). Return: 0; -EINVAL when a token is >= @V or a count
+ * overflows; -ENOMEM.
+ */
+int toy_round_copy(struct toy_round *dst, const struct rk_wire_round *src, uint32_t V);
+void toy_round_fini(struct toy_round *r);
+
+/* A stream's committed state on this rank. */
+struct toy_entry {
+	uint64_t id;
+	uint32_t pos;		/* tokens folded into st */
+	bool used;
+	uint64_t mark;		/* the last round (table seq) that carried it */
+	uint64_t born;		/* the table seq that created it */
+	struct toy_state st;
+};
+
+/* stream id -> committed state, open addressing (linear probing). */
+struct toy_table {
+	const struct toy_model *m;
+	struct toy_entry *slot;
+	uint32_t cap;		/* a power of two */
+	uint32_t count;
+	uint64_t seq;		/* rounds executed (attempted) */
+	struct toy_state scratch;	/* drafts run here, never on the committed state */
+};
+
+/** toy_table_init() - an empty table for model @m (borrowed). Return: 0 or -ENOMEM. */
+int toy_table_init(struct toy_table *t, const struct toy_model *m);
+void toy_table_fini(struct toy_table *t);
+
+/**
+ * toy_table_exec() - run one round on this rank's shard. First everything is
+ * validated and nothing changes on failure: each stream must be known at
+ * exactly @position, or unknown with position 0 (it starts fresh); a stream id
+ * twice is refused. Then streams of the table absent from @r are retired (the
+ * stream rule), and per stream: its inputs are folded into its committed state
+ * and the partial logits after the last input are written to output out_off;
+ * each draft is folded into a scratch copy and the partials after draft j go
+ * to output out_off + 1 + j. @out holds r->n_out * V int32.
+ * Return: 0; -EPROTO (position mismatch), -EINVAL (duplicate stream, token >=
+ * V), -ENOMEM.
+ */
+int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out);
+
+/** toy_table_retire() - drop stream @id. Return: 0, or -ENOENT when unknown. */
+int toy_table_retire(struct toy_table *t, uint64_t id);
+/** toy_table_position() - tokens folded for stream @id, or -ENOENT. */
+int64_t toy_table_position(const struct toy_table *t, uint64_t id);
+/** toy_table_find() - the entry of @id (valid until the table changes), or NULL. */
+const struct toy_entry *toy_table_find(const struct toy_table *t, uint64_t id);
+
+/* ---- the CPU backend ----------------------------------------------------------- */
+
+struct toy_params {
+	uint32_t V;		/* vocabulary, default TOY_DEF_V */
+	uint32_t H;		/* hidden size, the work knob, default TOY_DEF_H */
+	uint64_t seed;		/* model seed */
+};
+
+/** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
+void toy_params_init(struct toy_params *p);
+
+struct toy_cpu;
+
+/*
+ * Where a round's completion on this rank goes. toy_cpu_set_sched() points it
+ * at rk_sched_complete(); tests may catch it instead. Loop thread; it may
+ * call back into the backend (token(), launch()).
+ */
+typedef void (*toy_complete_fn)(void *arg, uint64_t round_id, int status);
+
+struct toy_cpu_stats {
+	uint64_t rounds;	/* rounds computed on this rank */
+	uint64_t outputs;	/* partial logit vectors computed */
+	uint64_t ns_compute;	/* worker time in toy_table_exec() */
+	uint64_t frames_rx;	/* leader: partials received */
+	uint64_t stale;		/* leader: partials for a round already finished, dropped */
+};
+
+/**
+ * toy_cpu_create() - the backend for @w's rank (rank r of rk_world_size(w)
+ * holds hidden shard r). Starts one worker thread.
+ * Return: 0 and *@out; -EINVAL (bad params, H not divisible by the world
+ * size), -ENOMEM, -errno from pthread_create. Loop thread.
+ */
+int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out);
+
+/** toy_cpu_set_sched() - completions go to rk_sched_complete(@s). Loop thread. */
+void toy_cpu_set_sched(struct toy_cpu *b, struct rk_sched *s);
+/** toy_cpu_set_complete() - completions go to @fn(@arg, ...). Loop thread. */
+void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg);
+
+/**
+ * toy_cpu_on_frame() - give the backend a frame from the world's frame
+ * callback. Return: RK_BUSY when it was the backend's (a USER frame tagged
+ * TOY_TAG); -ENOENT when it is not; -EPROTO when it was but is malformed or
+ * unexpected (the round it names, if current, fails). Loop thread.
+ */
+int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
+		     const uint8_t *payload);
+
+/** toy_cpu_busy() - true while a launched round has not been reported back. */
+bool toy_cpu_busy(const struct toy_cpu *b);
+/** toy_cpu_streams() - streams held in the table; meaningful while !toy_cpu_busy(). */
+uint32_t toy_cpu_streams(const struct toy_cpu *b);
+/** toy_cpu_model() - this rank's shard (read-only). */
+const struct toy_model *toy_cpu_model(const struct toy_cpu *b);
+void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out);
+
+/**
+ * toy_cpu_destroy() - join the worker and free everything. Return: 0, or
+ * -EBUSY (nothing freed) while a round is in flight: run the loop until
+ * toy_cpu_busy() is false. Loop thread, not from a callback of the backend.
+ */
+int toy_cpu_destroy(struct toy_cpu *b);
+
+/* The backend's ops; ctx is the struct toy_cpu *. */
+extern const struct rk_backend_ops toy_cpu_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TOY_H */

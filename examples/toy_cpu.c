@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The toy model's CPU backend: struct rk_backend_ops for every rank.
+ *
+ * Threads: launch() copies the round and queues it for one worker thread (the
+ * stand-in for a GPU stream) and returns. The worker owns the stream table
+ * while a round is queued or running; it computes the rank's partial logits
+ * and posts the job back to the loop (the job carries its own struct rk_post:
+ * nothing is allocated on that path). Everything else runs on the loop thread.
+ *
+ * Reduction: a follower sends its partials to the leader in one USER frame
+ * tagged TOY_TAG (payload after the USER header: u64 round_id, u32 n_outputs,
+ * u32 V, then n_outputs * V int32, all little-endian) and reports completion;
+ * the leader sums its own partials and every follower's (int32, so the order
+ * does not matter) and reports completion once all T have arrived. token()
+ * then picks from the sums.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "toy.h"
+
+#define PARTIAL_HDR 16u	/* round_id, n_outputs, V */
+
+struct toy_job {
+	struct rk_post post;
+	struct toy_cpu *b;
+	struct toy_round r;
+	int32_t *out;		/* r.n_out * V partial logits */
+	size_t out_cap;		/* elements */
+	int status;
+	uint64_t ns;
+	struct toy_job *next;
+};
+
+struct toy_cpu {
+	struct rk_world *w;
+	struct rk_loop *loop;
+	uint32_t rank, size;
+	struct toy_model m;
+	struct toy_table tab;	/* the worker's while inflight > 0, else the loop's */
+	toy_complete_fn complete;
+	void *complete_arg;
+
+	/* the worker's queue */
+	pthread_t thr;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct toy_job *qhead, *qtail;	/* under mu */
+	bool stop;			/* under mu */
+
+	/* loop thread */
+	struct toy_job *free_jobs;
+	unsigned int inflight;		/* launched, not yet back through the post */
+	uint64_t *retire_q;		/* retire() calls that came while inflight > 0 */
+	uint32_t n_retire, retire_cap;
+	struct toy_cpu_stats stats;
+
+	/* leader */
+	bool launched_valid;
+	uint64_t launched;		/* the last round launched */
+	struct toy_job *cur;		/* the last round computed here: token() reads it */
+	bool acc_valid, acc_done;	/* acc holds round acc_round; done: reported */
+	int acc_status;
+	uint64_t acc_round;
+	uint32_t acc_n_out, acc_have;
+	int32_t *acc;			/* the sums, acc_n_out * V */
+	size_t acc_cap;
+	bool *acc_from;			/* [size]: whose partials are in */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+void toy_params_init(struct toy_params *p)
+{
+	p->V = TOY_DEF_V;
+	p->H = TOY_DEF_H;
+	p->seed = 1;
+}
+
+static void report(struct toy_cpu *b, uint64_t round_id, int status)
+{
+	if (b->complete)
+		b->complete(b->complete_arg, round_id, status);
+}
+
+/* ---- the worker ------------------------------------------------------------------- */
+
+static void *worker_main(void *arg)
+{
+	struct toy_cpu *b = arg;
+	struct toy_job *job;
+	uint64_t t0;
+
+	pthread_mutex_lock(&b->mu);
+	while (!b->stop) {
+		job = b->qhead;
+		if (!job) {
+			pthread_cond_wait(&b->cv, &b->mu);
+			continue;
+		}
+		b->qhead = job->next;
+		if (!b->qhead)
+			b->qtail = NULL;
+		pthread_mutex_unlock(&b->mu);
+
+		t0 = now_ns();
+		job->status = toy_table_exec(&b->tab, &job->r, job->out);
+		job->ns = now_ns() - t0;
+		/* the loop owns the job from here; this thread must not touch it */
+		rk_loop_post(b->loop, &job->post);
+
+		pthread_mutex_lock(&b->mu);
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+/* ---- jobs (loop thread) ----------------------------------------------------------- */
+
+static enum rk_activity job_done(struct rk_post *p);
+
+static struct toy_job *job_get(struct toy_cpu *b)
+{
+	struct toy_job *job = b->free_jobs;
+
+	if (job) {
+		b->free_jobs = job->next;
+		return job;
+	}
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return NULL;
+	job->b = b;
+	job->post.cb = job_done;
+	job->post.data = job;
+	return job;
+}
+
+static void job_put(struct toy_cpu *b, struct toy_job *job)
+{
+	job->next = b->free_jobs;
+	b->free_jobs = job;
+}
+
+static void job_free(struct toy_job *job)
+{
+	toy_round_fini(&job->r);
+	free(job->out);
+	free(job);
+}
+
+/* ---- leader: the reduction -------------------------------------------------------- */
+
+/* Fail round @id unless it is over already (a late or second failure is dropped). */
+static void leader_fail(struct toy_cpu *b, uint64_t id, int err)
+{
+	if (b->acc_valid && (id < b->acc_round || (id == b->acc_round && b->acc_done)))
+		return;
+	b->acc_valid = true;
+	b->acc_round = id;
+	b->acc_done = true;
+	b->acc_status = err;
+	report(b, id, err);
+}
+
+/*
+ * Admit a contribution to round @id from rank @from. Return: 1 to add it,
+ * 0 when it is stale (the round is over), -EPROTO (wrong shape, twice from
+ * one rank), -ENOMEM.
+ */
+static int acc_open(struct toy_cpu *b, uint64_t id, uint32_t n_out, uint32_t from)
+{
+	size_t need = (size_t)n_out * b->m.V;
+
+	if (b->acc_valid && id < b->acc_round)
+		return 0;
+	if (!b->acc_valid || id > b->acc_round) {
+		if (need > b->acc_cap) {
+			int32_t *a = realloc(b->acc, need * sizeof(*a));
+
+			if (!a)
+				return -ENOMEM;
+			b->acc = a;
+			b->acc_cap = need;
+		}
+		memset(b->acc, 0, need * sizeof(*b->acc));
+		memset(b->acc_from, 0, b->size * sizeof(*b->acc_from));
+		b->acc_valid = true;
+		b->acc_round = id;
+		b->acc_done = false;
+		b->acc_status = 0;
+		b->acc_n_out = n_out;
+		b->acc_have = 0;
+	}
+	if (b->acc_done)
+		return 0;
+	if (n_out != b->acc_n_out || b->acc_from[from])
+		return -EPROTO;
+	b->acc_from[from] = true;
+	return 1;
+}
+
+/* The last of the T contributions reports the round. Call last: it may re-enter launch(). */
+static void acc_count(struct toy_cpu *b)
+{
+	if (++b->acc_have < b->size)
+		return;
+	b->acc_done = true;
+	report(b, b->acc_round, 0);
+}
+
+/* Sums wrap as uint32 so a hostile peer cannot cause signed overflow. */
+static void acc_add_own(struct toy_cpu *b, const int32_t *p, size_t n)
+{
+	size_t x;
+
+	for (x = 0; x < n; x++)
+		b->acc[x] = (int32_t)((uint32_t)b->acc[x] + (uint32_t)p[x]);
+}
+
+static void acc_add_le(struct toy_cpu *b, const uint8_t *p, size_t n)
+{
+	size_t x;
+
+	for (x = 0; x < n; x++)
+		b->acc[x] = (int32_t)((uint32_t)b->acc[x] + get32(p + 4 * x));
+}
+
+/* ---- follower: partials to the leader ----------------------------------------------- */
+
+static int send_partials(struct toy_cpu *b, const struct toy_job *job)
+{
+	struct rk_link *link = rk_world_link(b->w, 0);
+	size_t n = (size_t)job->r.n_out * b->m.V;
+	uint64_t len = 8 + PARTIAL_HDR + (uint64_t)n * 4;
+	uint8_t *p, *d;
+	int ret;
+
+	if (!link)
+		return -ENOTCONN;
+	if (len > RK_WIRE_MAX_PAYLOAD)
+		return -RK_ETOOBIG;
+	/* encoded in place in the link's send batch: no copy of the partials */
+	p = rk_link_reserve(link, (uint32_t)len, &ret);
+	if (!p)
+		return ret;
+	/* the USER header only: it cannot fail with no data and room for it */
+	d = p + rk_wire_encode_user(p, 8, TOY_TAG, NULL, 0);
+	put64(d, job->r.round_id);
+	put32(d + 8, job->r.n_out);
+	put32(d + 12, b->m.V);
+	d += PARTIAL_HDR;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(d, job->out, n * 4);
+#else
+	for (size_t x = 0; x < n; x++)
+		put32(d + 4 * x, (uint32_t)job->out[x]);
+#endif
+	return rk_link_commit(link, RK_FRAME_USER, 0, (uint32_t)len);
+}
+
+/* ---- completion of the worker's job (loop thread) ----------------------------------- */
+
+static enum rk_activity job_done(struct rk_post *p)
+{
+	struct toy_job *job = p->data;
+	struct toy_cpu *b = job->b;
+	uint64_t id = job->r.round_id;
+	int status = job->status, ret;
+	uint32_t i;
+
+	b->inflight--;
+	b->stats.rounds++;
+	b->stats.outputs += job->r.n_out;
+	b->stats.ns_compute += job->ns;
+	if (!b->inflight) {
+		/* the worker is idle: the table is ours again */
+		for (i = 0; i < b->n_retire; i++)
+			toy_table_retire(&b->tab, b->retire_q[i]);
+		b->n_retire = 0;
+	}
+	if (b->rank != 0) {
+		if (!status)
+			status = send_partials(b, job);
+		job_put(b, job);
+		report(b, id, status);
+		return RK_BUSY;
+	}
+	if (b->cur)
+		job_put(b, b->cur);
+	b->cur = job;
+	if (status) {
+		leader_fail(b, id, status);
+		return RK_BUSY;
+	}
+	ret = acc_open(b, id, job->r.n_out, 0);
+	if (ret < 0) {
+		leader_fail(b, id, ret);
+	} else if (ret > 0) {
+		acc_add_own(b, job->out, (size_t)job->r.n_out * b->m.V);
+		acc_count(b);
+	}
+	return RK_BUSY;
+}
+
+int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
+		     const uint8_t *payload)
+{
+	struct rk_wire_user u;
+	uint64_t id;
+	uint32_t n_out, V;
+	int ret;
+
+	if (h->type != RK_FRAME_USER || rk_wire_decode_user(payload, h->len, &u) ||
+	    u.tag != TOY_TAG)
+		return -ENOENT;
+	if (b->rank != 0 || peer <= 0 || (uint32_t)peer >= b->size)
+		return -EPROTO;
+	b->stats.frames_rx++;
+	if (u.len < PARTIAL_HDR)
+		goto bad;
+	id = get64(u.data);
+	n_out = get32(u.data + 8);
+	V = get32(u.data + 12);
+	if (V != b->m.V || u.len != PARTIAL_HDR + (uint64_t)n_out * V * 4)
+		goto bad;
+	/* partials can only follow a ROUND this leader sent, hence launched */
+	if (!b->launched_valid || id > b->launched)
+		goto bad;
+	ret = acc_open(b, id, n_out, (uint32_t)peer);
+	if (ret < 0) {
+		leader_fail(b, id, ret);
+		return ret;
+	}
+	if (!ret) {
+		b->stats.stale++;
+		return RK_BUSY;
+	}
+	acc_add_le(b, u.data + PARTIAL_HDR, (size_t)n_out * V);
+	acc_count(b);
+	return RK_BUSY;
+bad:
+	/* a round waiting for this peer would wait forever: fail it */
+	if (b->launched_valid)
+		leader_fail(b, b->launched, -EPROTO);
+	return -EPROTO;
+}
+
+/* ---- the ops -------------------------------------------------------------------------- */
+
+static int cpu_launch(void *ctx, const struct rk_wire_round *round, unsigned int flags)
+{
+	struct toy_cpu *b = ctx;
+	struct toy_job *job;
+	size_t need;
+	int ret;
+
+	(void)flags;
+	job = job_get(b);
+	if (!job)
+		return -ENOMEM;
+	ret = toy_round_copy(&job->r, round, b->m.V);
+	if (ret)
+		goto fail;
+	need = (size_t)job->r.n_out * b->m.V;
+	if (need > job->out_cap) {
+		int32_t *o = realloc(job->out, need * sizeof(*o));
+
+		ret = -ENOMEM;
+		if (!o)
+			goto fail;
+		job->out = o;
+		job->out_cap = need;
+	}
+	if (b->rank == 0) {
+		/* token() is done with the previous round once the next launches */
+		if (b->cur)
+			job_put(b, b->cur);
+		b->cur = NULL;
+		b->launched_valid = true;
+		b->launched = job->r.round_id;
+	}
+	job->next = NULL;
+	pthread_mutex_lock(&b->mu);
+	if (b->qtail)
+		b->qtail->next = job;
+	else
+		b->qhead = job;
+	b->qtail = job;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	b->inflight++;
+	return 0;
+fail:
+	job_put(b, job);
+	return ret;
+}
+
+static int cpu_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
+{
+	struct toy_cpu *b = ctx;
+	const struct toy_job *job = b->cur;
+	const struct toy_rstream *s;
+
+	if (b->rank != 0)
+		return -EPERM;
+	if (!job || !b->acc_valid || !b->acc_done || b->acc_status ||
+	    b->acc_round != job->r.round_id)
+		return -EAGAIN;
+	if (i >= job->r.n_streams || j > job->r.st[i].n_draft)
+		return -EINVAL;
+	s = &job->r.st[i];
+	/* output j predicts the token at index position + n_tokens + j of the stream */
+	*tok = toy_pick(b->m.V, b->m.H, b->acc + (size_t)(s->out_off + j) * b->m.V, &s->s,
+			(uint64_t)s->position + s->n_tokens + j);
+	return 0;
+}
+
+static void cpu_retire(void *ctx, uint64_t stream_id)
+{
+	struct toy_cpu *b = ctx;
+	uint64_t *q;
+
+	if (!b->inflight) {
+		toy_table_retire(&b->tab, stream_id);	/* -ENOENT: already gone, fine */
+		return;
+	}
+	if (b->n_retire == b->retire_cap) {
+		uint32_t cap = b->retire_cap ? b->retire_cap * 2 : 16;
+
+		q = realloc(b->retire_q, cap * sizeof(*q));
+		if (!q)
+			return;	/* the stream rule drops it at its first absence anyway */
+		b->retire_q = q;
+		b->retire_cap = cap;
+	}
+	b->retire_q[b->n_retire++] = stream_id;
+}
+
+const struct rk_backend_ops toy_cpu_ops = {
+	.launch = cpu_launch,
+	.token = cpu_token,
+	.retire = cpu_retire,
+};
+
+/* ---- lifetime --------------------------------------------------------------------------- */
+
+int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out)
+{
+	struct toy_params def;
+	struct toy_cpu *b;
+	int ret, rank, size;
+
+	if (!w)
+		return -EINVAL;
+	if (!p) {
+		toy_params_init(&def);
+		p = &def;
+	}
+	rank = rk_world_rank(w);
+	size = rk_world_size(w);
+	if (rank < 0 || size <= 0 || rank >= size)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->w = w;
+	b->loop = rk_world_loop(w);
+	b->rank = (uint32_t)rank;
+	b->size = (uint32_t)size;
+	ret = toy_model_init(&b->m, p->V, p->H, p->seed, b->rank, b->size);
+	if (ret)
+		goto err_free;
+	ret = toy_table_init(&b->tab, &b->m);
+	if (ret)
+		goto err_model;
+	ret = -ENOMEM;
+	b->acc_from = calloc(b->size, sizeof(*b->acc_from));
+	if (!b->acc_from)
+		goto err_table;
+	ret = -pthread_mutex_init(&b->mu, NULL);
+	if (ret)
+		goto err_from;
+	ret = -pthread_cond_init(&b->cv, NULL);
+	if (ret)
+		goto err_mutex;
+	ret = -pthread_create(&b->thr, NULL, worker_main, b);
+	if (ret)
+		goto err_cond;
+	*out = b;
+	return 0;
+err_cond:
+	pthread_cond_destroy(&b->cv);
+err_mutex:
+	pthread_mutex_destroy(&b->mu);
+err_from:
+	free(b->acc_from);
+err_table:
+	toy_table_fini(&b->tab);
+err_model:
+	toy_model_fini(&b->m);
+err_free:
+	free(b);
+	return ret;
+}
+
+static void sched_complete(void *arg, uint64_t round_id, int status)
+{
+	rk_sched_complete(arg, round_id, status);
+}
+
+void toy_cpu_set_sched(struct toy_cpu *b, struct rk_sched *s)
+{
+	toy_cpu_set_complete(b, s ? sched_complete : NULL, s);
+}
+
+void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg)
+{
+	b->complete = fn;
+	b->complete_arg = arg;
+}
+
+bool toy_cpu_busy(const struct toy_cpu *b)
+{
+	return b->inflight > 0;
+}
+
+uint32_t toy_cpu_streams(const struct toy_cpu *b)
+{
+	return b->tab.count;
+}
+
+const struct toy_model *toy_cpu_model(const struct toy_cpu *b)
+{
+	return &b->m;
+}
+
+void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out)
+{
+	*out = b->stats;
+}
+
+int toy_cpu_destroy(struct toy_cpu *b)
+{
+	struct toy_job *job;
+
+	if (!b)
+		return 0;
+	if (b->inflight)
+		return -EBUSY;
+	pthread_mutex_lock(&b->mu);
+	b->stop = true;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+	pthread_join(b->thr, NULL);
+	pthread_cond_destroy(&b->cv);
+	pthread_mutex_destroy(&b->mu);
+	if (b->cur)
+		job_put(b, b->cur);
+	while ((job = b->free_jobs)) {
+		b->free_jobs = job->next;
+		job_free(job);
+	}
+	free(b->retire_q);
+	free(b->acc);
+	free(b->acc_from);
+	toy_table_fini(&b->tab);
+	toy_model_fini(&b->m);
+	free(b);
+	return 0;
+}

@@ -1,0 +1,1333 @@
+// SPDX-License-Identifier: MIT
+/*
+ * check_toy: the toy model (examples/TOY.md) and its CPU backend.
+ *
+ * The model tests pin the definition: the golden values below were computed
+ * by an independent Python transcription of TOY.md and match this C code bit
+ * for bit, so a GPU port can be checked against the same numbers. The table
+ * tests drive a rank's round execution directly (positions, drafts on scratch
+ * copies, the stream rule). The backend tests run a world of 1, 2 and 4
+ * ranks as threads over loopback: first with a small scheduler written here
+ * (hand-built ROUNDs, drafts right and wrong), then with rk_sched; every
+ * stream's tokens must equal toy_generate_ref() at TP1.
+ *
+ * Threads never call Check assertions: they record the failing line and
+ * error, and the test body asserts after joining them.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rankrt.h"
+#include "toy.h"
+
+#define TIMEOUT_S	60
+#define MS		1000000ull
+#define SESSION		0x746f790000000001ull
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The test's own generator (not the model's hash, so the two stay independent). */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Encode, decode and copy a round, as launch() sees it. Return toy_round_copy()'s result. */
+static int make_round(struct toy_round *r, uint64_t id, const struct rk_wire_stream *st,
+		      uint32_t n, const uint32_t *tok, uint32_t V)
+{
+	static uint8_t buf[1 << 16];
+	struct rk_wire_round view;
+	int64_t len;
+
+	len = rk_wire_encode_round(buf, sizeof(buf), id, st, n, tok);
+	ck_assert_int_gt(len, 0);
+	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
+	return toy_round_copy(r, &view, V);
+}
+
+/* ---- the model ----------------------------------------------------------------------- */
+
+/* Values of the definition, from the Python transcription of TOY.md. */
+START_TEST(test_hash_golden)
+{
+	ck_assert_uint_eq(toy_hash(0, 0, 0), 0xa706dd2f4d197e6full);
+	ck_assert_uint_eq(toy_hash(1, 1, 5), 0xcc9c143a25c28764ull);
+	ck_assert_uint_eq(toy_hash(42, 3, 7), 0x7cb0357504762aefull);
+}
+END_TEST
+
+START_TEST(test_logits_golden)
+{
+	struct toy_model m;
+	struct toy_state st;
+	int32_t lg[256];
+	int64_t sum = 0;
+	int v;
+
+	ck_assert_int_eq(toy_model_init(&m, 256, 64, 1, 0, 1), 0);
+	ck_assert_int_eq(toy_state_init(&m, &st), 0);
+	ck_assert_int_eq(toy_state_feed(&m, &st, 1), 0);
+	toy_partial_logits(&m, &st, lg);
+	ck_assert_int_eq(lg[0], 577644);
+	ck_assert_int_eq(lg[1], 564892);
+	ck_assert_int_eq(lg[2], 463365);
+	ck_assert_int_eq(lg[3], 478192);
+	for (v = 0; v < 256; v++)
+		sum += lg[v];
+	ck_assert_int_eq(sum, 143824628);
+	ck_assert_uint_eq(toy_pick(256, 64, lg, NULL, 0), 25);
+	toy_state_fini(&st);
+	toy_model_fini(&m);
+}
+END_TEST
+
+START_TEST(test_model_errors)
+{
+	struct toy_model m;
+	struct toy_state st;
+
+	ck_assert_int_eq(toy_model_init(&m, 256, 1000, 1, 0, 3), -EINVAL);	/* H % T */
+	ck_assert_int_eq(toy_model_init(&m, 256, 64, 1, 0, 0), -EINVAL);
+	ck_assert_int_eq(toy_model_init(&m, 256, 64, 1, 2, 2), -EINVAL);	/* r >= T */
+	ck_assert_int_eq(toy_model_init(&m, 0, 64, 1, 0, 1), -EINVAL);
+	ck_assert_int_eq(toy_model_init(&m, TOY_MAX_V + 1, 64, 1, 0, 1), -EINVAL);
+	ck_assert_int_eq(toy_model_init(&m, 256, 0, 1, 0, 1), -EINVAL);
+	ck_assert_int_eq(toy_model_init(&m, 256, TOY_MAX_H * 2, 1, 0, 1), -EINVAL);
+	ck_assert_int_eq(toy_model_init(&m, 16, TOY_MAX_H, 1, 0, 1), 0);
+	toy_model_fini(&m);
+	ck_assert_int_eq(toy_model_init(&m, 16, 64, 1, 0, 1), 0);
+	ck_assert_int_eq(toy_state_init(&m, &st), 0);
+	ck_assert_int_eq(toy_state_feed(&m, &st, 16), -EINVAL);
+	ck_assert_int_eq(toy_state_feed(&m, &st, 15), 0);
+	toy_state_fini(&st);
+	toy_model_fini(&m);
+}
+END_TEST
+
+/* The sum of T shards' partials equals the TP1 logits, state after state. */
+START_TEST(test_shards_sum)
+{
+	const uint32_t T = 1u << _i, V = 256, H = 256;
+	struct toy_model m1, m[4];
+	struct toy_state s1, s[4];
+	int32_t l1[256], part[256], sum[256];
+	uint64_t rs = 7 + _i;
+	uint32_t r, v, k, seq, t, tok;
+
+	ck_assert_int_eq(toy_model_init(&m1, V, H, 99, 0, 1), 0);
+	for (r = 0; r < T; r++) {
+		ck_assert_int_eq(toy_model_init(&m[r], V, H, 99, r, T), 0);
+		ck_assert_uint_eq(m[r].lo, r * (H / T));
+		ck_assert_uint_eq(m[r].hi - m[r].lo, H / T);
+		/* each shard generated just its columns, identical to TP1's */
+		for (v = 0; v < V; v++)
+			for (k = 0; k < m[r].n; k++) {
+				ck_assert_uint_eq(m[r].E[v * m[r].n + k],
+						  m1.E[v * m1.n + m[r].lo + k]);
+				ck_assert_uint_eq(m[r].W[v * m[r].n_pad + k],
+						  m1.W[v * m1.n_pad + m[r].lo + k]);
+				ck_assert_uint_lt(m[r].W[v * m[r].n_pad + k], 128);
+			}
+	}
+	for (seq = 0; seq < 12; seq++) {
+		ck_assert_int_eq(toy_state_init(&m1, &s1), 0);
+		for (r = 0; r < T; r++)
+			ck_assert_int_eq(toy_state_init(&m[r], &s[r]), 0);
+		for (t = 0; t < 24; t++) {
+			tok = (uint32_t)(rng_next(&rs) % V);
+			ck_assert_int_eq(toy_state_feed(&m1, &s1, tok), 0);
+			toy_partial_logits(&m1, &s1, l1);
+			memset(sum, 0, sizeof(sum));
+			for (r = 0; r < T; r++) {
+				ck_assert_int_eq(toy_state_feed(&m[r], &s[r], tok), 0);
+				ck_assert_mem_eq(s[r].h, s1.h + m[r].lo, m[r].n * 4);
+				toy_partial_logits(&m[r], &s[r], part);
+				for (v = 0; v < V; v++)
+					sum[v] += part[v];
+			}
+			ck_assert_mem_eq(sum, l1, sizeof(l1));
+		}
+		toy_state_fini(&s1);
+		for (r = 0; r < T; r++)
+			toy_state_fini(&s[r]);
+	}
+	toy_model_fini(&m1);
+	for (r = 0; r < T; r++)
+		toy_model_fini(&m[r]);
+}
+END_TEST
+
+/* Every kernel equals a plain loop, across padding, blocks and V % 4 tails. */
+START_TEST(test_kernels)
+{
+	static const uint32_t shapes[][2] = {
+		{ 256, 64 }, { 7, 100 }, { 33, 5000 }, { 256, 4096 }
+	};
+	const uint32_t V = shapes[_i][0], H = shapes[_i][1];
+	struct toy_model m;
+	struct toy_state st;
+	int32_t *want = malloc(V * 4), *got = malloc(V * 4);
+	uint64_t rs = 3;
+	uint32_t v, k, t;
+	uint32_t *h = malloc(H * 4), x, tok;
+	int kern, ret, ran = 0;
+
+	ck_assert_int_eq(toy_model_init(&m, V, H, 5, 0, 1), 0);
+	ck_assert_int_eq(toy_state_init(&m, &st), 0);
+	memcpy(h, m.h0, H * 4);
+	for (t = 0; t < 6; t++) {
+		/* the state update, written out (the library's may be vectorized) */
+		tok = (uint32_t)(rng_next(&rs) % V);
+		ck_assert_int_eq(toy_state_feed(&m, &st, tok), 0);
+		for (k = 0; k < H; k++) {
+			x = h[k] * 0x9E3779B1u + m.E[(size_t)tok * H + k] + k;
+			h[k] = x ^ (x >> 15);
+		}
+		ck_assert_mem_eq(st.h, h, H * 4);
+		for (v = 0; v < V; v++) {
+			int64_t s = 0;
+
+			for (k = 0; k < m.n; k++)
+				s += (int64_t)m.W[(size_t)v * m.n_pad + k] *
+				     ((st.h[k] >> 16) & 0xff);
+			ck_assert_int_lt(s, INT32_MAX);
+			want[v] = (int32_t)s;
+		}
+		toy_partial_logits(&m, &st, got);
+		ck_assert_mem_eq(got, want, V * 4);
+		for (kern = TOY_KERNEL_C; kern <= TOY_KERNEL_AVX2; kern++) {
+			ret = toy_partial_logits_kernel(&m, &st, got, kern);
+			if (ret == -EOPNOTSUPP)
+				continue;
+			ck_assert_int_eq(ret, 0);
+			ck_assert_mem_eq(got, want, V * 4);
+			ran++;
+		}
+	}
+	ck_assert_int_ge(ran, 6);	/* the portable kernel at least */
+	ck_assert_int_eq(toy_partial_logits_kernel(&m, &st, got, (enum toy_kernel)9), -EOPNOTSUPP);
+	toy_state_fini(&st);
+	toy_model_fini(&m);
+	free(want);
+	free(got);
+	free(h);
+}
+END_TEST
+
+/* ---- picking -------------------------------------------------------------------------- */
+
+START_TEST(test_pick_greedy)
+{
+	int32_t lg[8] = { 5, 9, 3, 9, -1, 9, 0, 2 };
+	struct toy_sampling s = { 0 };
+
+	ck_assert_uint_eq(toy_pick(8, 64, lg, NULL, 0), 1);	/* lowest v of the ties */
+	ck_assert_uint_eq(toy_pick(8, 64, lg, &s, 0), 1);
+	s.top_k = 4;
+	s.temperature = 0.0f;					/* no temperature: greedy */
+	ck_assert_uint_eq(toy_pick(8, 64, lg, &s, 3), 1);
+	s.temperature = -1.0f;
+	ck_assert_uint_eq(toy_pick(8, 64, lg, &s, 3), 1);
+	s.temperature = NAN;
+	ck_assert_uint_eq(toy_pick(8, 64, lg, &s, 3), 1);
+	s.temperature = 1.0f;
+	s.top_k = 1;						/* top-1 is greedy too */
+	ck_assert_uint_eq(toy_pick(8, 64, lg, &s, 3), 1);
+}
+END_TEST
+
+START_TEST(test_pick_sampled)
+{
+	static const uint32_t golden1[12] = { 136, 25, 184, 65, 219, 95, 95, 39, 99, 25, 234, 9 };
+	static const uint32_t golden2[12] = {
+		232, 124, 74, 16, 202, 114, 22, 33, 118, 71, 26, 163
+	};
+	struct toy_sampling s = { 40, 0.8f, 0.95f, 1234 }, s2 = { 256, 2.0f, 0.0f, 5 };
+	struct toy_model m;
+	struct toy_state st;
+	int32_t lg[256], sorted[256], kth;
+	uint32_t i, j, tok, seen = 0;
+	bool hit[256] = { false };
+
+	ck_assert_int_eq(toy_model_init(&m, 256, 64, 1, 0, 1), 0);
+	ck_assert_int_eq(toy_state_init(&m, &st), 0);
+	ck_assert_int_eq(toy_state_feed(&m, &st, 1), 0);
+	toy_partial_logits(&m, &st, lg);
+	for (i = 0; i < 12; i++) {
+		ck_assert_uint_eq(toy_pick(256, 64, lg, &s, i), golden1[i]);
+		ck_assert_uint_eq(toy_pick(256, 64, lg, &s2, i), golden2[i]);
+	}
+	/* every pick is among the top k; a function of its arguments only */
+	memcpy(sorted, lg, sizeof(lg));
+	for (i = 0; i < 256; i++)
+		for (j = i + 1; j < 256; j++)
+			if (sorted[j] > sorted[i]) {
+				int32_t x = sorted[i];
+
+				sorted[i] = sorted[j];
+				sorted[j] = x;
+			}
+	s.top_k = 10;
+	s.top_p = 1.0f;
+	kth = sorted[9];
+	for (i = 0; i < 2000; i++) {
+		tok = toy_pick(256, 64, lg, &s, i);
+		ck_assert_int_ge(lg[tok], kth);
+		ck_assert_uint_eq(tok, toy_pick(256, 64, lg, &s, i));
+		if (!hit[tok]) {
+			hit[tok] = true;
+			seen++;
+		}
+	}
+	ck_assert_uint_ge(seen, 3);
+	/* a tiny top_p keeps only the best */
+	s.top_p = 1e-9f;
+	for (i = 0; i < 200; i++)
+		ck_assert_uint_eq(toy_pick(256, 64, lg, &s, i), toy_pick(256, 64, lg, NULL, 0));
+	/* top_k above V (and above TOY_TOPK_MAX) is clamped */
+	s.top_k = 100000;
+	s.top_p = 0.5f;
+	for (i = 0; i < 50; i++)
+		ck_assert_uint_lt(toy_pick(256, 64, lg, &s, i), 256);
+	toy_state_fini(&st);
+	toy_model_fini(&m);
+}
+END_TEST
+
+/* Equal logits: weights are equal, so the draws are uniform over the top k. */
+START_TEST(test_pick_uniform)
+{
+	int32_t lg[16] = { 0 };
+	struct toy_sampling s = { 4, 1.0f, 0.0f, 77 };
+	uint32_t count[16] = { 0 }, i;
+
+	lg[3] = lg[5] = lg[9] = lg[12] = lg[14] = 1000;
+	for (i = 0; i < 8000; i++)
+		count[toy_pick(16, 1024, lg, &s, i)]++;
+	/* the top 4 by (logit, lower v) are 3, 5, 9, 12; 14 loses the tie */
+	ck_assert_uint_eq(count[14], 0);
+	ck_assert_uint_eq(count[3] + count[5] + count[9] + count[12], 8000);
+	for (i = 0; i < 16; i++)
+		if (count[i])
+			ck_assert(count[i] > 1700 && count[i] < 2300);
+}
+END_TEST
+
+/* ---- the reference generator --------------------------------------------------------------- */
+
+START_TEST(test_ref_golden)
+{
+	static const uint32_t greedy64[16] = { 117, 158, 25, 219, 25, 39, 25, 25,
+					       25, 113, 25, 39, 158, 25, 39, 25 };
+	static const uint32_t sampled64[16] = { 5, 57, 25, 67, 39, 52, 188, 101,
+						125, 39, 184, 6, 209, 184, 39, 131 };
+	static const uint32_t greedy[8] = { 208, 72, 80, 135, 158, 159, 208, 208 };
+	static const uint32_t sampled[8] = { 232, 72, 226, 128, 13, 27, 115, 221 };
+	const uint32_t p5[5] = { 1, 2, 3, 4, 5 }, p8[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct toy_sampling g = { 0 }, s = { 40, 0.8f, 0.95f, 1234 };
+	uint32_t out[32], again[32];
+	char hex[17];
+
+	ck_assert_int_eq(toy_generate_ref(256, 64, 1, p5, 5, 16, &g, out), 0);
+	ck_assert_mem_eq(out, greedy64, sizeof(greedy64));
+	ck_assert_int_eq(toy_generate_ref(256, 64, 1, p5, 5, 16, &s, out), 0);
+	ck_assert_mem_eq(out, sampled64, sizeof(sampled64));
+
+	/* the default size (V 256, H 1024, seed 1): the port's reference receipts */
+	ck_assert_int_eq(toy_generate_ref(256, 1024, 1, p8, 8, 32, &g, out), 0);
+	ck_assert_mem_eq(out, greedy, sizeof(greedy));
+	ck_assert_int_eq(toy_generate_ref(256, 1024, 1, p8, 8, 32, &g, again), 0);
+	ck_assert_mem_eq(out, again, sizeof(out));
+	ck_assert_int_eq(toy_hash_tokens(out, 32, hex), 0);
+#ifdef RK_HAVE_OPENSSL
+	ck_assert_str_eq(hex, "c0b508f0edb5eec1");
+#else
+	ck_assert_str_eq(hex, "d623f36a2c96a529");
+#endif
+	ck_assert_int_eq(toy_generate_ref(256, 1024, 1, p8, 8, 32, &s, out), 0);
+	ck_assert_mem_eq(out, sampled, sizeof(sampled));
+	ck_assert_int_eq(toy_hash_tokens(out, 32, hex), 0);
+#ifdef RK_HAVE_OPENSSL
+	ck_assert_str_eq(hex, "ff3d3605f05dd9d1");
+#else
+	ck_assert_str_eq(hex, "89e55e2b703b9eea");
+#endif
+	/* a different sampling seed gives a different stream */
+	s.seed++;
+	ck_assert_int_eq(toy_generate_ref(256, 1024, 1, p8, 8, 32, &s, again), 0);
+	ck_assert(memcmp(out, again, sizeof(out)) != 0);
+}
+END_TEST
+
+START_TEST(test_ref_errors)
+{
+	const uint32_t bad[2] = { 1, 256 };
+	uint32_t out[4];
+
+	ck_assert_int_eq(toy_generate_ref(256, 64, 1, bad, 0, 4, NULL, out), -EINVAL);
+	ck_assert_int_eq(toy_generate_ref(256, 64, 1, bad, 2, 4, NULL, out), -EINVAL);
+	ck_assert_int_eq(toy_generate_ref(256, 63, 1, bad, 1, 4, NULL, out), 0);
+	ck_assert_int_eq(toy_generate_ref(256, 0, 1, bad, 1, 4, NULL, out), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_hash_tokens)
+{
+	const uint32_t t[3] = { 1, 2, 3 };
+	char hex[17];
+
+	ck_assert_int_eq(toy_hash_tokens(NULL, 0, hex), 0);
+#ifdef RK_HAVE_OPENSSL
+	ck_assert_str_eq(hex, "e3b0c44298fc1c14");	/* SHA-256 of nothing */
+	ck_assert_int_eq(toy_hash_tokens(t, 3, hex), 0);
+	ck_assert_str_eq(hex, "4636993d3e1da4e9");
+#else
+	ck_assert_str_eq(hex, "cbf29ce484222325");	/* the FNV-1a 64 basis */
+	ck_assert_int_eq(toy_hash_tokens(t, 3, hex), 0);
+	ck_assert_str_eq(hex, "fd1f0f4381eb0395");
+#endif
+}
+END_TEST
+
+/* ---- the stream table ------------------------------------------------------------------------ */
+
+#define TV 256
+#define TH 128
+
+struct tbl {
+	struct toy_model m;
+	struct toy_table t;
+	struct toy_round r;
+	int32_t out[32 * TV];
+};
+
+static void tbl_init(struct tbl *x, uint32_t rank, uint32_t T)
+{
+	memset(x, 0, sizeof(*x));
+	ck_assert_int_eq(toy_model_init(&x->m, TV, TH, 11, rank, T), 0);
+	ck_assert_int_eq(toy_table_init(&x->t, &x->m), 0);
+}
+
+static void tbl_fini(struct tbl *x)
+{
+	toy_round_fini(&x->r);
+	toy_table_fini(&x->t);
+	toy_model_fini(&x->m);
+}
+
+static struct rk_wire_stream wst(uint64_t id, uint32_t pos, uint32_t n, uint32_t d)
+{
+	return (struct rk_wire_stream){ .stream_id = id, .position = pos, .n_tokens = n,
+					.n_draft = d };
+}
+
+/* TP1 partials after feeding @n tokens from scratch. */
+static void logits_after(const struct toy_model *m, const uint32_t *tok, uint32_t n, int32_t *out)
+{
+	struct toy_state st;
+	uint32_t i;
+
+	ck_assert_int_eq(toy_state_init(m, &st), 0);
+	for (i = 0; i < n; i++)
+		ck_assert_int_eq(toy_state_feed(m, &st, tok[i]), 0);
+	toy_partial_logits(m, &st, out);
+	toy_state_fini(&st);
+}
+
+START_TEST(test_table_rounds)
+{
+	/* A: prompt 1 2 3 4 5; B: prompt 9 */
+	const uint32_t seqA[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
+	struct rk_wire_stream st[2] = { wst(100, 0, 5, 0), wst(200, 0, 1, 3) };
+	uint32_t tok[16] = { 1, 2, 3, 4, 5, 9, 40, 41, 42 };
+	uint32_t B[4] = { 9, 40, 41, 42 };
+	int32_t want[TV];
+	struct tbl x;
+	uint32_t j;
+
+	tbl_init(&x, 0, 1);
+	ck_assert_int_eq(make_round(&x.r, 1, st, 2, tok, TV), 0);
+	ck_assert_uint_eq(x.r.n_out, 1 + 4);
+	ck_assert_uint_eq(x.r.st[1].out_off, 1);
+	ck_assert_uint_eq(x.r.st[1].tok_off, 5);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	ck_assert_uint_eq(x.t.count, 2);
+	ck_assert_int_eq(toy_table_position(&x.t, 100), 5);
+	/* drafts never commit: B's position counts its input only */
+	ck_assert_int_eq(toy_table_position(&x.t, 200), 1);
+	logits_after(&x.m, seqA, 5, want);
+	ck_assert_mem_eq(x.out, want, sizeof(want));
+	for (j = 0; j <= 3; j++) {
+		logits_after(&x.m, B, 1 + j, want);
+		ck_assert_mem_eq(x.out + (1 + j) * TV, want, sizeof(want));
+	}
+
+	/* round 2: A decodes one token; B had 2 drafts accepted plus the next: 3 inputs */
+	st[0] = wst(100, 5, 1, 2);
+	st[1] = wst(200, 1, 3, 0);
+	tok[0] = 6;
+	tok[1] = 7;
+	tok[2] = 8;
+	tok[3] = 40;
+	tok[4] = 41;
+	tok[5] = 77;
+	ck_assert_int_eq(make_round(&x.r, 2, st, 2, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	ck_assert_int_eq(toy_table_position(&x.t, 100), 6);
+	ck_assert_int_eq(toy_table_position(&x.t, 200), 4);
+	for (j = 0; j <= 2; j++) {
+		logits_after(&x.m, seqA, 6 + j, want);
+		ck_assert_mem_eq(x.out + j * TV, want, sizeof(want));
+	}
+	B[3] = 77;
+	logits_after(&x.m, B, 4, want);
+	ck_assert_mem_eq(x.out + 3 * TV, want, sizeof(want));
+
+	/* round 3: B alone; A is absent, so it is retired (the stream rule) */
+	st[0] = wst(200, 4, 1, 0);
+	tok[0] = 5;
+	ck_assert_int_eq(make_round(&x.r, 3, st, 1, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	ck_assert_uint_eq(x.t.count, 1);
+	ck_assert_int_eq(toy_table_position(&x.t, 100), -ENOENT);
+	ck_assert_int_eq(toy_table_position(&x.t, 200), 5);
+	/* A again at position 0 starts fresh */
+	st[0] = wst(100, 0, 2, 0);
+	st[1] = wst(200, 5, 1, 0);
+	tok[0] = 1;
+	tok[1] = 2;
+	tok[2] = 6;
+	ck_assert_int_eq(make_round(&x.r, 4, st, 2, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	logits_after(&x.m, seqA, 2, want);
+	ck_assert_mem_eq(x.out, want, sizeof(want));
+	/* explicit retire, twice */
+	ck_assert_int_eq(toy_table_retire(&x.t, 100), 0);
+	ck_assert_int_eq(toy_table_retire(&x.t, 100), -ENOENT);
+	ck_assert_uint_eq(x.t.count, 1);
+	tbl_fini(&x);
+}
+END_TEST
+
+/* A bad round changes nothing: no state advances, no stream is created or retired. */
+START_TEST(test_table_errors)
+{
+	struct rk_wire_stream st[3] = { wst(1, 0, 2, 0), wst(2, 0, 1, 0) };
+	uint32_t tok[8] = { 3, 4, 5, 6, 7 };
+	struct toy_state before;
+	struct tbl x;
+
+	tbl_init(&x, 0, 1);
+	ck_assert_int_eq(make_round(&x.r, 1, st, 2, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	ck_assert_int_eq(toy_state_init(&x.m, &before), 0);
+	toy_state_copy(&x.m, &before, &toy_table_find(&x.t, 1)->st);
+
+	/* stream 1 at the wrong position; stream 2 absent (must not be retired) */
+	st[0] = wst(1, 3, 1, 0);
+	ck_assert_int_eq(make_round(&x.r, 2, st, 1, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), -EPROTO);
+	/* an unknown stream that claims earlier tokens */
+	st[0] = wst(1, 2, 1, 0);
+	st[1] = wst(2, 1, 1, 0);
+	st[2] = wst(3, 4, 1, 0);
+	ck_assert_int_eq(make_round(&x.r, 3, st, 3, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), -EPROTO);
+	/* a known stream twice */
+	st[2] = wst(1, 2, 1, 0);
+	ck_assert_int_eq(make_round(&x.r, 4, st, 3, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), -EINVAL);
+	/* a new stream twice: the first copy, created in the same round, is undone */
+	st[1] = wst(9, 0, 1, 0);
+	st[2] = wst(9, 0, 1, 0);
+	ck_assert_int_eq(make_round(&x.r, 5, st, 3, tok, TV), 0);
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), -EINVAL);
+	ck_assert_int_eq(toy_table_position(&x.t, 9), -ENOENT);
+
+	ck_assert_uint_eq(x.t.count, 2);
+	ck_assert_int_eq(toy_table_position(&x.t, 1), 2);
+	ck_assert_int_eq(toy_table_position(&x.t, 2), 1);
+	ck_assert_mem_eq(toy_table_find(&x.t, 1)->st.h, before.h, x.m.n * 4);
+
+	/* a token outside the vocabulary is refused when the round is copied */
+	tok[0] = TV;
+	st[0] = wst(1, 2, 1, 0);
+	ck_assert_int_eq(make_round(&x.r, 6, st, 1, tok, TV), -EINVAL);
+	/* ... and by exec for a hand-made round */
+	tok[0] = 3;
+	ck_assert_int_eq(make_round(&x.r, 6, st, 1, tok, TV), 0);
+	x.r.tok[0] = TV;
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), -EINVAL);
+	x.r.tok[0] = 3;
+	ck_assert_int_eq(toy_table_exec(&x.t, &x.r, x.out), 0);
+	ck_assert_int_eq(toy_table_position(&x.t, 1), 3);
+	ck_assert_int_eq(toy_table_position(&x.t, 2), -ENOENT);	/* absent: retired now */
+	toy_state_fini(&before);
+	tbl_fini(&x);
+}
+END_TEST
+
+/* Many streams come and go: the open-addressed table keeps every position right. */
+START_TEST(test_table_churn)
+{
+	enum { N = 300 };
+	static struct rk_wire_stream st[N];
+	static uint32_t tok[N], pos[N];
+	static bool live[N];
+	uint64_t rs = 1234;
+	uint32_t round, i, n;
+	struct toy_model m;
+	struct toy_table t;
+	struct toy_round r = { 0 };
+	int32_t *out = malloc((size_t)N * 16 * sizeof(*out));
+
+	ck_assert_int_eq(toy_model_init(&m, 16, 32, 1, 0, 1), 0);
+	ck_assert_int_eq(toy_table_init(&t, &m), 0);
+	for (round = 1; round <= 60; round++) {
+		/* about a third of the streams change state each round */
+		for (i = 0; i < N; i++)
+			if (rng_next(&rs) % 3 == 0) {
+				live[i] = !live[i];
+				pos[i] = 0;
+			}
+		n = 0;
+		for (i = 0; i < N; i++) {
+			if (!live[i])
+				continue;
+			st[n] = wst(((uint64_t)i << 40) | 0x5a5a, pos[i], 1, 0);
+			tok[n++] = i % 16;
+		}
+		ck_assert_int_eq(make_round(&r, round, st, n, tok, 16), 0);
+		ck_assert_int_eq(toy_table_exec(&t, &r, out), 0);
+		ck_assert_uint_eq(t.count, n);
+		for (i = 0; i < N; i++) {
+			if (live[i])
+				pos[i]++;
+			ck_assert_int_eq(toy_table_position(&t, ((uint64_t)i << 40) | 0x5a5a),
+					 live[i] ? (int64_t)pos[i] : -ENOENT);
+		}
+	}
+	toy_round_fini(&r);
+	toy_table_fini(&t);
+	toy_model_fini(&m);
+	free(out);
+}
+END_TEST
+
+/* T shards' tables, fed the same rounds, sum to TP1's outputs. */
+START_TEST(test_table_tp)
+{
+	const uint32_t T = 2u << _i;
+	struct rk_wire_stream st[2] = { wst(5, 0, 3, 2), wst(6, 0, 2, 1) };
+	uint32_t tok[8] = { 10, 20, 30, 31, 32, 7, 8, 9 };
+	static struct tbl one, sh[4];
+	static int32_t sum[32 * TV];
+	uint32_t r, k, round;
+
+	tbl_init(&one, 0, 1);
+	for (r = 0; r < T; r++)
+		tbl_init(&sh[r], r, T);
+	for (round = 1; round <= 3; round++) {
+		ck_assert_int_eq(make_round(&one.r, round, st, 2, tok, TV), 0);
+		ck_assert_int_eq(toy_table_exec(&one.t, &one.r, one.out), 0);
+		memset(sum, 0, sizeof(sum));
+		for (r = 0; r < T; r++) {
+			ck_assert_int_eq(make_round(&sh[r].r, round, st, 2, tok, TV), 0);
+			ck_assert_int_eq(toy_table_exec(&sh[r].t, &sh[r].r, sh[r].out), 0);
+			for (k = 0; k < one.r.n_out * TV; k++)
+				sum[k] += sh[r].out[k];
+		}
+		ck_assert_mem_eq(sum, one.out, one.r.n_out * TV * 4);
+		/* next round: 1 accepted draft + 1 new token for stream 5, 1 for stream 6 */
+		st[0] = wst(5, st[0].position + st[0].n_tokens, 2, 2);
+		st[1] = wst(6, st[1].position + st[1].n_tokens, 1, 1);
+		for (k = 0; k < 7; k++)
+			tok[k] = (tok[k] * 7 + round) % TV;
+	}
+	tbl_fini(&one);
+	for (r = 0; r < T; r++)
+		tbl_fini(&sh[r]);
+}
+END_TEST
+
+/* ---- the backend in a world of threads ----------------------------------------------------- */
+
+#define BV		256
+#define BH		256
+#define BSEED		21
+#define NSTREAM		3
+#define GEN_MAX		40
+#define HIST_MAX	64
+#define DRAFT_K		3
+#define TAG_QUIT	0x71756974u
+
+struct tstream {
+	uint64_t id;
+	struct toy_sampling s;
+	uint32_t prompt[8], n_prompt, n_gen;
+	uint32_t ref[GEN_MAX];
+	/* leader's scheduling */
+	uint32_t hist[HIST_MAX], hist_len, fed, generated;
+	uint32_t n_in, n_draft;
+	bool done;
+	/* rk_sched variant */
+	struct rk_request req;
+	uint32_t got[GEN_MAX], n_got;
+	int done_err, n_done;
+};
+
+struct tworld {
+	int size;
+	bool use_sched;
+	atomic_int port;
+	struct tstream s[NSTREAM];
+	struct trank {
+		struct tworld *tw;
+		int rank;
+		struct rk_loop *loop;
+		struct rk_world *w;
+		struct toy_cpu *b;
+		struct rk_sched *sched;
+		int line, err;			/* where and why it failed; 0 = it did not */
+		bool quit;
+		int frame_err;			/* first error a frame handler hit */
+		int peer_errs;
+		uint64_t completions;
+		bool round_done;
+		uint64_t done_id;
+		int done_status;
+		uint32_t streams_left;		/* leader: toy_cpu_streams() at the end */
+		uint32_t expect_left;		/* leader: streams the next round would retire */
+		uint64_t rounds;
+		struct toy_cpu_stats stats;
+	} r[4];
+};
+
+#define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
+#define RUN_UNTIL(t, deadline, cond)						\
+	({									\
+		while (!(cond) && now_ns() < (deadline))			\
+			if (rk_loop_run((t)->loop, RK_RUN_ONCE) < 0)		\
+				break;						\
+		(bool)(cond);							\
+	})
+
+static void note_err(struct trank *t, int err)
+{
+	if (err < 0 && !t->frame_err)
+		t->frame_err = err;
+}
+
+static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, void *arg)
+{
+	struct trank *t = arg;
+	struct rk_wire_round view;
+	struct rk_wire_user u;
+	int ret;
+
+	(void)w;
+	if (!t->b) {
+		note_err(t, -EAGAIN);
+		return RK_BUSY;
+	}
+	if (t->sched) {
+		ret = rk_sched_on_frame(t->sched, peer, h, payload);
+		if (ret != -ENOENT)
+			return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
+	}
+	ret = toy_cpu_on_frame(t->b, peer, h, payload);
+	if (ret != -ENOENT) {
+		note_err(t, ret);
+		return RK_BUSY;
+	}
+	if (h->type == RK_FRAME_ROUND && !t->sched) {
+		/* a follower without a scheduler launches what it receives */
+		ret = rk_wire_decode_round(payload, h->len, &view);
+		if (!ret)
+			ret = toy_cpu_ops.launch(t->b, &view, h->flags);
+		note_err(t, ret);
+		return RK_BUSY;
+	}
+	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
+	    u.tag == TAG_QUIT)
+		t->quit = true;
+	return RK_BUSY;
+}
+
+static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
+{
+	struct trank *t = arg;
+
+	(void)w;
+	(void)rank;
+	(void)err;
+	t->peer_errs++;
+}
+
+static const struct rk_world_ops world_ops = {
+	.frame = on_frame,
+	.peer_error = on_peer_error,
+};
+
+static void on_complete(void *arg, uint64_t round_id, int status)
+{
+	struct trank *t = arg;
+
+	t->completions++;
+	t->round_done = true;
+	t->done_id = round_id;
+	t->done_status = status;
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd, port = -EADDRNOTAVAIL;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &len))
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static int node_create(struct trank *t, uint64_t deadline)
+{
+	struct rk_config c;
+	int ret, port = 1, tries = 0;
+
+	for (;;) {
+		rk_config_init(&c);
+		c.rank = t->rank;
+		c.world_size = t->tw->size;
+		c.session_id = SESSION;
+		c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
+		c.peer_timeout_ns = 5000 * MS;
+		c.connect_timeout_ns = 10000 * MS;
+		if (t->rank == 0) {
+			port = free_port();
+			if (port < 0)
+				return port;
+		} else {
+			while (!(port = atomic_load(&t->tw->port)) && now_ns() < deadline)
+				usleep(1000);
+			if (!port)
+				return -ETIMEDOUT;
+		}
+		snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+		ret = rk_loop_create(&c, &t->loop);
+		if (ret)
+			return ret;
+		ret = rk_world_create(t->loop, &world_ops, t, &t->w);
+		if (!ret)
+			break;
+		rk_loop_destroy(t->loop);
+		t->loop = NULL;
+		if (t->rank != 0 || ret != -EADDRINUSE || ++tries == 10)
+			return ret;
+	}
+	if (t->rank == 0)
+		atomic_store(&t->tw->port, port);
+	return 0;
+}
+
+/* The test's scheduler: drafts from the reference, some deliberately wrong. */
+static uint32_t make_drafts(struct tstream *s, uint32_t round, uint32_t *out)
+{
+	uint32_t remaining = s->n_gen - s->generated, k, j;
+
+	k = remaining - 1 < DRAFT_K ? remaining - 1 : DRAFT_K;
+	if (round % 4 == 2)
+		k = 0;
+	for (j = 0; j < k; j++) {
+		out[j] = s->ref[s->generated + j];
+		if (round % 3 == 1 && j == 1)
+			out[j] = (out[j] + 1) % BV;	/* rejected here, and the rest after it */
+	}
+	return k;
+}
+
+static int leader_rounds(struct trank *t, uint64_t deadline)
+{
+	static uint8_t buf[1 << 16];
+	struct tworld *tw = t->tw;
+	struct rk_wire_stream st[NSTREAM];
+	struct tstream *in_round[NSTREAM];
+	uint32_t tok[NSTREAM * (HIST_MAX + DRAFT_K)], outs[DRAFT_K + 1];
+	struct rk_wire_round view;
+	uint32_t n, ntok, i, j, acc, emit, flags, left = NSTREAM, x;
+	uint64_t round = 0;
+	int64_t len;
+	int ret;
+
+	while (left) {
+		n = 0;
+		ntok = 0;
+		flags = 0;
+		round++;
+		for (i = 0; i < NSTREAM; i++) {
+			struct tstream *s = &tw->s[i];
+
+			if (s->done)
+				continue;
+			s->n_in = s->hist_len - s->fed;
+			memcpy(tok + ntok, s->hist + s->fed, s->n_in * 4);
+			ntok += s->n_in;
+			s->n_draft = make_drafts(s, (uint32_t)round, tok + ntok);
+			ntok += s->n_draft;
+			st[n] = (struct rk_wire_stream){ .stream_id = s->id, .position = s->fed,
+							 .n_tokens = s->n_in,
+							 .n_draft = s->n_draft,
+							 .top_k = s->s.top_k,
+							 .temperature = s->s.temperature,
+							 .top_p = s->s.top_p, .seed = s->s.seed };
+			flags |= s->n_draft ? RK_FRAME_F_DRAFTED : 0;
+			flags |= s->n_in > 1 ? RK_FRAME_F_PREFILL : 0;
+			in_round[n++] = s;
+		}
+		len = rk_wire_encode_round(buf, sizeof(buf), round, st, n, tok);
+		if (len < 0)
+			return (int)len;
+		if (tw->size > 1) {
+			ret = rk_world_broadcast(t->w, RK_FRAME_ROUND, flags, buf, (uint32_t)len);
+			if (ret)
+				return ret;
+		}
+		ret = rk_wire_decode_round(buf, (size_t)len, &view);
+		if (ret)
+			return ret;
+		t->round_done = false;
+		ret = toy_cpu_ops.launch(t->b, &view, flags);
+		if (ret)
+			return ret;
+		/* nothing to read before the round is complete */
+		if (toy_cpu_ops.token(t->b, 0, 0, &x) != -EAGAIN)
+			return -EPROTO;
+		if (!RUN_UNTIL(t, deadline, t->round_done))
+			return -ETIMEDOUT;
+		if (t->done_status)
+			return t->done_status;
+		if (t->done_id != round)
+			return -EPROTO;
+		if (toy_cpu_ops.token(t->b, n, 0, &x) != -EINVAL ||
+		    toy_cpu_ops.token(t->b, 0, in_round[0]->n_draft + 1, &x) != -EINVAL)
+			return -EPROTO;
+		t->expect_left = 0;
+		for (i = 0; i < n; i++) {
+			struct tstream *s = in_round[i];
+			const uint32_t *draft = tok;
+
+			for (j = 0; j < i; j++)
+				draft += in_round[j]->n_in + in_round[j]->n_draft;
+			draft += s->n_in;
+			for (j = 0; j <= s->n_draft; j++) {
+				ret = toy_cpu_ops.token(t->b, i, j, &outs[j]);
+				if (ret)
+					return ret;
+			}
+			for (acc = 0; acc < s->n_draft && draft[acc] == outs[acc]; acc++)
+				;
+			emit = acc + 1;
+			if (emit > s->n_gen - s->generated)
+				emit = s->n_gen - s->generated;
+			memcpy(s->hist + s->hist_len, outs, emit * 4);
+			s->hist_len += emit;
+			s->generated += emit;
+			s->fed += s->n_in;
+			if (s->generated == s->n_gen) {
+				s->done = true;
+				left--;
+				/* half by retire(), half by the stream rule alone */
+				if (s->id % 2)
+					toy_cpu_ops.retire(t->b, s->id);
+				else
+					t->expect_left++;
+			}
+		}
+	}
+	t->rounds = round;
+	return 0;
+}
+
+static void req_cb(struct rk_request *req, const uint32_t *tokens, uint32_t n, bool done, int err)
+{
+	struct tstream *s = req->data;
+
+	if (s->n_got + n <= GEN_MAX) {
+		memcpy(s->got + s->n_got, tokens, n * 4);
+		s->n_got += n;
+	}
+	if (done) {
+		s->n_done++;
+		s->done_err = err;
+	}
+}
+
+static int leader_sched(struct trank *t, uint64_t deadline)
+{
+	struct tworld *tw = t->tw;
+	uint32_t i, done;
+	int ret;
+
+	for (i = 0; i < NSTREAM; i++) {
+		struct tstream *s = &tw->s[i];
+
+		memset(&s->req, 0, sizeof(s->req));
+		s->req.prompt = s->prompt;
+		s->req.prompt_len = s->n_prompt;
+		s->req.max_tokens = s->n_gen;
+		s->req.stop_token = -1;
+		s->req.top_k = s->s.top_k;
+		s->req.temperature = s->s.temperature;
+		s->req.top_p = s->s.top_p;
+		s->req.seed = s->s.seed;
+		s->req.draft_k = -1;	/* the scheduler's default */
+		s->req.cb = req_cb;
+		s->req.data = s;
+		ret = rk_sched_submit(t->sched, &s->req);
+		if (ret)
+			return ret;
+	}
+	for (;;) {
+		for (i = 0, done = 0; i < NSTREAM; i++)
+			done += tw->s[i].n_done;
+		if (done == NSTREAM)
+			break;
+		if (now_ns() > deadline)
+			return -ETIMEDOUT;
+		if (rk_loop_run(t->loop, RK_RUN_ONCE) < 0)
+			return -EIO;
+	}
+	return 0;
+}
+
+static void *rank_thread(void *arg)
+{
+	struct trank *t = arg;
+	struct tworld *tw = t->tw;
+	struct toy_params p;
+	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K };
+	uint64_t deadline = now_ns() + 40000 * MS;
+	uint8_t quit[8];
+	int ret;
+
+	ret = node_create(t, deadline);
+	if (ret)
+		T_FAIL(t, ret);
+	/*
+	 * The backend and scheduler exist before the world is ready: a ROUND
+	 * can arrive in the same receive as the WELCOME, inside the wait.
+	 */
+	toy_params_init(&p);
+	p.V = BV;
+	p.H = BH;
+	p.seed = BSEED;
+	ret = toy_cpu_create(t->w, &p, &t->b);
+	if (ret)
+		T_FAIL(t, ret);
+	if (tw->use_sched) {
+		ret = rk_sched_create(t->w, &sc, &toy_cpu_ops, t->b, &t->sched);
+		if (ret)
+			T_FAIL(t, ret);
+		toy_cpu_set_sched(t->b, t->sched);
+	} else {
+		toy_cpu_set_complete(t->b, on_complete, t);
+	}
+	ret = rk_world_wait_ready(t->w);
+	if (ret)
+		T_FAIL(t, ret);
+	if (t->rank == 0) {
+		ret = tw->use_sched ? leader_sched(t, deadline) : leader_rounds(t, deadline);
+		if (ret)
+			T_FAIL(t, ret);
+		if (!RUN_UNTIL(t, deadline, !toy_cpu_busy(t->b)))
+			T_FAIL(t, -ETIMEDOUT);
+		t->streams_left = toy_cpu_streams(t->b);
+		if (tw->size > 1) {
+			ret = rk_wire_encode_user(quit, sizeof(quit), TAG_QUIT, NULL, 0);
+			ret = rk_world_broadcast(t->w, RK_FRAME_USER, 0, quit, (uint32_t)ret);
+			if (ret)
+				T_FAIL(t, ret);
+			/* each follower leaves with BYE */
+			if (!RUN_UNTIL(t, deadline, t->peer_errs == tw->size - 1))
+				T_FAIL(t, -ETIMEDOUT);
+		}
+	} else {
+		if (!RUN_UNTIL(t, deadline, t->quit))
+			T_FAIL(t, -ETIMEDOUT);
+	}
+out:
+	if (t->b) {
+		RUN_UNTIL(t, now_ns() + 5000 * MS, !toy_cpu_busy(t->b));
+		toy_cpu_stats(t->b, &t->stats);
+		ret = toy_cpu_destroy(t->b);
+		if (ret && !t->line) {
+			t->line = __LINE__;
+			t->err = ret;
+		}
+	}
+	if (t->sched)
+		rk_sched_destroy(t->sched);
+	if (t->w)
+		rk_world_destroy(t->w);
+	if (t->loop && rk_loop_destroy(t->loop) && !t->line)
+		t->line = __LINE__;
+	return NULL;
+}
+
+static void run_world(int size, bool use_sched)
+{
+	static const struct {
+		uint32_t prompt[8], n_prompt, n_gen;
+		struct toy_sampling s;
+	} cfg[NSTREAM] = {
+		{ { 1, 2, 3, 4, 5, 6 }, 6, 20, { 0 } },
+		{ { 200, 100, 50 }, 3, 25, { 40, 0.9f, 0.9f, 99 } },
+		{ { 42 }, 1, 12, { 5, 1.5f, 1.0f, 7 } },
+	};
+	struct tworld *tw = calloc(1, sizeof(*tw));
+	pthread_t th[4];
+	int r, i;
+
+	tw->size = size;
+	tw->use_sched = use_sched;
+	atomic_init(&tw->port, 0);
+	for (i = 0; i < NSTREAM; i++) {
+		struct tstream *s = &tw->s[i];
+
+		s->id = 1000 + (uint64_t)i;
+		memcpy(s->prompt, cfg[i].prompt, sizeof(s->prompt));
+		s->n_prompt = cfg[i].n_prompt;
+		s->n_gen = cfg[i].n_gen;
+		s->s = cfg[i].s;
+		memcpy(s->hist, s->prompt, s->n_prompt * 4);
+		s->hist_len = s->n_prompt;
+		ck_assert_int_eq(toy_generate_ref(BV, BH, BSEED, s->prompt, s->n_prompt, s->n_gen,
+						  &s->s, s->ref), 0);
+	}
+	for (r = 0; r < size; r++) {
+		tw->r[r].tw = tw;
+		tw->r[r].rank = r;
+		ck_assert_int_eq(pthread_create(&th[r], NULL, rank_thread, &tw->r[r]), 0);
+	}
+	for (r = 0; r < size; r++)
+		ck_assert_int_eq(pthread_join(th[r], NULL), 0);
+	for (r = 0; r < size; r++) {
+		struct trank *t = &tw->r[r];
+
+		ck_assert_msg(!t->line, "rank %d failed at line %d: %s", r, t->line,
+			      rk_errname(t->err));
+		ck_assert_msg(!t->frame_err, "rank %d: frame error %s", r,
+			      rk_errname(t->frame_err));
+		ck_assert_uint_gt(t->stats.rounds, 0);
+		if (r)
+			ck_assert_uint_eq(t->stats.rounds, tw->r[0].stats.rounds);
+	}
+	ck_assert_uint_eq(tw->r[0].stats.frames_rx, (uint64_t)(size - 1) * tw->r[0].stats.rounds);
+	ck_assert_uint_eq(tw->r[0].stats.stale, 0);
+	for (i = 0; i < NSTREAM; i++) {
+		struct tstream *s = &tw->s[i];
+
+		if (use_sched) {
+			ck_assert_int_eq(s->n_done, 1);
+			ck_assert_int_eq(s->done_err, 0);
+			ck_assert_uint_eq(s->n_got, s->n_gen);
+			ck_assert_mem_eq(s->got, s->ref, s->n_gen * 4);
+		} else {
+			ck_assert_uint_eq(s->generated, s->n_gen);
+			ck_assert_mem_eq(s->hist + s->n_prompt, s->ref, s->n_gen * 4);
+		}
+	}
+	if (!use_sched) {
+		/* every drafted stream needed fewer rounds than tokens */
+		ck_assert_uint_lt(tw->r[0].rounds, 25);
+		/* retired by retire() or, at the next round, by absence */
+		ck_assert_uint_eq(tw->r[0].streams_left, tw->r[0].expect_left);
+	} else {
+		ck_assert_uint_eq(tw->r[0].streams_left, 0);
+	}
+	free(tw);
+}
+
+START_TEST(test_backend_rounds)
+{
+	run_world(1 << _i, false);
+}
+END_TEST
+
+START_TEST(test_backend_sched)
+{
+	run_world(1 << _i, true);
+}
+END_TEST
+
+/* Errors a world of one can show: a bad launch, a round that fails on the worker. */
+START_TEST(test_backend_errors)
+{
+	struct tworld *tw = calloc(1, sizeof(*tw));
+	struct trank *t = &tw->r[0];
+	struct toy_params p;
+	struct rk_wire_stream st = wst(7, 3, 1, 0);	/* unknown stream at position 3 */
+	uint32_t tok[2] = { 1, 2 }, x;
+	uint8_t buf[256];
+	struct rk_wire_round view;
+	struct rk_wire_hdr h = { .type = RK_FRAME_USER };
+	uint8_t user[8 + 16];
+	uint64_t deadline = now_ns() + 10000 * MS;
+	int64_t len;
+
+	tw->size = 1;
+	t->tw = tw;
+	ck_assert_int_eq(node_create(t, deadline), 0);
+	ck_assert_int_eq(rk_world_wait_ready(t->w), 0);
+	toy_params_init(&p);
+	p.H = 100;
+	p.V = 32;
+	ck_assert_int_eq(toy_cpu_create(NULL, &p, &t->b), -EINVAL);
+	p.V = 0;
+	ck_assert_int_eq(toy_cpu_create(t->w, &p, &t->b), -EINVAL);
+	p.V = 32;
+	ck_assert_int_eq(toy_cpu_create(t->w, &p, &t->b), 0);
+	toy_cpu_set_complete(t->b, on_complete, t);
+	ck_assert_uint_eq(toy_cpu_model(t->b)->H, 100);
+
+	/* a token outside the vocabulary: refused by launch itself */
+	tok[0] = 32;
+	st.position = 0;
+	len = rk_wire_encode_round(buf, sizeof(buf), 1, &st, 1, tok);
+	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), -EINVAL);
+	ck_assert(!toy_cpu_busy(t->b));
+
+	/* a position this rank never saw: the round completes with -EPROTO */
+	tok[0] = 1;
+	st.position = 3;
+	len = rk_wire_encode_round(buf, sizeof(buf), 2, &st, 1, tok);
+	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), 0);
+	ck_assert(toy_cpu_busy(t->b));
+	ck_assert_int_eq(toy_cpu_destroy(t->b), -EBUSY);	/* in flight: nothing freed */
+	ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+	ck_assert_uint_eq(t->done_id, 2);
+	ck_assert_int_eq(t->done_status, -EPROTO);
+	ck_assert_int_eq(toy_cpu_ops.token(t->b, 0, 0, &x), -EAGAIN);
+
+	/* then a good round, and retire() of a stream in it while it runs */
+	st.position = 0;
+	len = rk_wire_encode_round(buf, sizeof(buf), 3, &st, 1, tok);
+	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
+	t->round_done = false;
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), 0);
+	toy_cpu_ops.retire(t->b, 7);		/* deferred until the worker is done */
+	ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+	ck_assert_int_eq(t->done_status, 0);
+	ck_assert_uint_eq(toy_cpu_streams(t->b), 0);
+	ck_assert_int_eq(toy_cpu_ops.token(t->b, 0, 0, &x), 0);
+	ck_assert_uint_lt(x, 32);
+
+	/* frames: not ours, and ours where they cannot be (no followers in a world of 1) */
+	h.len = (uint32_t)rk_wire_encode_user(user, sizeof(user), 0x1234, NULL, 0);
+	ck_assert_int_eq(toy_cpu_on_frame(t->b, 1, &h, user), -ENOENT);
+	h.len = (uint32_t)rk_wire_encode_user(user, sizeof(user), TOY_TAG, buf, 16);
+	ck_assert_int_eq(toy_cpu_on_frame(t->b, 1, &h, user), -EPROTO);
+	h.type = RK_FRAME_ROUND_DONE;
+	ck_assert_int_eq(toy_cpu_on_frame(t->b, 1, &h, user), -ENOENT);
+
+	ck_assert_int_eq(toy_cpu_destroy(t->b), 0);
+	ck_assert_int_eq(rk_world_destroy(t->w), 0);
+	ck_assert_int_eq(rk_loop_destroy(t->loop), 0);
+	free(tw);
+}
+END_TEST
+
+static Suite *toy_suite(void)
+{
+	Suite *s = suite_create("toy");
+	TCase *tc;
+
+	tc = tcase_create("model");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_hash_golden);
+	tcase_add_test(tc, test_logits_golden);
+	tcase_add_test(tc, test_model_errors);
+	tcase_add_loop_test(tc, test_shards_sum, 0, 3);
+	tcase_add_loop_test(tc, test_kernels, 0, 4);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pick");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_pick_greedy);
+	tcase_add_test(tc, test_pick_sampled);
+	tcase_add_test(tc, test_pick_uniform);
+	tcase_add_test(tc, test_ref_golden);
+	tcase_add_test(tc, test_ref_errors);
+	tcase_add_test(tc, test_hash_tokens);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("table");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_table_rounds);
+	tcase_add_test(tc, test_table_errors);
+	tcase_add_test(tc, test_table_churn);
+	tcase_add_loop_test(tc, test_table_tp, 0, 2);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("backend");
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_loop_test(tc, test_backend_rounds, 0, 3);
+	tcase_add_loop_test(tc, test_backend_sched, 0, 3);
+	tcase_add_test(tc, test_backend_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* Followers leaving with BYE are logged as warnings; CHECK_TOY_VERBOSE=1 shows them. */
+static void log_quiet(int level, int rank, const char *msg, void *arg)
+{
+	(void)arg;
+	if (getenv("CHECK_TOY_VERBOSE") || level == RK_LOG_ERROR)
+		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(toy_suite());
+	int failed;
+
+	rk_log_set_handler(log_quiet, NULL);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
