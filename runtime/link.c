@@ -126,22 +126,27 @@ void rk__link_tx_done(struct rk_link *l, size_t n)
 		rk__loop_queue_flush(l->loop, &l->flusher);
 }
 
+int rk__grow(void **p, size_t *cap, size_t need, size_t elem, size_t min)
+{
+	size_t c;
+	void *q;
+
+	if (need <= *cap)
+		return 0;
+	c = *cap ? *cap : min;
+	while (c < need)
+		c *= 2;
+	q = realloc(*p, c * elem);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
 static int txbuf_reserve(struct rk__txbuf *b, size_t need)
 {
-	size_t cap;
-	uint8_t *p;
-
-	if (b->len + need <= b->cap)
-		return 0;
-	cap = b->cap ? b->cap : 4096;
-	while (cap < b->len + need)
-		cap *= 2;
-	p = realloc(b->p, cap);
-	if (!p)
-		return -ENOMEM;
-	b->p = p;
-	b->cap = cap;
-	return 0;
+	return rk__grow((void **)&b->p, &b->cap, b->len + need, 1, 4096);
 }
 
 /* Make room for a frame of @len payload bytes at the end of q; enforce the bounds. */
@@ -423,20 +428,7 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 
 static int rx_grow(struct rk_link *l, size_t need)
 {
-	size_t cap;
-	uint8_t *p;
-
-	if (need <= l->rx_cap)
-		return 0;
-	cap = l->rx_cap ? l->rx_cap : 4096;
-	while (cap < need)
-		cap *= 2;
-	p = realloc(l->rx, cap);
-	if (!p)
-		return -ENOMEM;
-	l->rx = p;
-	l->rx_cap = cap;
-	return 0;
+	return rk__grow((void **)&l->rx, &l->rx_cap, need, 1, 4096);
 }
 
 static int rx_append(struct rk_link *l, const uint8_t *p, size_t n)

@@ -51,8 +51,12 @@ struct rk__addr {
 	char query[96];
 };
 int rk__addr_parse(const char *s, struct rk__addr *out);
-/* 64-bit FNV-1a, for deriving a session id from the leader address. */
+/* 64-bit FNV-1a. */
 uint64_t rk__fnv1a64(const void *p, size_t n);
+
+/* Grow *@p (@elem-byte elements, capacity *@cap) to hold @need, doubling from
+ * @min. Return: 0 or -ENOMEM (then *@p and *@cap are unchanged). */
+int rk__grow(void **p, size_t *cap, size_t need, size_t elem, size_t min);
 
 #endif /* RK_RUNTIME_INT_H */
 

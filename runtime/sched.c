@@ -183,38 +183,12 @@ void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out)
 
 static int hist_reserve(struct rk_request *r, size_t need)
 {
-	size_t cap;
-	uint32_t *p;
-
-	if (need <= r->hist_cap)
-		return 0;
-	cap = r->hist_cap ? r->hist_cap : 64;
-	while (cap < need)
-		cap *= 2;
-	p = realloc(r->hist, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	r->hist = p;
-	r->hist_cap = cap;
-	return 0;
+	return rk__grow((void **)&r->hist, &r->hist_cap, need, sizeof(*r->hist), 64);
 }
 
 static int tok_reserve(struct rk_sched *s, size_t need)
 {
-	size_t cap;
-	uint32_t *p;
-
-	if (need <= s->tok_cap)
-		return 0;
-	cap = s->tok_cap ? s->tok_cap : 1024;
-	while (cap < need)
-		cap *= 2;
-	p = realloc(s->tokens, cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	s->tokens = p;
-	s->tok_cap = cap;
-	return 0;
+	return rk__grow((void **)&s->tokens, &s->tok_cap, need, sizeof(*s->tokens), 1024);
 }
 
 static void admit(struct rk_sched *s)
@@ -282,14 +256,9 @@ static int form_round(struct rk_sched *s, uint32_t *flags, int64_t *len)
 	*len = rk_wire_round_size(n, off);
 	if (*len < 0)
 		return (int)*len;
-	if ((size_t)*len > s->buf_cap) {
-		uint8_t *p = realloc(s->buf, (size_t)*len);
-
-		if (!p)
-			return -ENOMEM;
-		s->buf = p;
-		s->buf_cap = (size_t)*len;
-	}
+	ret = rk__grow((void **)&s->buf, &s->buf_cap, (size_t)*len, 1, 4096);
+	if (ret)
+		return ret;
 	*len = rk_wire_encode_round(s->buf, s->buf_cap, s->round_id + 1, s->streams, n, s->tokens);
 	return *len < 0 ? (int)*len : 0;
 }
