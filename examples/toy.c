@@ -25,7 +25,8 @@
 #define STATE_MUL	0x9E3779B1u
 #define PAD		32u	/* W rows and feature blocks come in multiples of this */
 #define BLK		2048u	/* features kept on the stack (int16, 4 KiB) per pass over W */
-#define LOGIT_SCALE	8192.0	/* sampling: logits are divided by this * sqrt(H) * T */
+#define LOGIT_SCALE	1024.0	/* sampling: logits are divided by this * sqrt(H) * T */
+#define NO_TOKEN	UINT32_MAX	/* toy_state.last of a state that has folded nothing */
 
 /*
  * gcc -O2 vectorizes only with its "very cheap" cost model, which turns down
@@ -92,12 +93,12 @@ int toy_model_init(struct toy_model *m, uint32_t V, uint32_t H, uint64_t seed, u
 	bw = tensor_base(seed, TOY_T_PROJ);
 	for (v = 0; v < V; v++) {
 		uint16_t *e = m->E + (size_t)v * m->n;
-		uint8_t *w = m->W + (size_t)v * m->n_pad;
+		int8_t *w = m->W + (size_t)v * m->n_pad;
 
 		for (k = 0; k < m->n; k++) {
 			idx = (uint64_t)v * H + m->lo + k;
 			e[k] = (uint16_t)(mix64(be + (idx + 1) * GOLDEN) & 0xffff);
-			w[k] = (uint8_t)(mix64(bw + (idx + 1) * GOLDEN) & 0x7f);
+			w[k] = (int8_t)((int)(mix64(bw + (idx + 1) * GOLDEN) & 0x7f) - 64);
 		}
 	}
 	be = tensor_base(seed, TOY_T_STATE0);
@@ -122,6 +123,7 @@ int toy_state_init(const struct toy_model *m, struct toy_state *st)
 	if (!st->h)
 		return -ENOMEM;
 	memcpy(st->h, m->h0, (size_t)m->n * sizeof(*st->h));
+	st->last = NO_TOKEN;
 	return 0;
 }
 
@@ -134,6 +136,7 @@ void toy_state_fini(struct toy_state *st)
 void toy_state_copy(const struct toy_model *m, struct toy_state *dst, const struct toy_state *src)
 {
 	memcpy(dst->h, src->h, (size_t)m->n * sizeof(*dst->h));
+	dst->last = src->last;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -189,6 +192,7 @@ int toy_state_feed(const struct toy_model *m, struct toy_state *st, uint32_t tok
 	if (token >= m->V)
 		return -EINVAL;
 	e = m->E + (size_t)token * m->n;
+	st->last = token;
 	/* elementwise in the hidden index, so a shard needs nothing from the others */
 #ifdef TOY_X86
 	if (have_avx2()) {
@@ -202,20 +206,22 @@ int toy_state_feed(const struct toy_model *m, struct toy_state *st, uint32_t tok
 
 /*
  * The kernels below add, for every row v < V, the dot product of @len (a
- * multiple of PAD) weights at W + v * stride with the features @f to out[v].
- * Each product is < 2^15 and a row has at most 32768 terms, so int32 sums
+ * multiple of PAD) signed weights at W + v * stride with the features @f to
+ * out[v]. |W| <= 64 and |f| <= 384, so each product is below 2^15 in
+ * magnitude and a row of at most 32768 terms stays below 2^30: int32 sums
  * cannot overflow, and every kernel gets the same bits in any order.
- * Features are widened to int16 once per block so the x86 kernels can use
- * pmaddwd (16x16 -> 32-bit pair sums), four rows at a time to reuse the loads.
+ * Features (which do not fit a byte) are int16, so the x86 kernels
+ * sign-extend the weights and use pmaddwd (16x16 -> 32-bit pair sums), four
+ * rows at a time to reuse the feature loads.
  */
-VECTORIZE static void dot_rows_c(const uint8_t *W, size_t stride, const int16_t *f, uint32_t len,
+VECTORIZE static void dot_rows_c(const int8_t *W, size_t stride, const int16_t *f, uint32_t len,
 				 uint32_t V, int32_t *out)
 {
 	uint32_t v, x;
 	int32_t s;
 
 	for (v = 0; v < V; v++) {
-		const uint8_t *w = W + v * stride;
+		const int8_t *w = W + v * stride;
 
 		s = 0;
 		for (x = 0; x < len; x++)
@@ -233,23 +239,23 @@ static int32_t hsum_epi32(__m128i a)
 }
 
 /* SSE2: the x86-64 baseline, so this one needs no probe. */
-static __m128i madd16_sse2(__m128i acc, const uint8_t *w, __m128i flo, __m128i fhi)
+static __m128i madd16_sse2(__m128i acc, const int8_t *w, __m128i flo, __m128i fhi)
 {
-	const __m128i z = _mm_setzero_si128();
 	__m128i x = _mm_loadu_si128((const __m128i *)w);
+	__m128i sign = _mm_cmpgt_epi8(_mm_setzero_si128(), x);	/* SSE2 has no pmovsxbw */
 
-	acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpacklo_epi8(x, z), flo));
-	return _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpackhi_epi8(x, z), fhi));
+	acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpacklo_epi8(x, sign), flo));
+	return _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpackhi_epi8(x, sign), fhi));
 }
 
-static void dot_rows_sse2(const uint8_t *W, size_t stride, const int16_t *f, uint32_t len,
+static void dot_rows_sse2(const int8_t *W, size_t stride, const int16_t *f, uint32_t len,
 			  uint32_t V, int32_t *out)
 {
 	uint32_t v, c;
 
 	for (v = 0; v + 4 <= V; v += 4) {
-		const uint8_t *w0 = W + v * stride, *w1 = w0 + stride, *w2 = w1 + stride,
-			      *w3 = w2 + stride;
+		const int8_t *w0 = W + v * stride, *w1 = w0 + stride, *w2 = w1 + stride,
+			     *w3 = w2 + stride;
 		__m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
 
 		for (c = 0; c < len; c += 16) {
@@ -274,23 +280,23 @@ __attribute__((target("avx2"))) static int32_t hsum256_epi32(__m256i a)
 	return hsum_epi32(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
 }
 
-__attribute__((target("avx2"))) static __m256i madd16_avx2(__m256i acc, const uint8_t *w,
+__attribute__((target("avx2"))) static __m256i madd16_avx2(__m256i acc, const int8_t *w,
 							   __m256i f)
 {
-	__m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)w));
+	__m256i x = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
 
 	return _mm256_add_epi32(acc, _mm256_madd_epi16(x, f));
 }
 
-__attribute__((target("avx2"))) static void dot_rows_avx2(const uint8_t *W, size_t stride,
+__attribute__((target("avx2"))) static void dot_rows_avx2(const int8_t *W, size_t stride,
 							  const int16_t *f, uint32_t len,
 							  uint32_t V, int32_t *out)
 {
 	uint32_t v, c;
 
 	for (v = 0; v + 4 <= V; v += 4) {
-		const uint8_t *w0 = W + v * stride, *w1 = w0 + stride, *w2 = w1 + stride,
-			      *w3 = w2 + stride;
+		const int8_t *w0 = W + v * stride, *w1 = w0 + stride, *w2 = w1 + stride,
+			     *w3 = w2 + stride;
 		__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
 
 		for (c = 0; c < len; c += 16) {
@@ -310,11 +316,33 @@ __attribute__((target("avx2"))) static void dot_rows_avx2(const uint8_t *W, size
 }
 #endif
 
+/*
+ * The features of hidden indices [b0, b0 + n) of the shard: the state's byte
+ * and, twice as strong, the last token's embedding byte, both centred
+ * (TOY.md).
+ */
+VECTORIZE static void features(const struct toy_model *m, const struct toy_state *st,
+			       uint32_t b0, uint32_t n, int16_t *restrict f)
+{
+	const uint32_t *restrict h = st->h + b0;
+	const uint16_t *restrict e;
+	uint32_t k;
+
+	if (st->last == NO_TOKEN) {
+		for (k = 0; k < n; k++)
+			f[k] = (int16_t)((int32_t)((h[k] >> 16) & 0xff) - 128);
+		return;
+	}
+	e = m->E + (size_t)st->last * m->n + b0;
+	for (k = 0; k < n; k++)
+		f[k] = (int16_t)((int32_t)((h[k] >> 16) & 0xff) + 2 * (int32_t)(e[k] >> 8) - 384);
+}
+
 static void partial_logits(const struct toy_model *m, const struct toy_state *st, int32_t *out,
 			   int kernel)
 {
 	int16_t f[BLK] __attribute__((aligned(64)));
-	uint32_t b0, len, valid, k;
+	uint32_t b0, len, valid;
 
 	memset(out, 0, (size_t)m->V * sizeof(*out));
 	/*
@@ -325,8 +353,7 @@ static void partial_logits(const struct toy_model *m, const struct toy_state *st
 	for (b0 = 0; b0 < m->n_pad; b0 += BLK) {
 		len = m->n_pad - b0 < BLK ? m->n_pad - b0 : BLK;
 		valid = m->n - b0 < len ? m->n - b0 : len;
-		for (k = 0; k < valid; k++)
-			f[k] = (int16_t)((st->h[b0 + k] >> 16) & 0xff);
+		features(m, st, b0, valid, f);
 		memset(f + valid, 0, (len - valid) * sizeof(*f));
 		switch (kernel) {
 #ifdef TOY_X86

@@ -23,7 +23,7 @@ extern "C" {
 
 #define TOY_DEF_V	256
 #define TOY_DEF_H	1024
-#define TOY_MAX_H	32768u		/* keeps every logit below 2^30: int32 never overflows */
+#define TOY_MAX_H	32768u		/* keeps |logit| below 2^30: int32 never overflows */
 #define TOY_MAX_V	(1u << 20)
 #define TOY_TOPK_MAX	1024u		/* top_k is clamped to min(top_k, V, TOY_TOPK_MAX) */
 #define TOY_TAG		0x544f5900u	/* "TOY": USER frame tag of partial logits */
@@ -31,7 +31,7 @@ extern "C" {
 /* Tensor ids of the counter-based weight hash (TOY.md). */
 enum toy_tensor {
 	TOY_T_EMBED = 0,	/* E[V][H], values < 2^16 */
-	TOY_T_PROJ = 1,		/* W[V][H], values < 2^7 */
+	TOY_T_PROJ = 1,		/* W[V][H], signed: -64 .. 63 */
 	TOY_T_STATE0 = 2,	/* the initial state h0[H] */
 	TOY_T_SAMPLE = 3,	/* the uniform draw of a sampled token */
 };
@@ -52,7 +52,7 @@ struct toy_model {
 	uint32_t n;		/* hi - lo */
 	uint32_t n_pad;		/* n rounded up to 32: rows of W are padded with zeros */
 	uint16_t *E;		/* [V][n] */
-	uint8_t *W;		/* [V][n_pad] */
+	int8_t *W;		/* [V][n_pad] */
 	uint32_t *h0;		/* [n] the initial state */
 };
 
@@ -65,23 +65,26 @@ int toy_model_init(struct toy_model *m, uint32_t V, uint32_t H, uint64_t seed, u
 		   uint32_t T);
 void toy_model_fini(struct toy_model *m);
 
-/* A stream's state shard: h[lo..hi) of the model it was made for. */
+/* A stream's state shard: h[lo..hi) of the model it was made for, and the last token. */
 struct toy_state {
 	uint32_t *h;	/* [m->n] */
+	uint32_t last;	/* the last token folded in; UINT32_MAX while none is */
 };
 
 /** toy_state_init() - a fresh state (h0). Return: 0 or -ENOMEM. */
 int toy_state_init(const struct toy_model *m, struct toy_state *st);
 void toy_state_fini(struct toy_state *st);
-/** toy_state_copy() - @dst (initialised) = @src. */
+/** toy_state_copy() - @dst (initialised) = @src, the last token included. */
 void toy_state_copy(const struct toy_model *m, struct toy_state *dst, const struct toy_state *src);
 /** toy_state_feed() - fold @token into @st. Return: 0, -EINVAL for token >= V. */
 int toy_state_feed(const struct toy_model *m, struct toy_state *st, uint32_t token);
 
 /**
  * toy_partial_logits() - this shard's partial logits for the state @st:
- * @out[v] = sum over i in [lo, hi) of W[v][i] * ((h[i] >> 16) & 0xff), for
- * v < V. The sum of every rank's partials (int32, any order) is the TP1 logit.
+ * @out[v] = sum over i in [lo, hi) of W[v][i] * f[i], for v < V, with the
+ * features f[i] = ((h[i] >> 16) & 0xff) - 128 + 2 * ((E[last][i] >> 8) - 128)
+ * (the second term is 0 before any token). The sum of every rank's partials
+ * (int32, any order) is the TP1 logit.
  */
 void toy_partial_logits(const struct toy_model *m, const struct toy_state *st, int32_t *out);
 
