@@ -74,7 +74,10 @@ static void report_peer(struct rk_world *w, int rank, int err)
 		w->failed = err;
 	if (w->destroying)
 		return;
-	rk__warn(w->rank, "rank %d failed: %s", rank, rk_strerror(err));
+	if (err == -RK_EPEERBYE)
+		rk__info(w->rank, "rank %d left", rank);
+	else
+		rk__warn(w->rank, "rank %d failed: %s", rank, rk_strerror(err));
 	if (w->ops && w->ops->peer_error)
 		w->ops->peer_error(w, rank, err, w->arg);
 }
