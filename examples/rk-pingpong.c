@@ -416,7 +416,7 @@ static pid_t spawn_follower(const char *self, int argc, char **argv, const char 
 
 	if (!args)
 		return -1;
-	args[j++] = (char *)self;
+	args[j++] = argv[0];	/* exec /proc/self/exe, but show the real name in ps */
 	for (i = 1; i < argc; i++)
 		if (strcmp(argv[i], "--local") != 0)
 			args[j++] = argv[i];
