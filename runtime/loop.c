@@ -276,6 +276,7 @@ static unsigned int drain_inbox(struct rk_loop *loop)
 		n++;
 	}
 	loop->stats.posts += n;
+	loop->stats.events += n;
 	return n;
 }
 
@@ -354,6 +355,7 @@ static void run_timers(struct rk_loop *loop)
 				t->due = loop->now + t->period;
 			timer_insert(loop, t);
 		}
+		loop->stats.events++;
 		rk__loop_note(loop, t->cb(t, loop->now));
 	}
 }
@@ -396,6 +398,7 @@ static void poll_sources(struct rk_loop *loop)
 		next = s->next;
 		ret = s->ops->poll(s, loop->now);
 		if (ret > 0) {
+			loop->stats.events += (uint64_t)ret;
 			loop->iter_events += (unsigned int)ret;
 			loop->iter_busy += (unsigned int)ret;
 		} else if (ret < 0) {
@@ -413,7 +416,18 @@ static int arm_sources(struct rk_loop *loop)
 
 	for (s = loop->sources; s; s = next) {
 		next = s->next;
-		ret = s->ops->arm ? s->ops->arm(s) : s->ops->poll(s, loop->now);
+		if (s->ops->arm) {
+			ret = s->ops->arm(s);
+		} else {
+			/* This poll handles what it finds: busy work like step 4's,
+			 * so it is counted and restarts the spin window. */
+			ret = s->ops->poll(s, loop->now);
+			if (ret > 0) {
+				loop->stats.events += (uint64_t)ret;
+				loop->stats.busy_events += (uint64_t)ret;
+				loop->last_busy = loop->now;
+			}
+		}
 		if (ret > 0)
 			pending += ret;
 	}
@@ -751,6 +765,10 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
 	uint64_t before_wakeups;
 	int ret;
 
+	/* Read before 'sleeping' is published: a waker can set wake_pending only
+	 * after that, so any wake of this park (even one that lands while the
+	 * sources are armed below) shows as 0 -> 1 and is counted. */
+	before_wakeups = atomic_load_explicit(&loop->wake_pending, memory_order_relaxed);
 	atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&loop->inbox, memory_order_relaxed) ||
@@ -766,7 +784,6 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
 	else
 		loop->stats.blocks++;
 	loop->phase = timed ? PH_TIMED : PH_BLOCK;
-	before_wakeups = atomic_load_explicit(&loop->wake_pending, memory_order_relaxed);
 	if (timeout_ns != UINT64_MAX) {
 		ns_to_ts(timeout_ns, &ts);
 		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
@@ -811,7 +828,8 @@ static void loop_wait(struct rk_loop *loop)
 	loop_park(loop, tmo, false);
 }
 
-static void iterate(struct rk_loop *loop, bool may_wait)
+/* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
+static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 {
 	uint64_t t;
 
@@ -846,7 +864,7 @@ static void iterate(struct rk_loop *loop, bool may_wait)
 	} else {
 		loop->phase = PH_SPIN;
 	}
-	if (loop->stop || !may_wait) {
+	if (loop->stop || !may_wait || (once && loop->iter_events)) {
 		io_uring_submit(&loop->ring);
 		return;
 	}
@@ -863,14 +881,14 @@ int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 	loop->phase = PH_RUN;
 	switch (mode) {
 	case RK_RUN_ONCE:
-		iterate(loop, true);
+		iterate(loop, true, true);
 		break;
 	case RK_RUN_NOWAIT:
-		iterate(loop, false);
+		iterate(loop, false, false);
 		break;
 	default:
 		while (!loop->stop)
-			iterate(loop, true);
+			iterate(loop, true, false);
 		break;
 	}
 	account(loop, loop->clock_fn(loop->clock_arg));

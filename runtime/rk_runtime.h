@@ -238,7 +238,9 @@ RK_EXPORT void rk_timer_init(struct rk_timer *t, rk_timer_cb cb, void *data);
 
 /**
  * rk_timer_start() - fire @t after @delay_ns, then every @period_ns (0 = once).
- * Restarting an active timer moves it. Return: 0. Loop thread.
+ * The delay counts from rk_loop_now(), the time cached at the start of the
+ * current iteration (as in libuv). Restarting an active timer moves it.
+ * Return: 0. Loop thread.
  */
 RK_EXPORT int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
 			     uint64_t period_ns);

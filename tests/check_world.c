@@ -1,0 +1,1959 @@
+// SPDX-License-Identifier: MIT
+/*
+ * check_world: links and the star world over real TCP sockets on loopback.
+ *
+ * Most tests run every rank's loop in the test's own thread, one
+ * RK_RUN_NOWAIT iteration each in turn (pump_once()), so assertions need no
+ * locks; the world-of-4 test gives each rank its own thread and blocking
+ * waits; the process tests fork a follower that builds its own loop after the
+ * fork (a ring is never shared across fork). Hostile peers are plain sockets
+ * driven by the test ("raw"), with frames crafted through the wire API.
+ *
+ * Ports: rk__addr_parse() refuses port 0, so the leader takes a port that a
+ * throwaway socket just got from the kernel, and retries on -EADDRINUSE.
+ * Rings are only created inside test bodies (never in fixtures); every test
+ * ends with rk_world_destroy() and rk_loop_destroy() returning 0.
+ *
+ * CHECK_WORLD_VERBOSE=1 prints rankrt's log lines.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+#define TIMEOUT_S	30
+#define MS		1000000ull
+#define SESSION		0x72616e6b72740001ull
+#define MAX_ERRS	16
+
+enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT, TAG_DIE,
+       TAG_ALL, TAG_ACK, TAG_BIG };
+
+#define BURST_FRAMES 10000
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- log capture ---------------------------------------------------------------- */
+
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned int g_log_dropped;	/* "dropped a connection before its handshake" */
+static unsigned int g_log_lines;
+static bool g_log_verbose;
+
+static void log_capture(int level, int rank, const char *msg, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g_log_lock);
+	g_log_lines++;
+	if (strstr(msg, "dropped a connection"))
+		g_log_dropped++;
+	pthread_mutex_unlock(&g_log_lock);
+	if (g_log_verbose)
+		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
+}
+
+static unsigned int log_dropped(void)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&g_log_lock);
+	n = g_log_dropped;
+	pthread_mutex_unlock(&g_log_lock);
+	return n;
+}
+
+/* Checked fixture: runs in the test's process, creates no ring. */
+static void log_setup(void)
+{
+	g_log_verbose = getenv("CHECK_WORLD_VERBOSE") != NULL;
+	g_log_dropped = g_log_lines = 0;
+	rk_log_set_handler(log_capture, NULL);
+	rk__log_set_level(RK_LOG_INFO);
+}
+
+static void log_teardown(void)
+{
+	rk_log_set_handler(NULL, NULL);
+	rk__log_set_level(RK_LOG_WARN);
+}
+
+/* ---- a rank: its loop, its world, what it saw ------------------------------------- */
+
+struct rxframe {
+	int peer;
+	uint8_t type;
+	uint16_t flags;
+	uint32_t len;
+	uint64_t seq;
+	uint8_t *data;		/* a copy of the payload */
+};
+
+struct node;
+typedef void (*frame_hook)(struct node *n, int peer, const struct rk_wire_hdr *h,
+			   const uint8_t *payload);
+
+struct node {
+	struct rk_loop *loop;
+	struct rk_world *w;
+	int rank;
+	int ready;		/* ready callbacks */
+	bool send_on_ready;	/* send TAG_HI to every peer from the ready callback */
+	int ready_send;		/* first error those sends returned */
+	int nerr;		/* peer_error callbacks */
+	struct {
+		int rank, err;
+		uint64_t t;
+	} errs[MAX_ERRS];
+	struct rxframe *rx;
+	size_t nrx, rxcap;
+	frame_hook hook;
+	int hook_err;		/* first error a hook's send returned */
+	bool quit;
+};
+
+static int send_user(struct node *n, int to, uint32_t tag, const void *data, uint32_t len)
+{
+	uint8_t *buf = malloc((size_t)len + 8);
+	int m, ret;
+
+	if (!buf)
+		return -ENOMEM;
+	m = rk_wire_encode_user(buf, (size_t)len + 8, tag, data, len);
+	ret = m < 0 ? m : rk_world_send(n->w, to, RK_FRAME_USER, 0, buf, (uint32_t)m);
+	free(buf);
+	return ret;
+}
+
+static void on_ready(struct rk_world *w, void *arg)
+{
+	struct node *n = arg;
+	int r, ret;
+
+	n->ready++;
+	if (!n->send_on_ready)
+		return;
+	for (r = 0; r < rk_world_size(w); r++) {
+		if (r == n->rank || (n->rank != 0 && r != 0))
+			continue;
+		ret = send_user(n, r, TAG_HI, "hi", 2);
+		if (ret && !n->ready_send)
+			n->ready_send = ret;
+	}
+}
+
+static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, void *arg)
+{
+	struct node *n = arg;
+	struct rxframe *f;
+
+	(void)w;
+	if (n->nrx == n->rxcap) {
+		size_t cap = n->rxcap ? n->rxcap * 2 : 64;
+		struct rxframe *p = realloc(n->rx, cap * sizeof(*p));
+
+		if (!p)
+			abort();
+		n->rx = p;
+		n->rxcap = cap;
+	}
+	f = &n->rx[n->nrx++];
+	f->peer = peer;
+	f->type = h->type;
+	f->flags = h->flags;
+	f->len = h->len;
+	f->seq = h->seq;
+	f->data = malloc(h->len ? h->len : 1);
+	if (!f->data)
+		abort();
+	memcpy(f->data, payload, h->len);
+	if (n->hook)
+		n->hook(n, peer, h, payload);
+	return RK_BUSY;
+}
+
+static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
+{
+	struct node *n = arg;
+
+	(void)w;
+	if (n->nerr < MAX_ERRS) {
+		n->errs[n->nerr].rank = rank;
+		n->errs[n->nerr].err = err;
+		n->errs[n->nerr].t = now_ns();
+	}
+	n->nerr++;
+}
+
+static const struct rk_world_ops node_ops = {
+	.ready = on_ready,
+	.frame = on_frame,
+	.peer_error = on_peer_error,
+};
+
+static uint32_t frame_tag(const struct rxframe *f)
+{
+	struct rk_wire_user u;
+
+	if (f->type != RK_FRAME_USER || rk_wire_decode_user(f->data, f->len, &u))
+		return 0;
+	return u.tag;
+}
+
+static size_t count_tag(const struct node *n, uint32_t tag)
+{
+	size_t i, c = 0;
+
+	for (i = 0; i < n->nrx; i++)
+		c += frame_tag(&n->rx[i]) == tag;
+	return c;
+}
+
+static void cfg_base(struct rk_config *c, int rank, int size, int port)
+{
+	rk_config_init(c);
+	c->rank = rank;
+	c->world_size = size;
+	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:%d", port);
+	c->session_id = SESSION;
+	c->heartbeat_ns = 20 * MS;
+	c->peer_timeout_ns = 200 * MS;
+	c->handshake_timeout_ns = 300 * MS;
+	c->connect_timeout_ns = 5000 * MS;
+	c->max_frame = 4u << 20;
+	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
+	c->log_level = RK_LOG_INFO;
+}
+
+/* A port the kernel just handed out (nothing listens on it once we return). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd, port = -EADDRNOTAVAIL;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &len))
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/*
+ * Create the loop and the world of @n from @tmpl. A leader (rank 0) configured
+ * on "127.0.0.1:0" takes a free port instead, and another one if a concurrent
+ * test took it first. No Check assertions: threads and forked children use it
+ * too. Return 0 or an error.
+ */
+static int node_create(struct node *n, const struct rk_config *tmpl)
+{
+	struct rk_config c = *tmpl;
+	int ret, port, tries = 0;
+
+	n->rank = c.rank;
+	for (;;) {
+		if (c.rank == 0 && c.world_size > 1 && !strcmp(c.leader, "127.0.0.1:0")) {
+			port = free_port();
+			if (port < 0)
+				return port;
+			snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+		}
+		ret = rk_loop_create(&c, &n->loop);
+		if (ret)
+			return ret;
+		ret = rk_world_create(n->loop, &node_ops, n, &n->w);
+		if (!ret)
+			return 0;
+		rk_loop_destroy(n->loop);
+		n->loop = NULL;
+		n->w = NULL;
+		if (c.rank != 0 || ret != -EADDRINUSE || ++tries == 10)
+			return ret;
+	}
+}
+
+/* Destroy the world and the loop; return the first failure (0 = nothing leaked). */
+static int node_close(struct node *n)
+{
+	int ret = 0, r;
+
+	if (n->w) {
+		ret = rk_world_destroy(n->w);
+		n->w = NULL;
+	}
+	if (n->loop) {
+		r = rk_loop_destroy(n->loop);
+		if (r && !ret)
+			ret = r;
+		n->loop = NULL;
+	}
+	return ret;
+}
+
+/* Free what the node recorded. */
+static void node_free(struct node *n)
+{
+	size_t i;
+
+	for (i = 0; i < n->nrx; i++)
+		free(n->rx[i].data);
+	free(n->rx);
+	n->rx = NULL;
+	n->nrx = n->rxcap = 0;
+}
+
+static void node_start(struct node *n, const struct rk_config *c)
+{
+	ck_assert_int_eq(node_create(n, c), 0);
+}
+
+static void node_stop(struct node *n)
+{
+	ck_assert_int_eq(node_close(n), 0);
+	node_free(n);
+}
+
+/* One NOWAIT iteration of every loop; nap briefly when none had a completion. */
+static void pump_once(struct node **ns, size_t nn)
+{
+	struct rk_loop_stats a, b;
+	uint64_t ev = 0;
+	size_t i;
+
+	for (i = 0; i < nn; i++) {
+		rk_loop_stats(ns[i]->loop, &a);
+		ck_assert_int_eq(rk_loop_run(ns[i]->loop, RK_RUN_NOWAIT), 0);
+		rk_loop_stats(ns[i]->loop, &b);
+		ev += b.events - a.events;
+	}
+	if (!ev)
+		usleep(100);
+}
+
+/* Pump the listed nodes until @cond holds or @ms passed; the value of @cond. */
+#define PUMP_UNTIL(ms, cond, ...)						\
+	({									\
+		struct node *ns_[] = { __VA_ARGS__ };				\
+		uint64_t dl_ = now_ns() + (uint64_t)(ms) * MS;			\
+		while (!(cond) && now_ns() < dl_)				\
+			pump_once(ns_, ARRAY_SIZE(ns_));			\
+		(bool)(cond);							\
+	})
+#define PUMP_FOR(ms, ...) ((void)PUMP_UNTIL(ms, false, __VA_ARGS__))
+#define NODES(...) (struct node *[]){ __VA_ARGS__ }, ARRAY_SIZE(((struct node *[]){ __VA_ARGS__ }))
+
+/*
+ * Start the leader and followers 1..@nreal-1 of a world of @tmpl->world_size
+ * ranks in this thread, and pump until every follower (and the leader, when
+ * every rank is here) is ready. Return the leader's port.
+ */
+static int start_world(struct node *n, int nreal, const struct rk_config *tmpl)
+{
+	struct node *ns[8];
+	struct rk_config c = *tmpl;
+	uint64_t deadline = now_ns() + 5000 * MS;
+	int i, port, all;
+
+	ck_assert_int_le(nreal, 8);
+	c.rank = 0;
+	node_start(&n[0], &c);
+	port = rk_world_port(n[0].w);
+	ck_assert_int_gt(port, 0);
+	ns[0] = &n[0];
+	for (i = 1; i < nreal; i++) {
+		c = *tmpl;
+		c.rank = i;
+		snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+		node_start(&n[i], &c);
+		ns[i] = &n[i];
+	}
+	for (;;) {
+		all = nreal < tmpl->world_size || n[0].ready;
+		for (i = 1; i < nreal; i++)
+			all = all && n[i].ready;
+		if (all)
+			break;
+		ck_assert_msg(now_ns() < deadline, "world not ready after 5 s");
+		pump_once(ns, (size_t)nreal);
+	}
+	return port;
+}
+
+/* A USER frame each way between @a and @b, both delivered. */
+static void ping_pong(struct node *a, struct node *b)
+{
+	size_t ca = count_tag(a, TAG_PLAIN), cb = count_tag(b, TAG_PLAIN);
+
+	ck_assert_int_eq(send_user(a, b->rank, TAG_PLAIN, "ping", 4), 0);
+	ck_assert_int_eq(send_user(b, a->rank, TAG_PLAIN, "pong", 4), 0);
+	ck_assert_msg(PUMP_UNTIL(3000, count_tag(a, TAG_PLAIN) > ca && count_tag(b, TAG_PLAIN) > cb,
+				 a, b),
+		      "ping-pong between ranks %d and %d did not complete", a->rank, b->rank);
+}
+
+/* ---- raw sockets: hostile or hand-driven peers -------------------------------------- */
+
+struct raw {
+	int fd;
+	uint8_t *buf;
+	size_t len, cap;
+	bool eof;
+	int err;
+	uint64_t seq;
+	size_t discarded;	/* bytes raw_wait_eof() threw away */
+};
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* A HELLO/WELCOME payload with any field values (the encoder refuses some). */
+static void hello_payload(uint8_t out[RK_WIRE_HELLO_LEN], uint32_t proto, uint32_t size,
+			  uint32_t rank, uint64_t session)
+{
+	memset(out, 0, RK_WIRE_HELLO_LEN);
+	put32(out, proto);
+	put32(out + 4, size);
+	put32(out + 8, rank);
+	put64(out + 16, session);
+}
+
+/* A frame into @out (32 + @len bytes). */
+static size_t make_frame(uint8_t *out, unsigned int type, unsigned int flags, uint32_t src,
+			 uint64_t seq, const void *payload, uint32_t len)
+{
+	if (len)
+		memcpy(out + RK_WIRE_HDR_LEN, payload, len);
+	ck_assert_int_eq(rk_wire_encode_hdr(out, type, flags, src, seq, out + RK_WIRE_HDR_LEN, len),
+			 RK_WIRE_HDR_LEN);
+	return RK_WIRE_HDR_LEN + (size_t)len;
+}
+
+/* Rewrite the header CRC after editing header bytes. */
+static void reseal_hdr(uint8_t *frame)
+{
+	put32(frame + 28, rk_wire_crc32c(0, frame, 28));
+}
+
+static void raw_connect(struct raw *r, int port, int rcvbuf)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+
+	memset(r, 0, sizeof(*r));
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(r->fd, 0);
+	if (rcvbuf)
+		ck_assert_int_eq(setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+					    sizeof(rcvbuf)), 0);
+	/* The kernel completes the handshake from the backlog: no loop needs to run. */
+	ck_assert_int_eq(connect(r->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	r->cap = 65536;
+	r->buf = malloc(r->cap);
+	ck_assert_ptr_nonnull(r->buf);
+}
+
+static void raw_close(struct raw *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	free(r->buf);
+	r->buf = NULL;
+}
+
+static void raw_send(struct raw *r, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	ssize_t w;
+
+	while (n) {
+		w = send(r->fd, b, n, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		ck_assert_msg(w > 0, "raw send: %s", strerror(errno));
+		b += w;
+		n -= (size_t)w;
+	}
+}
+
+/* Send one frame with the next sequence number. */
+static void raw_send_frame(struct raw *r, unsigned int type, unsigned int flags, uint32_t src,
+			   const void *payload, uint32_t len)
+{
+	uint8_t *f = malloc(RK_WIRE_HDR_LEN + (size_t)len);
+
+	ck_assert_ptr_nonnull(f);
+	raw_send(r, f, make_frame(f, type, flags, src, r->seq++, payload, len));
+	free(f);
+}
+
+/* Take what the socket holds, without blocking. */
+static void raw_poll(struct raw *r)
+{
+	ssize_t n;
+
+	while (!r->eof) {
+		if (r->len == r->cap) {
+			r->cap *= 2;
+			r->buf = realloc(r->buf, r->cap);
+			ck_assert_ptr_nonnull(r->buf);
+		}
+		n = recv(r->fd, r->buf + r->len, r->cap - r->len, MSG_DONTWAIT);
+		if (n > 0) {
+			r->len += (size_t)n;
+		} else if (n == 0) {
+			r->eof = true;
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			break;
+		} else if (errno != EINTR) {
+			r->err = -errno;
+			r->eof = true;
+		}
+	}
+}
+
+/* One complete, valid frame from the buffer: 1 (@h, @pl filled), 0 (not yet). */
+static int raw_pop(struct raw *r, struct rk_wire_hdr *h, uint8_t *pl, size_t cap)
+{
+	int64_t total;
+
+	raw_poll(r);
+	total = rk_wire_decode_hdr(r->buf, r->len, RK_WIRE_MAX_PAYLOAD, h);
+	if (total == -EAGAIN || (total > 0 && (size_t)total > r->len))
+		return 0;
+	ck_assert_msg(total > 0, "raw: the leader sent a bad frame: %s", rk_errname((int)total));
+	ck_assert_int_eq(rk_wire_check_payload(h, r->buf + RK_WIRE_HDR_LEN), 0);
+	ck_assert_uint_le(h->len, cap);
+	memcpy(pl, r->buf + RK_WIRE_HDR_LEN, h->len);
+	memmove(r->buf, r->buf + total, r->len - (size_t)total);
+	r->len -= (size_t)total;
+	return 1;
+}
+
+/* Pump until @r yields a frame that is not a HEARTBEAT (1) or reaches EOF (0). */
+static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
+		    struct rk_wire_hdr *h, uint8_t *pl, size_t cap)
+{
+	uint64_t deadline = now_ns() + ms * MS;
+
+	for (;;) {
+		if (raw_pop(r, h, pl, cap)) {
+			if (h->type == RK_FRAME_HEARTBEAT)
+				continue;
+			return 1;
+		}
+		if (r->eof)
+			return 0;
+		ck_assert_msg(now_ns() < deadline, "raw: no frame and no EOF within %u ms", ms);
+		pump_once(ns, nn);
+	}
+}
+
+/* Pump until the leader closes @r (discarding what arrives). Return the ms it took. */
+static uint64_t raw_wait_eof(struct raw *r, struct node **ns, size_t nn, unsigned int ms)
+{
+	uint64_t t0 = now_ns(), deadline = t0 + ms * MS;
+
+	for (;;) {
+		raw_poll(r);
+		r->discarded += r->len;
+		r->len = 0;
+		if (r->eof)
+			return (now_ns() - t0) / MS;
+		ck_assert_msg(now_ns() < deadline, "raw: the leader kept the socket open %u ms",
+			      ms);
+		pump_once(ns, nn);
+	}
+}
+
+/* Expect an ERROR frame with @code for the link itself, then EOF. */
+static void raw_expect_error(struct raw *r, struct node **ns, size_t nn, int code)
+{
+	uint8_t pl[512];
+	struct rk_wire_hdr h;
+	struct rk_wire_error e;
+
+	ck_assert_msg(raw_next(r, ns, nn, 3000, &h, pl, sizeof(pl)) == 1,
+		      "raw: EOF without an ERROR frame (want %s)", rk_errname(code));
+	ck_assert_msg(h.type == RK_FRAME_ERROR, "raw: got %s, want ERROR",
+		      rk_wire_frame_name(h.type));
+	ck_assert_uint_eq(h.src_rank, 0);
+	ck_assert_int_eq(rk_wire_decode_error(pl, h.len, &e), 0);
+	ck_assert_msg(e.code == code, "ERROR carries %s, want %s", rk_errname(e.code),
+		      rk_errname(code));
+	ck_assert_uint_eq(e.rank, RK_WIRE_RANK_NONE);
+	raw_wait_eof(r, ns, nn, 3000);
+}
+
+/* Join as @rank with a correct HELLO and check the WELCOME. */
+static void raw_join(struct raw *r, struct node **ns, size_t nn, uint32_t rank, uint32_t size)
+{
+	uint8_t hello[RK_WIRE_HELLO_LEN], pl[64];
+	struct rk_wire_hdr h;
+	struct rk_wire_hello wl;
+
+	hello_payload(hello, RK_WIRE_VERSION, size, rank, SESSION);
+	raw_send_frame(r, RK_FRAME_HELLO, 0, rank, hello, sizeof(hello));
+	ck_assert_int_eq(raw_next(r, ns, nn, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+	ck_assert_uint_eq(h.seq, 0);
+	ck_assert_uint_eq(h.src_rank, 0);
+	ck_assert_int_eq(rk_wire_decode_hello(pl, h.len, &wl), 0);
+	ck_assert_uint_eq(wl.rank, 0);
+	ck_assert_uint_eq(wl.world_size, size);
+	ck_assert_uint_eq(wl.session_id, SESSION);
+	ck_assert_uint_eq(wl.proto_version, RK_WIRE_VERSION);
+}
+
+/* ---- 1. two loops in one process ---------------------------------------------------- */
+
+static void pattern(uint8_t *p, size_t n, uint32_t seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (uint8_t)(seed >> 16);
+	}
+}
+
+struct sent {
+	unsigned int type, flags;
+	uint8_t buf[1024];
+	uint32_t len;
+};
+
+/* USER, ROUND, ROUND_DONE, NCCL_ID and an empty USER, with @salt in every payload. */
+static size_t make_app_frames(struct sent *s, uint32_t salt)
+{
+	struct rk_wire_stream st[2] = {
+		{ .stream_id = 100 + salt, .position = 7, .n_tokens = 3, .n_draft = 2,
+		  .top_k = 40, .temperature = 0.7f, .top_p = 0.9f, .seed = 42 },
+		{ .stream_id = 200 + salt, .position = 0, .n_tokens = 1, .n_draft = 0,
+		  .top_k = 0, .temperature = 0.0f, .top_p = 1.0f, .seed = 7 },
+	};
+	uint32_t tokens[6] = { 11, 12, 13, 14, 15, 16 + salt };
+	struct rk_wire_round_done d = { .round_id = 900 + salt, .status = -5,
+					.elapsed_ns = 123456 };
+	uint8_t data[200], id[RK_WIRE_NCCL_ID_LEN];
+	int64_t m;
+
+	pattern(data, sizeof(data), salt);
+	pattern(id, sizeof(id), salt + 1);
+	memset(s, 0, 5 * sizeof(*s));
+
+	s[0].type = RK_FRAME_USER;
+	m = rk_wire_encode_user(s[0].buf, sizeof(s[0].buf), TAG_PLAIN, data, sizeof(data));
+	ck_assert_int_gt(m, 0);
+	s[0].len = (uint32_t)m;
+
+	s[1].type = RK_FRAME_ROUND;
+	s[1].flags = RK_FRAME_F_DRAFTED | RK_FRAME_F_PREFILL;
+	m = rk_wire_encode_round(s[1].buf, sizeof(s[1].buf), 77 + salt, st, 2, tokens);
+	ck_assert_int_gt(m, 0);
+	s[1].len = (uint32_t)m;
+
+	s[2].type = RK_FRAME_ROUND_DONE;
+	m = rk_wire_encode_round_done(s[2].buf, sizeof(s[2].buf), &d);
+	ck_assert_int_gt(m, 0);
+	s[2].len = (uint32_t)m;
+
+	s[3].type = RK_FRAME_NCCL_ID;
+	m = rk_wire_encode_nccl_id(s[3].buf, sizeof(s[3].buf), id);
+	ck_assert_int_gt(m, 0);
+	s[3].len = (uint32_t)m;
+
+	s[4].type = RK_FRAME_USER;
+	m = rk_wire_encode_user(s[4].buf, sizeof(s[4].buf), TAG_PLAIN, NULL, 0);
+	ck_assert_int_gt(m, 0);
+	s[4].len = (uint32_t)m;
+	return 5;
+}
+
+static void check_received(const struct node *n, int from, const struct sent *s, size_t ns,
+			   uint32_t salt)
+{
+	struct rk_wire_round r;
+	struct rk_wire_stream st;
+	struct rk_wire_round_done d;
+	uint64_t last_seq = 0;
+	size_t i;
+
+	ck_assert_uint_eq(n->nrx, ns);
+	for (i = 0; i < ns; i++) {
+		const struct rxframe *f = &n->rx[i];
+
+		ck_assert_int_eq(f->peer, from);
+		ck_assert_uint_eq(f->type, s[i].type);
+		ck_assert_uint_eq(f->flags, s[i].flags);
+		ck_assert_uint_eq(f->len, s[i].len);
+		ck_assert_mem_eq(f->data, s[i].buf, s[i].len);
+		if (i)
+			ck_assert_uint_gt(f->seq, last_seq);	/* heartbeats may sit between */
+		last_seq = f->seq;
+	}
+	ck_assert_int_eq(rk_wire_decode_round(n->rx[1].data, n->rx[1].len, &r), 0);
+	ck_assert_uint_eq(r.round_id, 77 + salt);
+	ck_assert_uint_eq(r.n_streams, 2);
+	ck_assert_uint_eq(r.n_tok_total, 6);
+	rk_wire_round_stream(&r, 0, &st);
+	ck_assert_uint_eq(st.stream_id, 100 + salt);
+	ck_assert_uint_eq(st.n_draft, 2);
+	ck_assert_uint_eq(rk_wire_round_token(&r, 5), 16 + salt);
+	ck_assert_int_eq(rk_wire_decode_round_done(n->rx[2].data, n->rx[2].len, &d), 0);
+	ck_assert_uint_eq(d.round_id, 900 + salt);
+	ck_assert_int_eq(d.status, -5);
+}
+
+START_TEST(test_frames_both_ways)
+{
+	struct node n[2] = { 0 };
+	struct sent s0[5], s1[5];
+	struct rk_link_stats ls0, ls1;
+	struct rk_config c;
+	struct rk_link *l0, *l1;
+	uint64_t app_bytes0 = 0, app_bytes1 = 0;
+	size_t i, k0, k1;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;	/* a stalled test thread must not look like a death */
+	start_world(n, 2, &c);
+	ck_assert_int_eq(n[0].ready, 1);
+	ck_assert_int_eq(n[1].ready, 1);
+	ck_assert_int_eq(rk_world_wait_ready(n[0].w), 0);
+	ck_assert_int_eq(rk_world_wait_ready(n[1].w), 0);
+
+	/* accessors */
+	ck_assert_int_eq(rk_world_rank(n[0].w), 0);
+	ck_assert_int_eq(rk_world_rank(n[1].w), 1);
+	ck_assert_int_eq(rk_world_size(n[1].w), 2);
+	ck_assert_ptr_eq(rk_world_loop(n[1].w), n[1].loop);
+	ck_assert_int_eq(rk_world_port(n[1].w), -ENOTCONN);
+	ck_assert_int_eq(rk_world_failed(n[0].w), 0);
+	l0 = rk_world_link(n[0].w, 1);
+	l1 = rk_world_link(n[1].w, 0);
+	ck_assert_ptr_nonnull(l0);
+	ck_assert_ptr_nonnull(l1);
+	ck_assert_ptr_null(rk_world_link(n[0].w, 0));
+	ck_assert_ptr_null(rk_world_link(n[0].w, 2));
+	ck_assert_ptr_null(rk_world_link(n[0].w, -1));
+	ck_assert_ptr_null(rk_world_link(n[1].w, 1));
+	ck_assert_int_eq(rk_link_peer(l0), 1);
+	ck_assert_int_eq(rk_link_peer(l1), 0);
+	ck_assert(rk_link_up(l0) && rk_link_up(l1));
+	ck_assert_str_eq(rk_link_transport(l0), "tcp");
+	ck_assert_int_eq(rk_world_send(n[0].w, 0, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
+	ck_assert_int_eq(rk_world_send(n[0].w, 2, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
+	ck_assert_int_eq(rk_world_send(n[1].w, -1, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
+	ck_assert_int_eq(rk_world_broadcast(n[1].w, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
+	/* an invalid frame is refused at the sender, not sent */
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, RK_FRAME_NCCL_ID, 0, "x", 1), -RK_ESHORT);
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, RK_FRAME_USER, 0x8, "12345678", 8), -RK_EFLAGS);
+
+	k0 = make_app_frames(s0, 0);
+	k1 = make_app_frames(s1, 1);
+	for (i = 0; i < k0; i++) {
+		ck_assert_int_eq(rk_world_send(n[0].w, 1, s0[i].type, s0[i].flags, s0[i].buf,
+					       s0[i].len), 0);
+		app_bytes0 += RK_WIRE_HDR_LEN + s0[i].len;
+	}
+	for (i = 0; i < k1; i++) {
+		ck_assert_int_eq(rk_world_send(n[1].w, 0, s1[i].type, s1[i].flags, s1[i].buf,
+					       s1[i].len), 0);
+		app_bytes1 += RK_WIRE_HDR_LEN + s1[i].len;
+	}
+	ck_assert(PUMP_UNTIL(5000, n[0].nrx >= k1 && n[1].nrx >= k0, &n[0], &n[1]));
+	PUMP_FOR(20, &n[0], &n[1]);	/* nothing else may follow */
+	check_received(&n[1], 0, s0, k0, 0);
+	check_received(&n[0], 1, s1, k1, 1);
+
+	/* counters: one handshake frame each way, heartbeats, and ours */
+	rk_link_stats(l0, &ls0);
+	rk_link_stats(l1, &ls1);
+	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, 1 + k0);
+	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, 1 + k1);
+	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, 1 + k1);
+	ck_assert_uint_eq(ls1.rx_frames - ls1.heartbeats_rx, 1 + k0);
+	ck_assert_uint_eq(ls0.rx_bytes - ls0.heartbeats_rx * 40, 64 + app_bytes1);
+	ck_assert_uint_eq(ls1.rx_bytes - ls1.heartbeats_rx * 40, 64 + app_bytes0);
+	ck_assert_uint_eq(ls0.tx_bytes - ls0.heartbeats_tx * 40, 64 + app_bytes0);
+	ck_assert_uint_ge(ls0.tx_flushes, 1);
+	ck_assert_uint_le(ls0.tx_flushes, ls0.tx_frames);
+	ck_assert_uint_ge(ls0.tx_queued_max, app_bytes0);
+	ck_assert_int_eq(n[0].nerr, 0);
+	ck_assert_int_eq(n[1].nerr, 0);
+
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* The ready callback is where a server sends its first frames. */
+START_TEST(test_send_from_ready)
+{
+	struct node n[3] = { 0 };
+	struct rk_config c;
+	int i;
+
+	cfg_base(&c, 0, 3, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	for (i = 0; i < 3; i++)
+		n[i].send_on_ready = true;
+	start_world(n, 3, &c);
+	for (i = 0; i < 3; i++)
+		ck_assert_msg(n[i].ready_send == 0, "rank %d: send from ready: %s", i,
+			      rk_errname(n[i].ready_send));
+	ck_assert(PUMP_UNTIL(3000, count_tag(&n[0], TAG_HI) == 2 && count_tag(&n[1], TAG_HI) == 1 &&
+				   count_tag(&n[2], TAG_HI) == 1,
+			     &n[0], &n[1], &n[2]));
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(n[i].nerr, 0);
+	for (i = 2; i >= 0; i--)
+		node_stop(&n[i]);
+}
+END_TEST
+
+/* Leader: a TAG_BURST frame makes it queue BURST_FRAMES frames in this one callback. */
+static void burst_hook(struct node *n, int peer, const struct rk_wire_hdr *h, const uint8_t *p)
+{
+	uint8_t buf[12];
+	uint32_t i;
+	int m, ret;
+
+	(void)h;
+	(void)p;
+	if (frame_tag(&n->rx[n->nrx - 1]) != TAG_BURST)
+		return;
+	for (i = 0; i < BURST_FRAMES; i++) {
+		m = rk_wire_encode_user(buf, sizeof(buf), TAG_SEQ, &i, sizeof(i));
+		ret = m < 0 ? m : rk_world_send(n->w, peer, RK_FRAME_USER, 0, buf, (uint32_t)m);
+		if (ret && !n->hook_err)
+			n->hook_err = ret;
+	}
+}
+
+START_TEST(test_burst)
+{
+	struct node n[2] = { 0 };
+	struct rk_link_stats a, b;
+	struct rk_config c;
+	struct rk_wire_user u;
+	uint32_t i, v;
+	size_t base;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	n[0].hook = burst_hook;
+	rk_link_stats(rk_world_link(n[0].w, 1), &a);
+	base = n[1].nrx;
+	ck_assert_int_eq(send_user(&n[1], 0, TAG_BURST, NULL, 0), 0);
+	ck_assert(PUMP_UNTIL(10000, n[1].nrx >= base + BURST_FRAMES, &n[0], &n[1]));
+	ck_assert_int_eq(n[0].hook_err, 0);
+	rk_link_stats(rk_world_link(n[0].w, 1), &b);
+	for (i = 0; i < BURST_FRAMES; i++) {
+		const struct rxframe *f = &n[1].rx[base + i];
+
+		ck_assert_int_eq(rk_wire_decode_user(f->data, f->len, &u), 0);
+		ck_assert_uint_eq(u.tag, TAG_SEQ);
+		ck_assert_uint_eq(u.len, 4);
+		memcpy(&v, u.data, 4);
+		ck_assert_uint_eq(v, i);
+	}
+	ck_assert_uint_ge(b.tx_frames - a.tx_frames, BURST_FRAMES);
+	/* batching: many frames per send */
+	ck_assert_msg((b.tx_flushes - a.tx_flushes) * 20 < b.tx_frames - a.tx_frames,
+		      "%llu sends for %llu frames",
+		      (unsigned long long)(b.tx_flushes - a.tx_flushes),
+		      (unsigned long long)(b.tx_frames - a.tx_frames));
+	ck_assert_uint_ge(b.tx_queued_max, (uint64_t)BURST_FRAMES * (RK_WIRE_HDR_LEN + 12) / 2);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	node_stop(&n[0]);
+	node_stop(&n[1]);
+}
+END_TEST
+
+START_TEST(test_reserve_commit)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct rk_link *l;
+	struct rk_wire_user u;
+	uint8_t *p, *big;
+	size_t base;
+	int err, m;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	l = rk_world_link(n[0].w, 1);
+	base = n[1].nrx;
+
+	/* reserve, write in place, commit a shorter length */
+	err = 1;
+	p = rk_link_reserve(l, 256, &err);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(err, 0);
+	ck_assert_ptr_null(rk_link_reserve(l, 16, &err));
+	ck_assert_int_eq(err, -EBUSY);
+	ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, "12345678", 8), -EBUSY);
+	m = rk_wire_encode_user(p, 256, TAG_PLAIN, "in place", 8);
+	ck_assert_int_eq(m, 16);
+	ck_assert_int_eq(rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)m), 0);
+	ck_assert_int_eq(rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)m), -EINVAL);
+
+	/* bounds */
+	ck_assert_ptr_null(rk_link_reserve(l, c.max_frame + 1, &err));
+	ck_assert_int_eq(err, -RK_ETOOBIG);
+	ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, NULL, 0), -RK_ESHORT);
+
+	/* a commit past the reservation is refused and sends nothing */
+	p = rk_link_reserve(l, 16, &err);
+	ck_assert_ptr_nonnull(p);
+	memset(p, 0, 16);
+	ck_assert_int_eq(rk_link_commit(l, RK_FRAME_USER, 0, 1u << 20), -EINVAL);
+
+	/* a 1 MiB frame written in place */
+	p = rk_link_reserve(l, 1u << 20, &err);
+	ck_assert_ptr_nonnull(p);
+	big = malloc(1u << 20);
+	ck_assert_ptr_nonnull(big);
+	pattern(big, 1u << 20, 3);
+	m = rk_wire_encode_user(p, 1u << 20, TAG_BIG, big, (1u << 20) - 8);
+	ck_assert_int_eq(m, 1 << 20);
+	ck_assert_int_eq(rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)m), 0);
+	ck_assert(rk_link_up(l));
+
+	ck_assert(PUMP_UNTIL(5000, n[1].nrx >= base + 2, &n[0], &n[1]));
+	PUMP_FOR(20, &n[0], &n[1]);
+	ck_assert_uint_eq(n[1].nrx, base + 2);
+	ck_assert_int_eq(rk_wire_decode_user(n[1].rx[base].data, n[1].rx[base].len, &u), 0);
+	ck_assert_uint_eq(u.tag, TAG_PLAIN);
+	ck_assert_mem_eq(u.data, "in place", 8);
+	ck_assert_int_eq(rk_wire_decode_user(n[1].rx[base + 1].data, n[1].rx[base + 1].len, &u), 0);
+	ck_assert_uint_eq(u.tag, TAG_BIG);
+	ck_assert_uint_eq(u.len, (1u << 20) - 8);
+	ck_assert_mem_eq(u.data, big, u.len);
+	free(big);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	node_stop(&n[0]);
+	node_stop(&n[1]);
+}
+END_TEST
+
+START_TEST(test_big_frames)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	uint8_t *a, *b, *max;
+	size_t base0, base1;
+	uint32_t len = 1u << 20;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	c.max_frame = 4u << 20;
+	start_world(n, 2, &c);
+	a = malloc(len);
+	b = malloc(len);
+	max = malloc(c.max_frame + 1);
+	ck_assert(a && b && max);
+	pattern(a, len, 10);
+	pattern(b, len, 11);
+	pattern(max, c.max_frame + 1, 12);
+	put32(a, TAG_BIG);	/* make them valid USER payloads */
+	put32(a + 4, 0);
+	put32(b, TAG_BIG);
+	put32(b + 4, 0);
+	put32(max, TAG_BIG);
+	put32(max + 4, 0);
+	base0 = n[0].nrx;
+	base1 = n[1].nrx;
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, RK_FRAME_USER, 0, a, len), 0);
+	ck_assert_int_eq(rk_world_send(n[1].w, 0, RK_FRAME_USER, 0, b, len), 0);
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, RK_FRAME_USER, 0, max, c.max_frame), 0);
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, RK_FRAME_USER, 0, max, c.max_frame + 1),
+			 -RK_ETOOBIG);
+	ck_assert(rk_link_up(rk_world_link(n[0].w, 1)));
+	ck_assert(PUMP_UNTIL(10000, n[1].nrx >= base1 + 2 && n[0].nrx >= base0 + 1, &n[0], &n[1]));
+	ck_assert_uint_eq(n[1].rx[base1].len, len);
+	ck_assert_mem_eq(n[1].rx[base1].data, a, len);
+	ck_assert_uint_eq(n[0].rx[base0].len, len);
+	ck_assert_mem_eq(n[0].rx[base0].data, b, len);
+	ck_assert_uint_eq(n[1].rx[base1 + 1].len, c.max_frame);
+	ck_assert_mem_eq(n[1].rx[base1 + 1].data, max, c.max_frame);
+	ping_pong(&n[0], &n[1]);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	free(a);
+	free(b);
+	free(max);
+	node_stop(&n[0]);
+	node_stop(&n[1]);
+}
+END_TEST
+
+/* ---- 2. a world of 4, one thread per rank ------------------------------------------- */
+
+struct tworld {
+	atomic_int port;
+	struct trank {
+		struct node n;
+		int rank;
+		int line;	/* where it failed, 0 = it did not */
+		int err;
+		int wait_ret;
+		int destroy_ret;
+		struct tworld *tw;
+	} r[4];
+};
+
+#define RUN_UNTIL(n, deadline, cond)						\
+	({									\
+		while (!(cond) && now_ns() < (deadline))			\
+			if (rk_loop_run((n)->loop, RK_RUN_ONCE) < 0)		\
+				break;						\
+		(bool)(cond);							\
+	})
+#define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
+
+static void *rank_thread(void *arg)
+{
+	struct trank *t = arg;
+	struct node *n = &t->n;
+	struct rk_config c;
+	uint64_t deadline = now_ns() + 15000 * MS;
+	int ret, port, i;
+
+	cfg_base(&c, t->rank, 4, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	if (t->rank) {
+		while (!(port = atomic_load(&t->tw->port)) && now_ns() < deadline)
+			usleep(1000);
+		if (!port)
+			T_FAIL(t, -ETIMEDOUT);
+		snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	}
+	ret = node_create(n, &c);
+	if (ret)
+		T_FAIL(t, ret);
+	if (t->rank == 0)
+		atomic_store(&t->tw->port, rk_world_port(n->w));
+	t->wait_ret = rk_world_wait_ready(n->w);
+	if (t->wait_ret)
+		T_FAIL(t, t->wait_ret);
+	if (t->rank == 0) {
+		ret = rk_world_broadcast(n->w, RK_FRAME_USER, 0,
+					 (const uint8_t[]){ TAG_ALL, 0, 0, 0, 0, 0, 0, 0, 'a', 'l',
+							    'l' }, 11);
+		if (ret)
+			T_FAIL(t, ret);
+		if (!RUN_UNTIL(n, deadline, count_tag(n, TAG_ACK) == 3))
+			T_FAIL(t, -ETIMEDOUT);
+		for (i = 1; i < 4; i++) {
+			ret = send_user(n, i, TAG_QUIT, NULL, 0);
+			if (ret)
+				T_FAIL(t, ret);
+		}
+		/* each follower leaves with BYE */
+		if (!RUN_UNTIL(n, deadline, n->nerr == 3))
+			T_FAIL(t, -ETIMEDOUT);
+	} else {
+		if (!RUN_UNTIL(n, deadline, count_tag(n, TAG_ALL) == 1))
+			T_FAIL(t, -ETIMEDOUT);
+		if (n->nerr)
+			T_FAIL(t, n->errs[0].err);
+		ret = send_user(n, 0, TAG_ACK, &t->rank, sizeof(t->rank));
+		if (ret)
+			T_FAIL(t, ret);
+		if (!RUN_UNTIL(n, deadline, count_tag(n, TAG_QUIT) == 1))
+			T_FAIL(t, -ETIMEDOUT);
+	}
+out:
+	t->destroy_ret = node_close(n);
+	return NULL;
+}
+
+START_TEST(test_world_of_4)
+{
+	struct tworld tw;
+	pthread_t th[4];
+	struct rk_wire_user u;
+	bool acked[4] = { false };
+	size_t i, k;
+	int r;
+
+	memset(&tw, 0, sizeof(tw));
+	atomic_init(&tw.port, 0);
+	for (r = 0; r < 4; r++) {
+		tw.r[r].rank = r;
+		tw.r[r].tw = &tw;
+		ck_assert_int_eq(pthread_create(&th[r], NULL, rank_thread, &tw.r[r]), 0);
+	}
+	for (r = 0; r < 4; r++)
+		ck_assert_int_eq(pthread_join(th[r], NULL), 0);
+	for (r = 0; r < 4; r++) {
+		struct trank *t = &tw.r[r];
+
+		ck_assert_msg(!t->line, "rank %d failed at line %d: %s", r, t->line,
+			      rk_errname(t->err));
+		ck_assert_int_eq(t->wait_ret, 0);
+		ck_assert_int_eq(t->destroy_ret, 0);
+		ck_assert_int_eq(t->n.ready, 1);
+	}
+	for (r = 1; r < 4; r++) {
+		struct node *n = &tw.r[r].n;
+
+		/* a sibling leaving with BYE is not reported to the other followers */
+		ck_assert_int_eq(n->nerr, 0);
+		for (i = 0; i < (size_t)n->nerr; i++) {
+			ck_assert_int_eq(n->errs[i].err, -RK_EPEERBYE);
+			ck_assert(n->errs[i].rank >= 1 && n->errs[i].rank <= 3 &&
+				  n->errs[i].rank != r);
+		}
+		for (i = 0, k = 0; i < n->nrx; i++) {
+			if (frame_tag(&n->rx[i]) != TAG_ALL)
+				continue;
+			k++;
+			ck_assert_int_eq(n->rx[i].peer, 0);
+			ck_assert_int_eq(rk_wire_decode_user(n->rx[i].data, n->rx[i].len, &u), 0);
+			ck_assert_uint_eq(u.len, 3);
+			ck_assert_mem_eq(u.data, "all", 3);
+		}
+		ck_assert_uint_eq(k, 1);
+	}
+	for (i = 0; i < tw.r[0].n.nrx; i++) {
+		const struct rxframe *f = &tw.r[0].n.rx[i];
+
+		if (frame_tag(f) != TAG_ACK)
+			continue;
+		ck_assert_int_eq(rk_wire_decode_user(f->data, f->len, &u), 0);
+		ck_assert_uint_eq(u.len, sizeof(int));
+		memcpy(&r, u.data, sizeof(r));
+		ck_assert_int_eq(r, f->peer);
+		ck_assert(!acked[r]);
+		acked[r] = true;
+	}
+	ck_assert(acked[1] && acked[2] && acked[3]);
+	/* the followers left with BYE, and nothing worse was reported */
+	ck_assert_int_eq(tw.r[0].n.nerr, 3);
+	memset(acked, 0, sizeof(acked));
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(tw.r[0].n.errs[i].err, -RK_EPEERBYE);
+		r = tw.r[0].n.errs[i].rank;
+		ck_assert(r >= 1 && r <= 3 && !acked[r]);
+		acked[r] = true;
+	}
+	for (r = 0; r < 4; r++)
+		node_free(&tw.r[r].n);
+}
+END_TEST
+
+/* ---- 3-5. a follower in another process --------------------------------------------- */
+
+/* The child's reactions: echo TAG_ECHO, leave on TAG_QUIT, die on TAG_DIE. */
+static void child_hook(struct node *n, int peer, const struct rk_wire_hdr *h, const uint8_t *p)
+{
+	struct rk_wire_user u;
+	int ret;
+
+	if (h->type != RK_FRAME_USER || rk_wire_decode_user(p, h->len, &u))
+		return;
+	switch (u.tag) {
+	case TAG_ECHO:
+		ret = send_user(n, peer, TAG_REPLY, u.data, u.len);
+		if (ret && !n->hook_err)
+			n->hook_err = ret;
+		break;
+	case TAG_QUIT:
+		n->quit = true;
+		break;
+	case TAG_DIE:
+		_exit(0);	/* abruptly: no BYE, no close by us */
+	default:
+		break;
+	}
+}
+
+/* A follower's life in its process; 0 = all well. */
+static int child_run(struct node *n, const struct rk_config *c)
+{
+	if (node_create(n, c))
+		return 10;
+	n->hook = child_hook;
+	if (rk_world_wait_ready(n->w))
+		return 11;
+	while (!n->quit) {
+		if (rk_loop_run(n->loop, RK_RUN_ONCE) < 0)
+			return 12;
+		if (n->nerr)
+			return 13;
+		if (n->hook_err)
+			return 14;
+	}
+	if (rk_world_destroy(n->w))
+		return 15;
+	n->w = NULL;
+	if (n->nerr)
+		return 16;
+	if (rk_loop_destroy(n->loop))
+		return 17;
+	n->loop = NULL;
+	return 0;
+}
+
+/* A follower process: its own loop, made after the fork. Its exit status. */
+static int child_main(int rank, int size, int port, uint64_t peer_timeout)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	int ret;
+
+	alarm(20);	/* never outlive a failed test */
+	cfg_base(&c, rank, size, port);
+	c.peer_timeout_ns = peer_timeout;
+	ret = child_run(&n, &c);
+	node_free(&n);
+	return ret;
+}
+
+/* Fork a follower; it waits for the leader's port on *@port_fd (see give_port()). */
+static pid_t spawn_follower(int rank, int size, uint64_t peer_timeout, int *port_fd)
+{
+	int p[2], port = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(p[1]);
+		if (read(p[0], &port, sizeof(port)) != (ssize_t)sizeof(port))
+			_exit(9);	/* the test died first */
+		close(p[0]);
+		_exit(child_main(rank, size, port, peer_timeout));
+	}
+	close(p[0]);
+	*port_fd = p[1];
+	return pid;
+}
+
+static void give_port(int fd, int port)
+{
+	ck_assert_int_gt(port, 0);
+	ck_assert_int_eq(write(fd, &port, sizeof(port)), (ssize_t)sizeof(port));
+	close(fd);
+}
+
+/* Pump until @pid exits; its wait status. */
+static int reap_child(pid_t pid, struct node **ns, size_t nn, unsigned int ms)
+{
+	uint64_t deadline = now_ns() + ms * MS;
+	int st;
+	pid_t r;
+
+	for (;;) {
+		r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return st;
+		ck_assert_int_eq(r, 0);
+		ck_assert_msg(now_ns() < deadline, "child %d still running after %u ms", pid, ms);
+		pump_once(ns, nn);
+	}
+}
+
+START_TEST(test_two_processes)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	struct rk_wire_user u;
+	uint8_t *buf;
+	uint32_t len, k = 0;
+	size_t i;
+	int fd, st;
+	pid_t pid;
+
+	pid = spawn_follower(1, 2, 2000 * MS, &fd);
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	node_start(&n, &c);
+	give_port(fd, rk_world_port(n.w));
+	ck_assert(PUMP_UNTIL(5000, n.ready, &n));
+
+	/* frames of many sizes and one of 1 MiB, echoed back in order */
+	buf = malloc(1u << 20);
+	ck_assert_ptr_nonnull(buf);
+	for (k = 0; k <= 100; k++) {
+		len = k == 100 ? (1u << 20) - 8 : k * 40;
+		pattern(buf, len, k);
+		ck_assert_int_eq(send_user(&n, 1, TAG_ECHO, buf, len), 0);
+	}
+	ck_assert(PUMP_UNTIL(10000, count_tag(&n, TAG_REPLY) == 101, &n));
+	for (i = 0, k = 0; i < n.nrx; i++) {
+		if (frame_tag(&n.rx[i]) != TAG_REPLY)
+			continue;
+		len = k == 100 ? (1u << 20) - 8 : k * 40;
+		pattern(buf, len, k);
+		ck_assert_int_eq(rk_wire_decode_user(n.rx[i].data, n.rx[i].len, &u), 0);
+		ck_assert_uint_eq(u.len, len);
+		ck_assert_mem_eq(u.data, buf, len);
+		k++;
+	}
+	free(buf);
+
+	/* the follower leaves cleanly: BYE, and nothing worse */
+	ck_assert_int_eq(send_user(&n, 1, TAG_QUIT, NULL, 0), 0);
+	ck_assert(PUMP_UNTIL(5000, n.nerr >= 1, &n));
+	ck_assert_int_eq(n.errs[0].rank, 1);
+	ck_assert_msg(n.errs[0].err == -RK_EPEERBYE, "peer_error %s",
+		      rk_errname(n.errs[0].err));
+	st = reap_child(pid, NODES(&n), 5000);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	PUMP_FOR(100, &n);
+	ck_assert_int_eq(n.nerr, 1);
+	ck_assert_ptr_null(rk_world_link(n.w, 1));
+	ck_assert_int_eq(rk_world_failed(n.w), -RK_EPEERBYE);
+	node_stop(&n);
+}
+END_TEST
+
+/* A world of 3; rank 1 is a process that dies: _exit() (0) or SIGKILL (1). */
+START_TEST(test_peer_closes)
+{
+	struct node n[3] = { 0 };
+	struct rk_config c;
+	uint64_t t0;
+	int fd, st, port, err;
+	pid_t pid;
+
+	pid = spawn_follower(1, 3, 2000 * MS, &fd);
+	cfg_base(&c, 0, 3, 0);
+	/* long: a prompt report can only come from the closed socket */
+	c.peer_timeout_ns = 2000 * MS;
+	node_start(&n[0], &c);
+	port = rk_world_port(n[0].w);
+	give_port(fd, port);
+	c.rank = 2;
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	node_start(&n[2], &c);
+	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[2].ready, &n[0], &n[2]));
+	ping_pong(&n[0], &n[2]);
+
+	t0 = now_ns();
+	if (_i == 0)
+		ck_assert_int_eq(send_user(&n[0], 1, TAG_DIE, NULL, 0), 0);
+	else
+		ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert(PUMP_UNTIL(3000, n[0].nerr && n[2].nerr, &n[0], &n[2]));
+	err = n[0].errs[0].err;
+	ck_assert_int_eq(n[0].errs[0].rank, 1);
+	ck_assert_msg(err == -ECONNRESET || err == -EPIPE, "leader: peer_error %s",
+		      rk_errname(err));
+	ck_assert_uint_lt(n[0].errs[0].t - t0, 1000 * MS);
+	/* the leader told the other follower which rank died */
+	ck_assert_int_eq(n[2].errs[0].rank, 1);
+	ck_assert_int_eq(n[2].errs[0].err, err);
+	ck_assert_uint_lt(n[2].errs[0].t - t0, 1000 * MS);
+	/* ...and the survivors still talk */
+	ck_assert(rk_link_up(rk_world_link(n[2].w, 0)));
+	ck_assert(rk_link_up(rk_world_link(n[0].w, 2)));
+	ping_pong(&n[0], &n[2]);
+	st = reap_child(pid, NODES(&n[0], &n[2]), 5000);
+	if (_i == 0)
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	else
+		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %#x", st);
+	ck_assert_int_eq(n[0].nerr, 1);
+	ck_assert_int_eq(n[2].nerr, 1);
+	node_stop(&n[2]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* A follower that stops running (SIGSTOP) is declared dead after peer_timeout. */
+START_TEST(test_peer_silent)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	uint64_t t0, el;
+	int fd, st;
+	pid_t pid;
+
+	pid = spawn_follower(1, 2, 200 * MS, &fd);
+	cfg_base(&c, 0, 2, 0);		/* peer_timeout 200 ms */
+	node_start(&n, &c);
+	give_port(fd, rk_world_port(n.w));
+	ck_assert(PUMP_UNTIL(5000, n.ready, &n));
+	/* heartbeats keep an idle link alive well past peer_timeout */
+	PUMP_FOR(500, &n);
+	ck_assert_int_eq(n.nerr, 0);
+
+	t0 = now_ns();
+	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+	ck_assert(PUMP_UNTIL(3000, n.nerr, &n));
+	el = (n.errs[0].t - t0) / MS;
+	ck_assert_int_eq(n.errs[0].rank, 1);
+	ck_assert_msg(n.errs[0].err == -RK_EPEERDEAD, "peer_error %s", rk_errname(n.errs[0].err));
+	ck_assert_msg(el >= 150 && el < 1500, "declared dead after %llu ms",
+		      (unsigned long long)el);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	st = reap_child(pid, NODES(&n), 5000);
+	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	ck_assert_int_eq(n.nerr, 1);
+	node_stop(&n);
+}
+END_TEST
+
+/* ---- 6. strangers on the leader's port ---------------------------------------------- */
+
+enum { G_RANDOM, G_BADCRC, G_SILENT, G_HTTP, G_TRUNC, G_HELLO };
+
+static const struct garbage {
+	const char *name;
+	int kind;
+	/* G_HELLO: the frame */
+	unsigned int type;
+	uint32_t proto, size, rank, src;
+	uint64_t session;
+	bool bad_paycrc;
+	int want;	/* the ERROR the leader must answer with; 0 = it just closes */
+} garbage[] = {
+	{ .name = "random bytes", .kind = G_RANDOM, .want = -RK_EMAGIC },
+	{ .name = "magic with a bad header CRC", .kind = G_BADCRC, .want = -RK_EHDRCRC },
+	{ .name = "silent (handshake timeout)", .kind = G_SILENT },
+	{ .name = "HTTP GET", .kind = G_HTTP, .want = -RK_EMAGIC },
+	{ .name = "truncated HELLO then EOF", .kind = G_TRUNC },
+	{ "world size", G_HELLO, RK_FRAME_HELLO, 1, 3, 1, 1, SESSION, false, -RK_EWORLD },
+	{ "session id", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION + 1, false, -RK_ESESSION },
+	{ "protocol version", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 1, SESSION, false, -RK_EPROTOVER },
+	{ "duplicate rank", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION, false, -RK_ERANK },
+	{ "the leader's rank", G_HELLO, RK_FRAME_HELLO, 1, 2, 0, 0, SESSION, false, -RK_ERANK },
+	/* rank >= world_size is malformed at the wire level already */
+	{ "rank past the size", G_HELLO, RK_FRAME_HELLO, 1, 2, 7, 7, SESSION, false, -RK_EFIELD },
+	{ "src_rank unlike HELLO's", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 0, SESSION, false,
+	  -RK_ERANK },
+	{ "WELCOME first", G_HELLO, RK_FRAME_WELCOME, 1, 2, 1, 1, SESSION, false,
+	  -RK_EHANDSHAKE },
+	{ "HELLO payload CRC", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION, true, -RK_EPAYCRC },
+};
+
+START_TEST(test_garbage)
+{
+	const struct garbage *g = &garbage[_i];
+	static const char http[] = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct rk_link *l;
+	struct raw r;
+	uint8_t f[256], hello[RK_WIRE_HELLO_LEN];
+	unsigned int dropped;
+	uint64_t t_conn, el;
+	int port;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	port = start_world(n, 2, &c);
+	l = rk_world_link(n[0].w, 1);
+	ping_pong(&n[0], &n[1]);
+	dropped = log_dropped();
+
+	raw_connect(&r, port, 0);
+	t_conn = now_ns();
+	switch (g->kind) {
+	case G_RANDOM:
+		pattern(f, 64, 99);
+		f[0] = 'X';
+		raw_send(&r, f, 64);
+		break;
+	case G_BADCRC:
+		make_frame(f, RK_FRAME_USER, 0, 1, 0, "\1\0\0\0\0\0\0\0", 8);
+		f[28] ^= 1;
+		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
+		break;
+	case G_SILENT:
+		break;
+	case G_HTTP:
+		raw_send(&r, http, sizeof(http) - 1);
+		break;
+	case G_TRUNC:
+		hello_payload(hello, RK_WIRE_VERSION, 2, 1, SESSION);
+		make_frame(f, RK_FRAME_HELLO, 0, 1, 0, hello, sizeof(hello));
+		raw_send(&r, f, 20);
+		ck_assert_int_eq(shutdown(r.fd, SHUT_WR), 0);
+		break;
+	case G_HELLO:
+		hello_payload(hello, g->proto, g->size, g->rank, g->session);
+		make_frame(f, g->type, 0, g->src, 0, hello, sizeof(hello));
+		if (g->bad_paycrc)
+			f[RK_WIRE_HDR_LEN + 20] ^= 1;
+		raw_send(&r, f, RK_WIRE_HDR_LEN + sizeof(hello));
+		break;
+	}
+	ping_pong(&n[0], &n[1]);	/* the world keeps working meanwhile */
+	if (g->want) {
+		raw_expect_error(&r, NODES(&n[0], &n[1]), g->want);
+	} else {
+		raw_wait_eof(&r, NODES(&n[0], &n[1]), 3000);
+		ck_assert_uint_eq(r.discarded, 0);	/* closed without a word */
+	}
+	el = (now_ns() - t_conn) / MS;
+	if (g->kind == G_SILENT)
+		ck_assert_msg(el >= 250, "a silent socket was dropped after %llu ms",
+			      (unsigned long long)el);
+	/* the leader logged it */
+	ck_assert(PUMP_UNTIL(1000, log_dropped() > dropped, &n[0], &n[1]));
+
+	ping_pong(&n[0], &n[1]);
+	ck_assert_ptr_eq(rk_world_link(n[0].w, 1), l);
+	ck_assert(rk_link_up(l));
+	ck_assert_int_eq(n[0].nerr, 0);
+	ck_assert_int_eq(n[1].nerr, 0);
+	ck_assert_int_eq(rk_world_failed(n[0].w), 0);
+	raw_close(&r);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* Many silent sockets: the leader bounds them (RK_MAX_PENDING, 64) and drops the rest. */
+START_TEST(test_pending_flood)
+{
+	enum { FLOOD = 80 };
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct raw *r;
+	uint64_t t0;
+	int port, i, closed = 0;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	c.handshake_timeout_ns = 2000 * MS;
+	port = start_world(n, 2, &c);
+	r = calloc(FLOOD, sizeof(*r));
+	ck_assert_ptr_nonnull(r);
+	t0 = now_ns();
+	for (i = 0; i < FLOOD; i++)
+		raw_connect(&r[i], port, 0);
+#define COUNT_CLOSED()								\
+	({									\
+		closed = 0;							\
+		for (i = 0; i < FLOOD; i++) {					\
+			raw_poll(&r[i]);					\
+			closed += r[i].eof;					\
+		}								\
+		closed;								\
+	})
+	/* the surplus is refused at once, long before the handshake timeout */
+	ck_assert(PUMP_UNTIL(1000, COUNT_CLOSED() >= FLOOD - 64, &n[0], &n[1]));
+	ck_assert_uint_lt(now_ns() - t0, 1500 * MS);
+	ck_assert_int_lt(closed, FLOOD);
+	ping_pong(&n[0], &n[1]);
+	/* the rest when their handshake time is up */
+	ck_assert(PUMP_UNTIL(6000, COUNT_CLOSED() == FLOOD, &n[0], &n[1]));
+#undef COUNT_CLOSED
+	ping_pong(&n[0], &n[1]);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	for (i = 0; i < FLOOD; i++)
+		raw_close(&r[i]);
+	free(r);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* ---- 7. bad frames on an established link ------------------------------------------- */
+
+enum { B_SEQ, B_TYPE, B_TOOBIG, B_PAYCRC, B_HELLO, B_SRC, B_FLAGS, B_RESERVED };
+
+static const struct badframe {
+	const char *name;
+	int kind;
+	int want;
+} badframes[] = {
+	{ "sequence gap", B_SEQ, -RK_ESEQ },
+	{ "unknown type", B_TYPE, -RK_ETYPE },
+	{ "length past max_frame", B_TOOBIG, -RK_ETOOBIG },
+	{ "payload CRC", B_PAYCRC, -RK_EPAYCRC },
+	{ "second HELLO", B_HELLO, -RK_EHANDSHAKE },
+	{ "another src_rank", B_SRC, -RK_ERANK },
+	{ "undefined flag", B_FLAGS, -RK_EFLAGS },
+	{ "USER reserved field", B_RESERVED, -RK_ERESERVED },
+};
+
+START_TEST(test_bad_frame)
+{
+	const struct badframe *b = &badframes[_i];
+	static const uint8_t user8[8] = { TAG_PLAIN, 0, 0, 0, 0, 0, 0, 0 };
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct raw r;
+	uint8_t f[256], hello[RK_WIRE_HELLO_LEN], *big;
+	int port, i;
+
+	cfg_base(&c, 0, 3, 0);
+	c.peer_timeout_ns = 5000 * MS;	/* the raw rank sends no heartbeats */
+	c.max_frame = 64u << 10;
+	port = start_world(n, 2, &c);
+	raw_connect(&r, port, 0);
+	raw_join(&r, NODES(&n[0], &n[1]), 2, 3);
+	ck_assert(PUMP_UNTIL(3000, n[0].ready, &n[0], &n[1]));
+	/* a good frame first: the raw rank is a working member */
+	raw_send_frame(&r, RK_FRAME_USER, 0, 2, user8, sizeof(user8));
+	ck_assert(PUMP_UNTIL(3000, n[0].nrx == 1, &n[0], &n[1]));
+	ck_assert_int_eq(n[0].rx[0].peer, 2);
+	ping_pong(&n[0], &n[1]);
+
+	switch (b->kind) {
+	case B_SEQ:
+		raw_send(&r, f, make_frame(f, RK_FRAME_USER, 0, 2, r.seq + 5, user8, 8));
+		break;
+	case B_TYPE:
+		make_frame(f, RK_FRAME_USER, 0, 2, r.seq, user8, 8);
+		f[5] = RK_FRAME__COUNT + 3;
+		reseal_hdr(f);
+		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
+		break;
+	case B_TOOBIG:
+		big = calloc(1, RK_WIRE_HDR_LEN + c.max_frame + 1);
+		ck_assert_ptr_nonnull(big);
+		make_frame(big, RK_FRAME_USER, 0, 2, r.seq, big + RK_WIRE_HDR_LEN,
+			   c.max_frame + 1);
+		raw_send(&r, big, RK_WIRE_HDR_LEN + 4096);	/* the header decides */
+		free(big);
+		break;
+	case B_PAYCRC:
+		make_frame(f, RK_FRAME_USER, 0, 2, r.seq, user8, 8);
+		f[RK_WIRE_HDR_LEN + 7] ^= 0x40;
+		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
+		break;
+	case B_HELLO:
+		hello_payload(hello, RK_WIRE_VERSION, 3, 2, SESSION);
+		raw_send(&r, f, make_frame(f, RK_FRAME_HELLO, 0, 2, r.seq, hello, sizeof(hello)));
+		break;
+	case B_SRC:
+		raw_send(&r, f, make_frame(f, RK_FRAME_USER, 0, 1, r.seq, user8, 8));
+		break;
+	case B_FLAGS:
+		make_frame(f, RK_FRAME_USER, 0, 2, r.seq, user8, 8);
+		f[6] = 0x80;
+		reseal_hdr(f);
+		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
+		break;
+	case B_RESERVED:
+		memcpy(hello, user8, 8);
+		hello[5] = 1;
+		raw_send(&r, f, make_frame(f, RK_FRAME_USER, 0, 2, r.seq, hello, 8));
+		break;
+	}
+	raw_expect_error(&r, NODES(&n[0], &n[1]), b->want);
+	ck_assert(PUMP_UNTIL(3000, n[0].nerr && n[1].nerr, &n[0], &n[1]));
+	ck_assert_int_eq(n[0].nerr, 1);
+	ck_assert_int_eq(n[0].errs[0].rank, 2);
+	ck_assert_msg(n[0].errs[0].err == b->want, "leader: peer_error %s, want %s",
+		      rk_errname(n[0].errs[0].err), rk_errname(b->want));
+	/* rank 1 hears about rank 2 from the leader, and only that */
+	for (i = 0; i < n[1].nerr; i++) {
+		ck_assert_int_eq(n[1].errs[i].rank, 2);
+		ck_assert_int_eq(n[1].errs[i].err, b->want);
+	}
+	for (i = 1; i < (int)n[0].nrx; i++)
+		ck_assert_int_ne(n[0].rx[i].peer, 2);	/* the bad frame was not delivered */
+	ck_assert_ptr_null(rk_world_link(n[0].w, 2));
+	ck_assert(rk_link_up(rk_world_link(n[0].w, 1)));
+	ck_assert(rk_link_up(rk_world_link(n[1].w, 0)));
+	ping_pong(&n[0], &n[1]);
+	raw_close(&r);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* ---- 8. a peer that never reads ----------------------------------------------------- */
+
+START_TEST(test_slow_peer)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	struct rk_link_stats st = { 0 };
+	struct rk_link *l;
+	struct raw r;
+	uint8_t *payload;
+	uint64_t sent = 0;
+	uint32_t len = 16u << 10;
+	int port, ret = 0;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 5000 * MS;	/* the raw rank sends no heartbeats */
+	c.tx_limit = 256u << 10;
+	port = start_world(&n, 1, &c);
+	raw_connect(&r, port, 4096);
+	raw_join(&r, NODES(&n), 1, 2);
+	ck_assert(PUMP_UNTIL(3000, n.ready, &n));
+
+	payload = calloc(1, len);
+	ck_assert_ptr_nonnull(payload);
+	payload[0] = TAG_PLAIN;
+	while ((l = rk_world_link(n.w, 1))) {
+		rk_link_stats(l, &st);
+		ret = rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, len);
+		if (ret)
+			break;
+		sent += len;
+		ck_assert_msg(sent < (64u << 20), "64 MiB queued to a peer that does not read");
+		pump_once(NODES(&n));
+	}
+	ck_assert_msg(ret == -RK_ESLOWPEER, "send: %s", rk_errname(ret));
+	ck_assert_uint_le(st.tx_queued_max, c.tx_limit);
+	ck_assert_uint_ge(st.tx_queued_max, c.tx_limit - len - RK_WIRE_HDR_LEN);
+	ck_assert_int_eq(n.nerr, 1);
+	ck_assert_int_eq(n.errs[0].rank, 1);
+	ck_assert_int_eq(n.errs[0].err, -RK_ESLOWPEER);
+	ck_assert_ptr_null(rk_world_link(n.w, 1));
+	ck_assert_int_eq(rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, 8), -ENOTCONN);
+	free(payload);
+	/* the leader closes the socket (after what the kernel already holds) */
+	raw_wait_eof(&r, NODES(&n), 5000);
+	raw_close(&r);
+	node_stop(&n);
+}
+END_TEST
+
+/* ---- 9. bootstrap ------------------------------------------------------------------- */
+
+/* A follower started first keeps retrying and joins when the leader appears. */
+START_TEST(test_follower_first)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	int port = free_port();
+
+	ck_assert_int_gt(port, 0);
+	cfg_base(&c, 1, 2, port);
+	c.peer_timeout_ns = 2000 * MS;
+	node_start(&n[1], &c);
+	PUMP_FOR(200, &n[1]);
+	ck_assert_int_eq(n[1].ready, 0);
+	ck_assert_int_eq(n[1].nerr, 0);
+	ck_assert_int_eq(rk_world_failed(n[1].w), 0);
+	c.rank = 0;
+	node_start(&n[0], &c);
+	ck_assert_int_eq(rk_world_port(n[0].w), port);
+	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[1].ready, &n[0], &n[1]));
+	ping_pong(&n[0], &n[1]);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* No leader: -RK_ETIMEOUT after connect_timeout, whatever the heartbeat period. */
+static const uint64_t no_leader_hb_ms[] = { 20, 1000 };
+
+START_TEST(test_no_leader)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	uint64_t t0, el;
+	int port = free_port(), ret;
+
+	ck_assert_int_gt(port, 0);
+	cfg_base(&c, 1, 2, port);
+	c.connect_timeout_ns = 300 * MS;
+	c.heartbeat_ns = no_leader_hb_ms[_i] * MS;
+	if (c.handshake_timeout_ns < c.heartbeat_ns)
+		c.handshake_timeout_ns = c.heartbeat_ns;
+	node_start(&n, &c);
+	t0 = now_ns();
+	ret = rk_world_wait_ready(n.w);
+	el = (now_ns() - t0) / MS;
+	ck_assert_msg(ret == -RK_ETIMEOUT, "wait_ready: %s", rk_errname(ret));
+	ck_assert_msg(el >= 250 && el < 3000, "gave up after %llu ms", (unsigned long long)el);
+	ck_assert_int_eq(rk_world_failed(n.w), -RK_ETIMEOUT);
+	ck_assert_int_eq(n.ready, 0);
+	/* no late connection attempt after it gave up */
+	PUMP_FOR(700, &n);
+	ck_assert_int_eq(rk_world_failed(n.w), -RK_ETIMEOUT);
+	ck_assert_int_le(n.nerr, 1);
+	if (n.nerr)
+		ck_assert_int_eq(n.errs[0].err, -RK_ETIMEOUT);
+	node_stop(&n);
+}
+END_TEST
+
+static const struct bad_cfg {
+	const char *name;
+	int rank, size;
+	const char *leader;
+	int want;
+} bad_cfgs[] = {
+	{ "rank unset", -1, 2, "127.0.0.1:5000", -RK_ECONFIG },
+	{ "size unset", 0, 0, "127.0.0.1:5000", -RK_ECONFIG },
+	{ "rank past size", 2, 2, "127.0.0.1:5000", -RK_ECONFIG },
+	{ "follower without leader", 1, 2, "", -RK_ECONFIG },
+	{ "leader without address", 0, 2, "", -RK_ECONFIG },
+	{ "address without port", 1, 2, "127.0.0.1", -RK_ECONFIG },
+	{ "unknown scheme", 1, 2, "udp://127.0.0.1:5000", -RK_ECONFIG },
+	{ "roce", 1, 2, "roce://127.0.0.1:5000", -EOPNOTSUPP },
+};
+
+START_TEST(test_bad_config)
+{
+	const struct bad_cfg *b = &bad_cfgs[_i];
+	struct node n = { 0 };
+	struct rk_world *w = NULL;
+	struct rk_loop *loop;
+	struct rk_config c;
+
+	cfg_base(&c, b->rank, b->size, 0);
+	snprintf(c.leader, sizeof(c.leader), "%s", b->leader);
+	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+	ck_assert_int_eq(rk_world_create(loop, &node_ops, &n, &w), b->want);
+	ck_assert_ptr_null(w);
+	ck_assert_int_eq(rk_loop_destroy(loop), 0);	/* nothing left attached */
+}
+END_TEST
+
+START_TEST(test_port_in_use)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t alen = sizeof(a);
+	struct node n = { 0 };
+	struct rk_world *w = NULL;
+	struct rk_loop *loop;
+	struct rk_config c;
+	int fd, port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(fd, 4), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	port = ntohs(a.sin_port);
+
+	cfg_base(&c, 0, 2, port);
+	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+	ck_assert_int_eq(rk_world_create(loop, &node_ops, &n, &w), -EADDRINUSE);
+	ck_assert_int_eq(rk_loop_destroy(loop), 0);
+	close(fd);
+
+	/* two leaders on one port */
+	cfg_base(&c, 0, 2, 0);
+	node_start(&n, &c);
+	port = rk_world_port(n.w);
+	cfg_base(&c, 0, 2, port);
+	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+	ck_assert_int_eq(rk_world_create(loop, &node_ops, &n, &w), -EADDRINUSE);
+	ck_assert_int_eq(rk_loop_destroy(loop), 0);
+	node_stop(&n);
+}
+END_TEST
+
+START_TEST(test_world_of_one)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+
+	cfg_base(&c, 0, 1, 0);
+	c.leader[0] = '\0';
+	node_start(&n, &c);
+	ck_assert_int_eq(n.ready, 1);
+	ck_assert_int_eq(rk_world_wait_ready(n.w), 0);
+	ck_assert_int_eq(rk_world_broadcast(n.w, RK_FRAME_USER, 0, "12345678", 8), 0);
+	ck_assert_int_eq(rk_world_send(n.w, 0, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
+	ck_assert_int_eq(rk_world_port(n.w), -ENOTCONN);
+	node_stop(&n);
+}
+END_TEST
+
+/* ---- the suite ---------------------------------------------------------------------- */
+
+static TCase *new_tcase(Suite *s, const char *name)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_checked_fixture(tc, log_setup, log_teardown);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+static Suite *world_suite(void)
+{
+	Suite *s = suite_create("world");
+	TCase *tc;
+
+	tc = new_tcase(s, "link");
+	tcase_add_test(tc, test_frames_both_ways);
+	tcase_add_test(tc, test_send_from_ready);
+	tcase_add_test(tc, test_burst);
+	tcase_add_test(tc, test_reserve_commit);
+	tcase_add_test(tc, test_big_frames);
+
+	tc = new_tcase(s, "threads");
+	tcase_add_test(tc, test_world_of_4);
+
+	tc = new_tcase(s, "process");
+	tcase_add_test(tc, test_two_processes);
+	tcase_add_loop_test(tc, test_peer_closes, 0, 2);
+	tcase_add_test(tc, test_peer_silent);
+
+	tc = new_tcase(s, "strangers");
+	tcase_add_loop_test(tc, test_garbage, 0, ARRAY_SIZE(garbage));
+	tcase_add_test(tc, test_pending_flood);
+
+	tc = new_tcase(s, "bad_frames");
+	tcase_add_loop_test(tc, test_bad_frame, 0, ARRAY_SIZE(badframes));
+	tcase_add_test(tc, test_slow_peer);
+
+	tc = new_tcase(s, "bootstrap");
+	tcase_add_test(tc, test_follower_first);
+	tcase_add_loop_test(tc, test_no_leader, 0, ARRAY_SIZE(no_leader_hb_ms));
+	tcase_add_loop_test(tc, test_bad_config, 0, ARRAY_SIZE(bad_cfgs));
+	tcase_add_test(tc, test_port_in_use);
+	tcase_add_test(tc, test_world_of_one);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(world_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,6 @@
+#!/bin/sh
+# check_loop with every loop that is not testing the policy itself pinned to
+# RK_WAIT=block (tests/Makefile.inc sets builddir; run from the build dir).
+RK_TEST_WAIT=block
+export RK_TEST_WAIT
+exec "${builddir:-.}/tests/check_loop" "$@"
