@@ -1,24 +1,235 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rankrt GPU: CUDA stream completion sources and NCCL bootstrap.
- * Built only with --with-cuda; otherwise every call returns -EOPNOTSUPP.
- * No CUDA header is included here (CUDA types are forward-declared where needed).
+ * rankrt GPU: CUDA stream completion notifications and the NCCL bootstrap.
+ *
+ * Built only with --with-cuda (the notifier) and --with-nccl (the NCCL part);
+ * otherwise every call returns -EOPNOTSUPP (the pointer getters NULL; the
+ * release calls 0; rk_nccl_on_frame() -ENOENT: no frame is NCCL's), so
+ * programs build and link in every configuration. No CUDA or NCCL header is
+ * included here: a stream is a struct CUstream_st * (cudaStream_t and CUstream
+ * are both that pointer), a communicator is handed out as void *.
+ *
+ * Threads: everything here belongs to the loop thread of the loop it was
+ * created on, except rk_gpu_probe() (any thread). CUDA errors are logged once
+ * with the CUDA/NCCL string and returned as -EIO. docs/GPU.md has the design
+ * and the measurements.
  */
 #ifndef RK_GPU_H
 #define RK_GPU_H
 
+#include <stdbool.h>
 #include "rk_common.h"
+#include "rk_runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+struct CUstream_st;
+
 /**
  * rk_gpu_probe() - count the CUDA devices this process can use.
  * Return: the count (> 0), -ENODEV when the driver reports none (or no driver
  * is loaded), -EOPNOTSUPP when rankrt was built without CUDA. Any thread.
+ * Note: this initialises CUDA in the calling process (fork after it is unsafe).
  */
 RK_EXPORT int rk_gpu_probe(void);
+
+/* ---- stream notifications ------------------------------------------------------- */
+
+/*
+ * How a notifier learns that the work before a mark is done:
+ * - POLL: the stream writes the mark's sequence number into host-mapped memory
+ *   (cuStreamWriteValue64); the loop reads it in its source poll. Lowest
+ *   latency, but nothing wakes a blocked loop: while marks are outstanding the
+ *   source keeps the loop from blocking (it spins until they are delivered).
+ * - WAKE: a host function (cudaLaunchHostFunc) on a side stream, ordered after
+ *   the mark by an event, posts to the loop (rk_loop_post); it wakes a blocked
+ *   loop. Costs a CUDA worker thread hop (~30 us measured).
+ * - AUTO: both; whichever sees a mark first delivers it. The loop spins on the
+ *   word and may still block when its spin window ends.
+ */
+enum rk_gpu_notify_mode {
+	RK_GPU_NOTIFY_AUTO = 0,
+	RK_GPU_NOTIFY_POLL = 1,
+	RK_GPU_NOTIFY_WAKE = 2,
+};
+
+/* Marks that may be outstanding at once (a mark beyond it gets -EAGAIN). */
+#define RK_GPU_NOTIFY_SLOTS 256
+
+struct rk_gpu_notifier;
+
+/*
+ * A mark is done. Runs on the loop thread, exactly once per mark, in mark
+ * order, from whichever path saw it first. It may call rk_gpu_notifier_mark()
+ * (and launch more work), but not rk_gpu_notifier_destroy() on @n. Return
+ * RK_BUSY (real work done) or RK_IDLE.
+ */
+typedef enum rk_activity (*rk_gpu_done_cb)(struct rk_gpu_notifier *n, uint64_t cookie,
+					   void *arg);
+
+struct rk_gpu_notifier_stats {
+	uint64_t marks;			/* marks enqueued */
+	uint64_t via_poll;		/* delivered because the loop saw the word */
+	uint64_t via_wake;		/* delivered by a host function's post */
+	uint64_t wake_late;		/* host-function posts that found their mark delivered */
+	uint64_t refused;		/* marks refused with -EAGAIN (all slots in flight) */
+	uint32_t outstanding;		/* marks not yet delivered */
+	uint32_t max_outstanding;
+};
+
+/**
+ * rk_gpu_notifier_create() - a completion source for @stream on @loop.
+ * @stream: the compute stream (NULL = the legacy default stream); the
+ *          notifier never synchronizes it except in a forced destroy.
+ * @mode: see enum rk_gpu_notify_mode. AUTO falls back to WAKE (and logs it)
+ *        when the device cannot do 64-bit stream memory operations.
+ * @cb, @arg: the done callback.
+ * The notifier allocates one host-mapped word, a side stream (non-blocking,
+ * on the stream's device) and an event, and attaches a loop source.
+ * Return: 0 and *@out; -EINVAL (NULL loop/cb/out, unknown mode); -EOPNOTSUPP
+ * (built without CUDA, or POLL on a device without 64-bit stream memory
+ * operations, or the driver lacks cuStreamWriteValue64); -ENOMEM; -EIO (a CUDA
+ * call failed, logged). Loop thread; the calling thread's current CUDA device
+ * is left as it was.
+ */
+RK_EXPORT int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
+				     enum rk_gpu_notify_mode mode, rk_gpu_done_cb cb, void *arg,
+				     struct rk_gpu_notifier **out);
+
+/**
+ * rk_gpu_notifier_mark() - enqueue "done" after the work already on the
+ * stream; the callback gets @cookie once it has finished.
+ * Return: 0; -EAGAIN when RK_GPU_NOTIFY_SLOTS marks are outstanding (or their
+ * host functions have not been delivered yet): run the loop and retry;
+ * -ESHUTDOWN after a failed mark; -EIO when CUDA refused the work (logged).
+ * After -EIO the mark may or may not be delivered and the notifier refuses
+ * new marks: destroy it (forced). Loop thread; the stream's device need not
+ * be current.
+ */
+RK_EXPORT int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie);
+
+/** rk_gpu_notifier_outstanding() - marks enqueued and not yet delivered. */
+RK_EXPORT unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n);
+
+/** rk_gpu_notifier_mode() - the mode in effect (AUTO may have become WAKE). */
+RK_EXPORT enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n);
+
+/** rk_gpu_notifier_stats() - copy the counters. Loop thread. */
+RK_EXPORT void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n,
+				     struct rk_gpu_notifier_stats *out);
+
+/**
+ * rk_gpu_notifier_destroy() - release the notifier.
+ * Without @force: -EBUSY (nothing changes) while marks are outstanding.
+ * With @force: outstanding marks are dropped (no callback runs for them) after
+ * the compute stream is synchronized (so abort an NCCL communicator first if a
+ * collective on it may hang).
+ * Then the side stream is synchronized, so every host function has run, and
+ * the CUDA resources are freed. Posts those host functions queued on the loop
+ * are still owned by the loop: the notifier's remaining memory and its source
+ * are released when the loop next drains them, so run the loop once more
+ * (rk_loop_destroy() reports -EBUSY until then). Return: 0, -EBUSY, or the
+ * first CUDA error (-EIO; everything is released anyway). NULL is a no-op.
+ * Loop thread, not from the notifier's own callback.
+ */
+RK_EXPORT int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force);
+
+/** rk_gpu_notify_mode_name() - "auto", "poll", "wake" ("?" out of range). */
+RK_EXPORT const char *rk_gpu_notify_mode_name(enum rk_gpu_notify_mode mode);
+/** rk_gpu_notify_mode_parse() - "auto"/"poll"/"wake" to the mode, or -EINVAL. */
+RK_EXPORT int rk_gpu_notify_mode_parse(const char *s);
+
+/* ---- NCCL bootstrap -------------------------------------------------------------- */
+
+struct rk_nccl;
+
+/*
+ * The communicator is ready (@status 0; rk_nccl_comm() is valid) or failed to
+ * come up (@status < 0: -EIO from NCCL, -ECONNRESET after rk_nccl_abort(), the
+ * world's failure). Called once, on the loop thread.
+ */
+typedef void (*rk_nccl_ready_cb)(struct rk_nccl *n, int status, void *arg);
+/*
+ * A ready communicator failed asynchronously (ncclCommGetAsyncError reported an
+ * error: logged, -EIO). The communicator has already been aborted, so no
+ * collective of this rank hangs. Called at most once, on the loop thread.
+ */
+typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
+
+/* Polling periods of the loop timer that drives a communicator. */
+#define RK_NCCL_INIT_POLL_MS	1	/* while waiting for the world and the non-blocking init */
+#define RK_NCCL_WATCH_MS	5	/* while ready: the async-error watch */
+
+/**
+ * rk_nccl_create() - bring up one NCCL communicator over @w's ranks (NCCL rank
+ * = world rank), on CUDA device @cuda_device.
+ * The leader calls ncclGetUniqueId and, once every follower's link is up,
+ * broadcasts it in an NCCL_ID frame; a follower waits for that frame (pass it
+ * in with rk_nccl_on_frame()). Every rank then starts a non-blocking
+ * ncclCommInitRankConfig (config.blocking = 0) which a loop timer polls with
+ * ncclCommGetAsyncError until it leaves ncclInProgress; the loop never stalls.
+ * @ready (may be NULL) reports the outcome. May be called before the world is
+ * ready (a frame of the leader may arrive with the WELCOME); a world that
+ * fails before the communicator is up fails it too.
+ * Return: 0 and *@out; -EINVAL; -EOPNOTSUPP (built without NCCL); -ENOMEM;
+ * -EIO (cudaSetDevice or ncclGetUniqueId failed, logged). Loop thread; makes
+ * @cuda_device the thread's current device.
+ */
+RK_EXPORT int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready,
+			     void *arg, struct rk_nccl **out);
+
+/** rk_nccl_set_error_cb() - where asynchronous errors go (NULL = only logged). */
+RK_EXPORT void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg);
+
+/**
+ * rk_nccl_on_frame() - hand a frame from the world's frame callback.
+ * Return: RK_BUSY when it was the NCCL_ID frame and was taken; -ENOENT when the
+ * frame is not an NCCL_ID (handle it elsewhere); -EPROTO when it is, but not
+ * from rank 0, on rank 0, a second one, or malformed (logged; the first id
+ * stays); -EIO when the init call failed (the ready callback has run).
+ * Loop thread.
+ */
+RK_EXPORT int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
+			       const uint8_t *payload);
+
+/**
+ * rk_nccl_state() - 1 when ready, 0 while coming up, or the failure (< 0):
+ * the ready callback's status, -EIO after an async error, -ECONNRESET after
+ * rk_nccl_abort(). Loop thread.
+ */
+RK_EXPORT int rk_nccl_state(const struct rk_nccl *n);
+
+/**
+ * rk_nccl_progress() - poll the init (or the error watch) once now, instead of
+ * waiting for the timer; may run the ready or error callback.
+ * Return: rk_nccl_state() afterwards. Loop thread.
+ */
+RK_EXPORT int rk_nccl_progress(struct rk_nccl *n);
+
+/** rk_nccl_comm() - the ncclComm_t (as void *) while ready, else NULL. */
+RK_EXPORT void *rk_nccl_comm(const struct rk_nccl *n);
+/** rk_nccl_device() - the CUDA device of the communicator. */
+RK_EXPORT int rk_nccl_device(const struct rk_nccl *n);
+
+/**
+ * rk_nccl_abort() - ncclCommAbort the communicator (at any stage of its
+ * bring-up), so that no collective of this rank hangs on a dead peer: call it
+ * from the world's peer_error. In-flight kernels of the communicator end
+ * (their results are garbage). A pending ready callback runs with
+ * -ECONNRESET. Idempotent. Return: 0, or -EIO when NCCL reported an error
+ * (logged; the communicator is gone anyway). Loop thread.
+ */
+RK_EXPORT int rk_nccl_abort(struct rk_nccl *n);
+
+/**
+ * rk_nccl_destroy() - a ready communicator is finalized (ncclCommFinalize,
+ * polled for at most 10 s: this is the one place that blocks) and destroyed;
+ * anything else is aborted. No callback runs. NULL is a no-op.
+ * Return: 0 or -EIO (logged; everything is released anyway). Loop thread.
+ */
+RK_EXPORT int rk_nccl_destroy(struct rk_nccl *n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,1813 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rk-serve: a tensor-parallel decode server for the toy model (examples/TOY.md)
+ * on rankrt. Every rank runs it; rank 0 also serves HTTP.
+ *
+ *   rk-launch --hosts localhost,localhost -- rk-serve [--http 127.0.0.1:8800]
+ *   rk-launch --hosts localhost,localhost -- rk-serve --demo
+ *
+ * Rank 0 (the leader) runs the scheduler (rk_sched.h) and an HTTP server
+ * (libmicrohttpd): POST /v1/completions, GET /v1/stats, GET /health
+ * (docs/SERVE.md). Followers run every ROUND they receive until the leader
+ * says BYE. With --demo the leader generates from built-in prompts instead of
+ * serving, prints tokens, hashes and a receipt, and ends the job.
+ *
+ * Threads, leader: the loop thread owns the world, scheduler and backend. The
+ * HTTP library's threads never touch them: they hand a request over with
+ * rk_loop_post() (the struct rk_post is inside the request), the loop thread
+ * submits it, and token callbacks (loop thread) append to the request's buffer
+ * under its mutex and signal its condvar. Each connection has its own thread
+ * (MHD_USE_THREAD_PER_CONNECTION), so the content reader may block on that
+ * condvar. A request is freed when both sides let go (refcount under its
+ * mutex): the scheduler at its done callback, HTTP when the response is
+ * destroyed, which also covers a client that hangs up mid-stream.
+ *
+ * Shutdown (SIGINT/SIGTERM, or a peer's death): stop taking requests, stop the
+ * scheduler (pending requests end with an error event), run the loop until
+ * every handed-over request and the backend's round are back, stop the HTTP
+ * server, then destroy backend, scheduler and world (BYE to every peer).
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "rankrt.h"
+#include "toy.h"
+
+#if MHD_VERSION >= 0x00097002
+#define MHD_RESULT enum MHD_Result
+#else
+#define MHD_RESULT int
+#endif
+
+#define PROG "rk-serve"
+/* USER frames of rk-serve itself ("SRV"); the toy backend's are TOY_TAG (0x544f5900) */
+#define SERVE_TAG      0x53525600u
+#define MAX_BODY       (1u << 20) /* request body bytes */
+#define MAX_PROMPT     8192u	  /* prompt tokens */
+#define MAX_GEN	       4096u	  /* max_tokens */
+#define MAX_BATCH      256u
+#define DEF_MAX_TOKENS 16u
+#define DEF_TOP_K      40u
+#define DRAIN_NS       (10 * 1000000000ull)
+
+enum serve_msg {
+	MSG_MODEL = 1,	   /* leader -> followers: V, H, seed (a mismatch stops the follower) */
+	MSG_STATS_REQ = 2, /* leader -> followers: seq */
+	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
+};
+
+#define MSG_HDR	      16u /* kind, reserved, seq or model fields */
+#define MODEL_LEN     24u /* kind, V, H, reserved, seed */
+#define N_LOOP_CTR    13u /* struct rk_loop_stats, in field order */
+#define N_TOY_CTR     3u  /* rounds, outputs, ns_compute */
+#define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
+
+struct options {
+	struct toy_params model;
+	uint32_t max_batch;
+	uint32_t draft_k;
+	char http[300];
+	bool demo;
+};
+
+/* One rank's counters as /v1/stats reports them. */
+struct rank_stats {
+	bool valid;
+	double user_s, sys_s;
+	struct rk_loop_stats loop;
+	struct toy_cpu_stats toy;
+};
+
+struct server;
+
+/*
+ * A stats collection waiter. Its storage is the waiter's (an HTTP thread's
+ * stack, or the demo's); it is the loop's from rk_loop_post() until done() is
+ * called, which must be the loop's last access.
+ */
+struct stats_wait {
+	struct rk_post post;
+	struct server *srv;
+	struct stats_wait *next;
+	void (*done)(struct stats_wait *w);
+	/* results, written by the loop thread before done() */
+	int err;
+	struct rank_stats *ranks; /* [world size], the waiter's */
+	struct rk_sched_stats sched;
+	uint64_t req_total, req_active, req_failed;
+	bool finished; /* HTTP waiters: under srv->mu */
+};
+
+/* One completion request from HTTP. */
+struct sreq {
+	struct rk_request req; /* the loop thread's from post to done */
+	struct rk_post post;
+	struct server *srv;
+	uint32_t *prompt;
+	uint32_t n_prompt;
+	bool stream;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* under mu: written by the loop thread, read by the HTTP thread */
+	uint32_t *toks; /* [max_tokens] */
+	uint32_t n_toks;
+	uint32_t *marks; /* token count after each round with tokens */
+	uint32_t n_marks;
+	bool done;
+	int err;
+	int refs; /* the scheduler's and HTTP's */
+
+	/* HTTP thread only: the content reader's state */
+	char *text; /* [max_tokens + 1] */
+	uint32_t sent_marks;
+	char *out;
+	size_t out_len, out_off, out_cap;
+	bool finished; /* [DONE] is in out */
+};
+
+/* What an HTTP connection collects before it answers. */
+struct conn {
+	char *body;
+	size_t len, cap;
+	bool too_big;
+};
+
+struct server {
+	struct options opt;
+	struct rk_config cfg;
+	int rank, size;
+	struct rk_loop *loop;
+	struct rk_world *world;
+	struct toy_cpu *b;
+	struct rk_sched *sched;
+	int err;       /* the first peer failure */
+	bool bye;      /* follower: the leader said BYE */
+	bool leaving;  /* our own teardown: peer errors are expected */
+
+	/* leader, loop thread */
+	uint64_t req_total, req_active, req_failed;
+	struct stats_wait *st_cur, *st_next; /* collecting now / queued for the next */
+	uint64_t st_seq;
+	uint32_t st_pending;
+	struct rank_stats *st_ranks;
+	uint8_t txbuf[8 + STATS_REP_LEN];
+
+	/* shared with the HTTP threads */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;   /* stats waiters */
+	bool stopping;	     /* under mu: no new posts */
+	unsigned int posted; /* under mu: handed to the loop, callback not run yet */
+
+	struct MHD_Daemon *httpd;
+	char http_url[320];
+};
+
+/* ---- small helpers ------------------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* This process's CPU time, every thread (loop, worker, HTTP). */
+static void cpu_times(double *user_s, double *sys_s)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	*user_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
+	*sys_s = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/*
+ * Token ids as text, one character each: printable ASCII ids (32..126) are
+ * themselves, the others fold into that range. Prompts go the other way as
+ * byte % V, so printable text of a V >= 127 model round-trips.
+ */
+static char tok_char(uint32_t t)
+{
+	return (char)(t >= 32 && t <= 126 ? t : 32 + t % 95);
+}
+
+static void tokens_text(const uint32_t *t, uint32_t n, char *out)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		out[i] = tok_char(t[i]);
+	out[n] = '\0';
+}
+
+static void own_stats(struct server *srv, struct rank_stats *rs)
+{
+	rs->valid = true;
+	cpu_times(&rs->user_s, &rs->sys_s);
+	rk_loop_stats(srv->loop, &rs->loop);
+	toy_cpu_stats(srv->b, &rs->toy);
+}
+
+/* struct rk_loop_stats <-> N_LOOP_CTR u64, in field order */
+static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
+{
+	v[0] = &s->iterations;
+	v[1] = &s->events;
+	v[2] = &s->busy_events;
+	v[3] = &s->spin_iters;
+	v[4] = &s->timed_waits;
+	v[5] = &s->blocks;
+	v[6] = &s->wakeups;
+	v[7] = &s->posts;
+	v[8] = &s->eintr;
+	v[9] = &s->ns_spin;
+	v[10] = &s->ns_timed;
+	v[11] = &s->ns_blocked;
+	v[12] = &s->ns_run;
+}
+
+static int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
+{
+	int n = rk_wire_encode_user(srv->txbuf, sizeof(srv->txbuf), SERVE_TAG, msg, len);
+
+	if (n < 0)
+		return n;
+	if (to < 0)
+		return rk_world_broadcast(srv->world, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
+	return rk_world_send(srv->world, to, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
+}
+
+/* ---- stats collection (leader, loop thread) ------------------------------------- */
+
+static void stats_start(struct server *srv);
+
+static void stats_finish(struct server *srv, int err)
+{
+	struct stats_wait *w, *next;
+	struct rk_sched_stats ss;
+
+	rk_sched_stats(srv->sched, &ss);
+	for (w = srv->st_cur; w; w = next) {
+		next = w->next; /* done() may end the waiter's storage */
+		w->err = err;
+		if (!err) {
+			memcpy(w->ranks, srv->st_ranks, (size_t)srv->size * sizeof(*w->ranks));
+			w->sched = ss;
+			w->req_total = srv->req_total;
+			w->req_active = srv->req_active;
+			w->req_failed = srv->req_failed;
+		}
+		w->done(w);
+	}
+	srv->st_cur = NULL;
+	srv->st_pending = 0;
+}
+
+/* Fail every waiter, current and queued (shutdown, a dead peer). */
+static void stats_fail_all(struct server *srv, int err)
+{
+	stats_finish(srv, err);
+	srv->st_cur = srv->st_next;
+	srv->st_next = NULL;
+	stats_finish(srv, err);
+}
+
+/*
+ * Begin a collection for the queued waiters. Waiters that arrive while one
+ * runs wait for the next: every answer then postdates their request, which
+ * is what a before/after CPU measurement needs.
+ */
+static void stats_start(struct server *srv)
+{
+	uint8_t msg[MSG_HDR] = { 0 };
+	int ret;
+
+	if (srv->st_cur || !srv->st_next)
+		return;
+	srv->st_cur = srv->st_next;
+	srv->st_next = NULL;
+	srv->st_seq++;
+	memset(srv->st_ranks, 0, (size_t)srv->size * sizeof(*srv->st_ranks));
+	own_stats(srv, &srv->st_ranks[0]);
+	srv->st_pending = (uint32_t)srv->size - 1;
+	if (!srv->st_pending) {
+		stats_finish(srv, 0);
+		return;
+	}
+	put32(msg, MSG_STATS_REQ);
+	put64(msg + 8, srv->st_seq);
+	ret = send_msg(srv, -1, msg, sizeof(msg));
+	if (ret)
+		stats_finish(srv, ret);
+}
+
+static enum rk_activity stats_post_cb(struct rk_post *p)
+{
+	struct stats_wait *w = p->data;
+	struct server *srv = w->srv;
+	bool stopping;
+
+	pthread_mutex_lock(&srv->mu);
+	srv->posted--;
+	stopping = srv->stopping;
+	pthread_mutex_unlock(&srv->mu);
+	if (stopping || srv->err) {
+		w->err = stopping ? -RK_ESTOPPED : srv->err;
+		w->done(w);
+		return RK_BUSY;
+	}
+	w->next = srv->st_next;
+	srv->st_next = w;
+	stats_start(srv);
+	return RK_BUSY;
+}
+
+static void stats_reply(struct server *srv, int peer, const uint8_t *d)
+{
+	struct rank_stats *rs;
+	uint64_t *ctr[N_LOOP_CTR];
+	uint32_t i;
+
+	if (!srv->st_cur || get64(d + 8) != srv->st_seq)
+		return; /* an answer to a collection that failed: stale */
+	rs = &srv->st_ranks[peer];
+	if (rs->valid)
+		return;
+	rs->valid = true;
+	rs->user_s = (double)get64(d + 16) / 1e6;
+	rs->sys_s = (double)get64(d + 24) / 1e6;
+	loop_ctr(&rs->loop, ctr);
+	for (i = 0; i < N_LOOP_CTR; i++)
+		*ctr[i] = get64(d + 32 + 8 * i);
+	d += 32 + 8 * N_LOOP_CTR;
+	rs->toy.rounds = get64(d);
+	rs->toy.outputs = get64(d + 8);
+	rs->toy.ns_compute = get64(d + 16);
+	if (--srv->st_pending == 0) {
+		stats_finish(srv, 0);
+		stats_start(srv);
+	}
+}
+
+/* Follower: answer a stats request with this rank's counters. */
+static int stats_answer(struct server *srv, const uint8_t *req)
+{
+	uint8_t msg[STATS_REP_LEN] = { 0 };
+	struct rank_stats rs;
+	uint64_t *ctr[N_LOOP_CTR];
+	uint32_t i;
+	uint8_t *d;
+
+	own_stats(srv, &rs);
+	put32(msg, MSG_STATS_REP);
+	put64(msg + 8, get64(req + 8));
+	put64(msg + 16, (uint64_t)llround(rs.user_s * 1e6));
+	put64(msg + 24, (uint64_t)llround(rs.sys_s * 1e6));
+	loop_ctr(&rs.loop, ctr);
+	for (i = 0; i < N_LOOP_CTR; i++)
+		put64(msg + 32 + 8 * i, *ctr[i]);
+	d = msg + 32 + 8 * N_LOOP_CTR;
+	put64(d, rs.toy.rounds);
+	put64(d + 8, rs.toy.outputs);
+	put64(d + 16, rs.toy.ns_compute);
+	return send_msg(srv, 0, msg, sizeof(msg));
+}
+
+/* ---- the world's callbacks (loop thread) ---------------------------------------- */
+
+static enum rk_activity serve_frame(struct server *srv, int peer, const struct rk_wire_user *u)
+{
+	uint32_t kind;
+	int ret;
+
+	if (u->len < MSG_HDR)
+		goto bad;
+	kind = get32(u->data);
+	if (srv->rank == 0) {
+		if (kind != MSG_STATS_REP || u->len != STATS_REP_LEN || peer <= 0 ||
+		    peer >= srv->size)
+			goto bad;
+		stats_reply(srv, peer, u->data);
+		return RK_BUSY;
+	}
+	if (peer != 0)
+		goto bad;
+	switch (kind) {
+	case MSG_MODEL:
+		if (u->len != MODEL_LEN)
+			goto bad;
+		if (get32(u->data + 4) != srv->opt.model.V ||
+		    get32(u->data + 8) != srv->opt.model.H ||
+		    get64(u->data + 16) != srv->opt.model.seed) {
+			fprintf(stderr,
+				PROG "[r%d]: the leader runs --vocab %" PRIu32 " --hidden %" PRIu32
+				     " --model-seed %" PRIu64 ", this rank --vocab %" PRIu32
+				     " --hidden %" PRIu32 " --model-seed %" PRIu64 "\n",
+				srv->rank, get32(u->data + 4), get32(u->data + 8),
+				get64(u->data + 16), srv->opt.model.V, srv->opt.model.H,
+				srv->opt.model.seed);
+			srv->err = -RK_ECONFIG;
+			rk_loop_stop(srv->loop);
+			return RK_BUSY;
+		}
+		return RK_BUSY;
+	case MSG_STATS_REQ:
+		ret = stats_answer(srv, u->data);
+		if (ret)
+			fprintf(stderr, PROG "[r%d]: stats: %s\n", srv->rank, rk_strerror(ret));
+		return RK_BUSY;
+	default:
+		break;
+	}
+bad:
+	fprintf(stderr, PROG "[r%d]: a malformed rk-serve frame from rank %d: dropped\n", srv->rank,
+		peer);
+	return RK_IDLE;
+}
+
+static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, void *arg)
+{
+	struct server *srv = arg;
+	struct rk_wire_user u;
+	int ret;
+
+	(void)w;
+	/* backend and scheduler exist before the world can deliver a frame */
+	ret = rk_sched_on_frame(srv->sched, peer, h, payload);
+	if (ret != -ENOENT)
+		return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
+	ret = toy_cpu_on_frame(srv->b, peer, h, payload);
+	if (ret != -ENOENT)
+		return RK_BUSY; /* -EPROTO: the backend failed the round, the scheduler says so */
+	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
+	    u.tag == SERVE_TAG)
+		return serve_frame(srv, peer, &u);
+	return RK_IDLE;
+}
+
+static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
+{
+	struct server *srv = arg;
+
+	(void)w;
+	if (srv->rank != 0 && rank == 0 && err == -RK_EPEERBYE) {
+		srv->bye = true; /* the leader ended the job: a clean exit */
+		rk_loop_stop(srv->loop);
+		return;
+	}
+	if (srv->leaving)
+		return;
+	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
+	if (!srv->err)
+		srv->err = err;
+	if (srv->rank == 0)
+		stats_fail_all(srv, err);
+	rk_loop_stop(srv->loop);
+}
+
+static const struct rk_world_ops world_ops = {
+	.frame = on_frame,
+	.peer_error = on_peer_error,
+};
+
+/* ---- requests: the loop side ------------------------------------------------------ */
+
+static void sreq_free(struct sreq *r)
+{
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	free(r->prompt);
+	free(r->toks);
+	free(r->marks);
+	free(r->out);
+	free(r->text);
+	free(r);
+}
+
+/* Drop one side's reference; the last one frees. Any thread. */
+static void sreq_put(struct sreq *r)
+{
+	bool last;
+
+	pthread_mutex_lock(&r->mu);
+	last = --r->refs == 0;
+	pthread_mutex_unlock(&r->mu);
+	if (last)
+		sreq_free(r);
+}
+
+/* Loop thread: new tokens, and the end. */
+static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
+{
+	struct sreq *r = req->data;
+	struct server *srv = r->srv;
+	uint32_t room;
+
+	pthread_mutex_lock(&r->mu);
+	room = r->req.max_tokens - r->n_toks;
+	if (n > room)
+		n = room;
+	if (n) {
+		memcpy(r->toks + r->n_toks, t, n * sizeof(*t));
+		r->n_toks += n;
+		r->marks[r->n_marks++] = r->n_toks;
+	}
+	if (done) {
+		r->done = true;
+		r->err = err;
+	}
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (done) {
+		srv->req_active--;
+		if (err)
+			srv->req_failed++;
+		sreq_put(r); /* the scheduler's reference */
+	}
+}
+
+static enum rk_activity sreq_post_cb(struct rk_post *p)
+{
+	struct sreq *r = p->data;
+	struct server *srv = r->srv;
+	int ret;
+
+	pthread_mutex_lock(&srv->mu);
+	srv->posted--;
+	pthread_mutex_unlock(&srv->mu);
+	srv->req_total++;
+	srv->req_active++;
+	/* after rk_sched_stop() this is -RK_ESTOPPED */
+	ret = rk_sched_submit(srv->sched, &r->req);
+	if (ret)
+		sreq_cb(&r->req, NULL, 0, true, ret);
+	return RK_BUSY;
+}
+
+/* ---- requests: the HTTP side ------------------------------------------------------ */
+
+struct params {
+	uint32_t *prompt;
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	double temperature;
+	uint32_t top_k;
+	double top_p;
+	uint64_t seed;
+	int32_t draft_k;
+	bool stream;
+};
+
+static int bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int bad(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int get_int(json_t *v, const char *name, json_int_t lo, json_int_t hi, json_int_t *out,
+		   char *err, size_t errlen)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return bad(err, errlen, "%s: expected an integer in [%lld, %lld]", name,
+			   (long long)lo, (long long)hi);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+/* Parse and check a completion request. Return 0 or -EINVAL with @err set. */
+static int parse_request(const struct server *srv, const char *body, size_t len, struct params *p,
+			 char *err, size_t errlen)
+{
+	const uint32_t V = srv->opt.model.V;
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *key;
+	json_int_t x;
+	size_t i, n;
+	int ret = -EINVAL;
+
+	memset(p, 0, sizeof(*p));
+	p->max_tokens = DEF_MAX_TOKENS;
+	p->top_k = DEF_TOP_K;
+	p->top_p = 1.0;
+	p->draft_k = -1;
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return bad(err, errlen, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+			   jerr.text);
+	if (!json_is_object(root)) {
+		bad(err, errlen, "expected a JSON object");
+		goto out;
+	}
+	json_object_foreach(root, key, v) {
+		if (!strcmp(key, "prompt")) {
+			if (json_is_string(v)) {
+				const unsigned char *s =
+					(const unsigned char *)json_string_value(v);
+
+				n = json_string_length(v);
+				if (!n || n > MAX_PROMPT) {
+					bad(err, errlen, "prompt: expected 1 to %u bytes",
+					    MAX_PROMPT);
+					goto out;
+				}
+				p->prompt = malloc(n * sizeof(*p->prompt));
+				if (!p->prompt)
+					goto nomem;
+				for (i = 0; i < n; i++)
+					p->prompt[i] = s[i] % V;
+			} else if (json_is_array(v)) {
+				n = json_array_size(v);
+				if (!n || n > MAX_PROMPT) {
+					bad(err, errlen, "prompt: expected 1 to %u token ids",
+					    MAX_PROMPT);
+					goto out;
+				}
+				p->prompt = malloc(n * sizeof(*p->prompt));
+				if (!p->prompt)
+					goto nomem;
+				for (i = 0; i < n; i++) {
+					if (get_int(json_array_get(v, i), "prompt[]", 0, V - 1, &x,
+						    err, errlen))
+						goto out;
+					p->prompt[i] = (uint32_t)x;
+				}
+			} else {
+				bad(err, errlen,
+				    "prompt: expected a string or an array of token ids");
+				goto out;
+			}
+			p->n_prompt = (uint32_t)n;
+		} else if (!strcmp(key, "max_tokens")) {
+			if (get_int(v, key, 1, MAX_GEN, &x, err, errlen))
+				goto out;
+			p->max_tokens = (uint32_t)x;
+		} else if (!strcmp(key, "temperature")) {
+			if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
+			    json_number_value(v) < 0 || json_number_value(v) > 100) {
+				bad(err, errlen, "temperature: expected a number in [0, 100]");
+				goto out;
+			}
+			p->temperature = json_number_value(v);
+		} else if (!strcmp(key, "top_k")) {
+			if (get_int(v, key, 0, TOY_MAX_V, &x, err, errlen))
+				goto out;
+			p->top_k = (uint32_t)x;
+		} else if (!strcmp(key, "top_p")) {
+			if (!json_is_number(v) || !(json_number_value(v) > 0) ||
+			    json_number_value(v) > 1) {
+				bad(err, errlen, "top_p: expected a number in (0, 1]");
+				goto out;
+			}
+			p->top_p = json_number_value(v);
+		} else if (!strcmp(key, "seed")) {
+			if (get_int(v, key, 0, (json_int_t)INT64_MAX, &x, err, errlen))
+				goto out;
+			p->seed = (uint64_t)x;
+		} else if (!strcmp(key, "draft_k")) {
+			if (get_int(v, key, -1, RK_SCHED_MAX_DRAFT, &x, err, errlen))
+				goto out;
+			p->draft_k = (int32_t)x;
+		} else if (!strcmp(key, "stream")) {
+			if (!json_is_boolean(v)) {
+				bad(err, errlen, "stream: expected true or false");
+				goto out;
+			}
+			p->stream = json_is_true(v);
+		} else if (!strcmp(key, "model")) {
+			/* OpenAI-style clients send it; there is one model */
+		} else {
+			bad(err, errlen, "unknown field '%s'", key);
+			goto out;
+		}
+	}
+	if (!p->prompt) {
+		bad(err, errlen, "prompt: missing");
+		goto out;
+	}
+	ret = 0;
+	goto out;
+nomem:
+	bad(err, errlen, "out of memory");
+	ret = -ENOMEM;
+out:
+	json_decref(root);
+	if (ret) {
+		free(p->prompt);
+		p->prompt = NULL;
+	}
+	return ret;
+}
+
+static struct sreq *sreq_create(struct server *srv, struct params *p)
+{
+	struct sreq *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->toks = malloc(p->max_tokens * sizeof(*r->toks));
+	r->marks = malloc(p->max_tokens * sizeof(*r->marks));
+	r->text = malloc(p->max_tokens + 1);
+	if (!r->toks || !r->marks || !r->text)
+		goto err_free;
+	if (pthread_mutex_init(&r->mu, NULL))
+		goto err_free;
+	if (pthread_cond_init(&r->cv, NULL))
+		goto err_mutex;
+	r->srv = srv;
+	r->prompt = p->prompt; /* ours now */
+	p->prompt = NULL;
+	r->n_prompt = p->n_prompt;
+	r->stream = p->stream;
+	r->refs = 2;
+	r->req.prompt = r->prompt;
+	r->req.prompt_len = r->n_prompt;
+	r->req.max_tokens = p->max_tokens;
+	r->req.stop_token = -1;
+	if (p->temperature > 0) {
+		r->req.top_k = p->top_k ? p->top_k : srv->opt.model.V;
+		r->req.temperature = (float)p->temperature;
+		r->req.top_p = (float)p->top_p;
+	}
+	r->req.seed = p->seed;
+	r->req.draft_k = p->draft_k;
+	r->req.cb = sreq_cb;
+	r->req.data = r;
+	r->post.cb = sreq_post_cb;
+	r->post.data = r;
+	return r;
+err_mutex:
+	pthread_mutex_destroy(&r->mu);
+err_free:
+	free(r->toks);
+	free(r->marks);
+	free(r->text);
+	free(r);
+	return NULL;
+}
+
+/* Hand @p to the loop unless the server is stopping. Return: 0 or -RK_ESTOPPED. */
+static int post_to_loop(struct server *srv, struct rk_post *p)
+{
+	pthread_mutex_lock(&srv->mu);
+	if (srv->stopping) {
+		pthread_mutex_unlock(&srv->mu);
+		return -RK_ESTOPPED;
+	}
+	srv->posted++;
+	pthread_mutex_unlock(&srv->mu);
+	rk_loop_post(srv->loop, p);
+	return 0;
+}
+
+static MHD_RESULT reply(struct MHD_Connection *c, unsigned int status, json_t *body)
+{
+	struct MHD_Response *resp;
+	MHD_RESULT ret;
+	char *s = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+
+	json_decref(body);
+	if (!s)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_COPY);
+	free(s);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static MHD_RESULT reply_error(struct MHD_Connection *c, unsigned int status, const char *msg)
+{
+	return reply(c, status, json_pack("{s:s}", "error", msg));
+}
+
+static json_t *tokens_json(const uint32_t *t, uint32_t n)
+{
+	json_t *a = json_array();
+	uint32_t i;
+
+	for (i = 0; a && i < n; i++)
+		json_array_append_new(a, json_integer(t[i]));
+	return a;
+}
+
+/* Append an SSE event "data: <json>\n\n" to the reader's buffer. */
+static int out_event(struct sreq *r, json_t *ev)
+{
+	char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	size_t n, need;
+	int ret = -ENOMEM;
+
+	json_decref(ev);
+	if (!s)
+		return ret;
+	n = strlen(s);
+	need = r->out_len + n + 9; /* "data: " s "\n\n" and sprintf's NUL */
+	if (need > r->out_cap) {
+		char *o = realloc(r->out, need * 2);
+
+		if (!o)
+			goto out;
+		r->out = o;
+		r->out_cap = need * 2;
+	}
+	r->out_len += (size_t)sprintf(r->out + r->out_len, "data: %s\n\n", s);
+	ret = 0;
+out:
+	free(s);
+	return ret;
+}
+
+static int out_raw(struct sreq *r, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (r->out_len + n > r->out_cap) {
+		char *o = realloc(r->out, r->out_len + n + 64);
+
+		if (!o)
+			return -ENOMEM;
+		r->out = o;
+		r->out_cap = r->out_len + n + 64;
+	}
+	memcpy(r->out + r->out_len, s, n);
+	r->out_len += n;
+	return 0;
+}
+
+/*
+ * The streaming response's content reader (the connection's own thread, so it
+ * may block): one event per round that produced tokens, then [DONE].
+ */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct sreq *r = cls;
+	uint32_t marks, first, last, m;
+	bool done;
+	int err, ret = 0;
+	size_t n;
+
+	(void)pos;
+	if (r->out_off == r->out_len) {
+		if (r->finished)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		r->out_off = r->out_len = 0;
+		pthread_mutex_lock(&r->mu);
+		while (r->sent_marks == r->n_marks && !r->done)
+			pthread_cond_wait(&r->cv, &r->mu);
+		marks = r->n_marks;
+		done = r->done;
+		err = r->err;
+		pthread_mutex_unlock(&r->mu);
+		/* toks[0 .. marks[marks-1]) are written once, before the unlock above */
+		for (m = r->sent_marks; m < marks && !ret; m++) {
+			first = m ? r->marks[m - 1] : 0;
+			last = r->marks[m];
+			tokens_text(r->toks + first, last - first, r->text);
+			ret = out_event(r, json_pack("{s:o,s:s}", "tokens",
+						     tokens_json(r->toks + first, last - first),
+						     "text", r->text));
+		}
+		r->sent_marks = marks;
+		if (!ret && done) {
+			if (err)
+				ret = out_event(r, json_pack("{s:s}", "error", rk_strerror(err)));
+			if (!ret)
+				ret = out_raw(r, "data: [DONE]\n\n");
+			r->finished = true;
+		}
+		if (ret)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	n = r->out_len - r->out_off;
+	if (n > max)
+		n = max;
+	memcpy(buf, r->out + r->out_off, n);
+	r->out_off += n;
+	return (ssize_t)n;
+}
+
+static void sse_free(void *cls)
+{
+	sreq_put(cls); /* HTTP's reference */
+}
+
+static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c, struct conn *cn)
+{
+	struct MHD_Response *resp;
+	struct params p;
+	struct sreq *r;
+	char err[256];
+	json_t *body;
+	int perr;
+	MHD_RESULT ret;
+
+	if (cn->too_big)
+		return reply_error(c, 413 /* content too large */, "request body too large");
+	perr = parse_request(srv, cn->body ? cn->body : "", cn->len, &p, err, sizeof(err));
+	if (perr)
+		return reply_error(
+			c, perr == -ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
+			err);
+	r = sreq_create(srv, &p);
+	if (!r) {
+		free(p.prompt);
+		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	}
+	if (post_to_loop(srv, &r->post)) {
+		sreq_free(r);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping");
+	}
+	if (r->stream) {
+		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r,
+							 sse_free);
+		if (!resp) {
+			sreq_put(r);
+			return MHD_NO;
+		}
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+		MHD_destroy_response(resp); /* sse_free() drops our reference */
+		return ret;
+	}
+	/* one JSON reply: this connection's thread waits for the whole request */
+	pthread_mutex_lock(&r->mu);
+	while (!r->done)
+		pthread_cond_wait(&r->cv, &r->mu);
+	pthread_mutex_unlock(&r->mu);
+	if (r->err) {
+		ret = reply_error(c,
+				  r->err == -RK_ESTOPPED ? MHD_HTTP_SERVICE_UNAVAILABLE
+							 : MHD_HTTP_INTERNAL_SERVER_ERROR,
+				  rk_strerror(r->err));
+		sreq_put(r);
+		return ret;
+	}
+	tokens_text(r->toks, r->n_toks, r->text);
+	body = json_pack("{s:I,s:o,s:s,s:{s:i,s:i}}", "id", (json_int_t)r->req.id, "tokens",
+			 tokens_json(r->toks, r->n_toks), "text", r->text, "usage", "prompt_tokens",
+			 (int)r->n_prompt, "completion_tokens", (int)r->n_toks);
+	sreq_put(r);
+	return reply(c, MHD_HTTP_OK, body);
+}
+
+static void stats_http_done(struct stats_wait *w)
+{
+	struct server *srv = w->srv;
+
+	pthread_mutex_lock(&srv->mu);
+	w->finished = true;
+	pthread_cond_broadcast(&srv->cv);
+	pthread_mutex_unlock(&srv->mu);
+}
+
+static json_t *loop_json(const struct rk_loop_stats *s)
+{
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "iterations",
+			 (json_int_t)s->iterations, "events", (json_int_t)s->events, "busy_events",
+			 (json_int_t)s->busy_events, "spin_iters", (json_int_t)s->spin_iters,
+			 "timed_waits", (json_int_t)s->timed_waits, "blocks", (json_int_t)s->blocks,
+			 "wakeups", (json_int_t)s->wakeups, "posts", (json_int_t)s->posts, "spin_s",
+			 s->ns_spin / 1e9, "blocked_s", s->ns_blocked / 1e9, "run_s",
+			 s->ns_run / 1e9);
+}
+
+static MHD_RESULT handle_stats(struct server *srv, struct MHD_Connection *c)
+{
+	struct stats_wait w = { .srv = srv, .done = stats_http_done };
+	json_t *ranks, *body;
+	int i;
+
+	w.ranks = calloc((size_t)srv->size, sizeof(*w.ranks));
+	if (!w.ranks)
+		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	w.post.cb = stats_post_cb;
+	w.post.data = &w;
+	if (post_to_loop(srv, &w.post)) {
+		free(w.ranks);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping");
+	}
+	/* the loop always calls done(): in a collection, or failing it at shutdown */
+	pthread_mutex_lock(&srv->mu);
+	while (!w.finished)
+		pthread_cond_wait(&srv->cv, &srv->mu);
+	pthread_mutex_unlock(&srv->mu);
+	if (w.err) {
+		free(w.ranks);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, rk_strerror(w.err));
+	}
+	ranks = json_array();
+	for (i = 0; ranks && i < srv->size; i++) {
+		const struct rank_stats *rs = &w.ranks[i];
+
+		json_array_append_new(ranks, json_pack("{s:i,s:f,s:f,s:f,s:o,s:{s:I,s:I,s:f}}",
+						       "rank", i, "cpu_s", rs->user_s + rs->sys_s,
+						       "user_s", rs->user_s, "sys_s", rs->sys_s,
+						       "loop", loop_json(&rs->loop), "backend",
+						       "rounds", (json_int_t)rs->toy.rounds,
+						       "outputs", (json_int_t)rs->toy.outputs,
+						       "compute_s", rs->toy.ns_compute / 1e9));
+	}
+	free(w.ranks);
+	body = json_pack("{s:i,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:f},s:{s:I,s:I,s:I}}", "world_size",
+			 srv->size, "ranks", ranks, "sched", "rounds", (json_int_t)w.sched.rounds,
+			 "tokens", (json_int_t)w.sched.tokens, "drafted",
+			 (json_int_t)w.sched.drafted, "accepted", (json_int_t)w.sched.accepted,
+			 "streams_done", (json_int_t)w.sched.streams_done, "round_s",
+			 w.sched.ns_round_sum / 1e9, "requests", "total", (json_int_t)w.req_total,
+			 "active", (json_int_t)w.req_active, "failed", (json_int_t)w.req_failed);
+	return reply(c, MHD_HTTP_OK, body);
+}
+
+static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
+{
+	bool stopping;
+
+	pthread_mutex_lock(&srv->mu);
+	stopping = srv->stopping;
+	pthread_mutex_unlock(&srv->mu);
+	return reply(c, stopping ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+		     json_pack("{s:s,s:i,s:i,s:i,s:I,s:i,s:i}", "status",
+			       stopping ? "stopping" : "ok", "world_size", srv->size, "vocab",
+			       (int)srv->opt.model.V, "hidden", (int)srv->opt.model.H, "model_seed",
+			       (json_int_t)srv->opt.model.seed, "max_batch",
+			       (int)srv->opt.max_batch, "draft_k", (int)srv->opt.draft_k));
+}
+
+/* The access handler (an HTTP connection's thread). */
+static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+			  const char *version, const char *upload, size_t *upload_size,
+			  void **con_cls)
+{
+	struct server *srv = cls;
+	struct conn *cn = *con_cls;
+	bool post = !strcmp(method, MHD_HTTP_METHOD_POST);
+	bool get = !strcmp(method, MHD_HTTP_METHOD_GET);
+
+	(void)version;
+	if (!strcmp(url, "/v1/completions")) {
+		if (!post)
+			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
+		if (!cn) {
+			/* first call: headers only; the body follows in later calls */
+			cn = calloc(1, sizeof(*cn));
+			if (!cn)
+				return MHD_NO;
+			*con_cls = cn;
+			return MHD_YES;
+		}
+		if (*upload_size) {
+			size_t n = *upload_size;
+
+			*upload_size = 0;
+			if (cn->too_big || cn->len + n > MAX_BODY) {
+				cn->too_big = true;
+				return MHD_YES;
+			}
+			if (cn->len + n + 1 > cn->cap) {
+				size_t cap = (cn->len + n + 1) * 2;
+				char *p = realloc(cn->body, cap);
+
+				if (!p)
+					return MHD_NO;
+				cn->body = p;
+				cn->cap = cap;
+			}
+			memcpy(cn->body + cn->len, upload, n);
+			cn->len += n;
+			return MHD_YES;
+		}
+		return handle_completion(srv, c, cn);
+	}
+	if (!strcmp(url, "/v1/stats") || !strcmp(url, "/health")) {
+		if (!get)
+			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET");
+		return url[1] == 'h' ? handle_health(srv, c) : handle_stats(srv, c);
+	}
+	return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct conn *cn = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (cn) {
+		free(cn->body);
+		free(cn);
+		*con_cls = NULL;
+	}
+}
+
+/* Parse "HOST:PORT" or "[V6]:PORT" into @ss. Return 0 or -EINVAL with a message. */
+static int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	char host[256], *end;
+	const char *colon, *port;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res;
+	unsigned long pn;
+	size_t hl;
+	int ret;
+
+	if (s[0] == '[') {
+		end = strchr(s, ']');
+		if (!end || end[1] != ':')
+			return -EINVAL;
+		hl = (size_t)(end - s - 1);
+		port = end + 2;
+		s++;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return -EINVAL;
+		hl = (size_t)(colon - s);
+		port = colon + 1;
+	}
+	if (!hl || hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, hl);
+	host[hl] = '\0';
+	errno = 0;
+	pn = strtoul(port, &end, 10);
+	if (!*port || *end || errno || pn > 65535 || port[0] == '-' || port[0] == '+')
+		return -EINVAL;
+	ret = getaddrinfo(host, port, &hints, &res);
+	if (ret)
+		return -EINVAL;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*sslen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+/* libmicrohttpd's own messages, marked as such (any HTTP thread) */
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	fputs(PROG ": libmicrohttpd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+}
+
+static int http_start(struct server *srv)
+{
+	struct sockaddr_storage ss;
+	const union MHD_DaemonInfo *info;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	socklen_t sslen;
+	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+			     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+
+	if (parse_listen(srv->opt.http, &ss, &sslen))
+		return -EINVAL; /* checked at startup; cannot happen */
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	/* the logger first, so that it gets every message */
+	srv->httpd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_http, srv, MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
+		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, srv, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT,
+		60u, MHD_OPTION_END);
+	if (!srv->httpd) {
+		int err = errno ? errno : EADDRINUSE;
+
+		fprintf(stderr, PROG ": cannot serve HTTP on %s: %s\n", srv->opt.http,
+			strerror(err));
+		return -err;
+	}
+	/* port 0 picks a free port: say which */
+	info = MHD_get_daemon_info(srv->httpd, MHD_DAEMON_INFO_LISTEN_FD);
+	sslen = sizeof(ss);
+	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&ss, &sslen) ||
+	    getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV)) {
+		snprintf(srv->http_url, sizeof(srv->http_url), "http://%s", srv->opt.http);
+		return 0;
+	}
+	snprintf(srv->http_url, sizeof(srv->http_url),
+		 ss.ss_family == AF_INET6 ? "http://[%s]:%s" : "http://%s:%s", host, port);
+	return 0;
+}
+
+/* ---- teardown ------------------------------------------------------------------- */
+
+static unsigned int posted(struct server *srv)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&srv->mu);
+	n = srv->posted;
+	pthread_mutex_unlock(&srv->mu);
+	return n;
+}
+
+/*
+ * Stop taking work and let everything in flight come back: requests handed
+ * over but not yet submitted (their post callbacks fail them), and the
+ * backend's round (its worker owns memory until then). Bounded: a round takes
+ * milliseconds, and after 'stopping' nothing new is posted.
+ */
+static void drain(struct server *srv)
+{
+	const uint64_t deadline = now_ns() + DRAIN_NS;
+	int ret;
+
+	pthread_mutex_lock(&srv->mu);
+	srv->stopping = true;
+	pthread_mutex_unlock(&srv->mu);
+	if (srv->httpd) {
+		/* stop accepting; connections already open are answered 503 */
+		MHD_socket fd = MHD_quiesce_daemon(srv->httpd);
+
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
+	if (srv->sched && srv->rank == 0) {
+		rk_sched_stop(srv->sched); /* pending requests: an error event, then done */
+		stats_fail_all(srv, -RK_ESTOPPED);
+	}
+	while ((posted(srv) || (srv->b && toy_cpu_busy(srv->b))) && now_ns() < deadline) {
+		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
+		if (ret < 0 && ret != -RK_ESTOPPED) /* a second signal: keep draining */
+			break;
+	}
+	if (srv->rank == 0)
+		stats_fail_all(srv, -RK_ESTOPPED); /* waiters posted during the drain */
+	if (srv->httpd) {
+		/* every request and stats waiter is done: no handler waits on the loop */
+		MHD_stop_daemon(srv->httpd);
+		srv->httpd = NULL;
+	}
+}
+
+/* ---- the demo --------------------------------------------------------------------- */
+
+struct demo_prompt {
+	const char *text; /* NULL: the token ids 1..8 */
+	uint32_t max_tokens;
+	uint32_t top_k; /* 0: greedy */
+	float temperature, top_p;
+	uint64_t seed;
+	int32_t draft_k;
+};
+
+static const struct demo_prompt demo_prompts[] = {
+	{ "The quick brown fox", 32, 0, 0, 0, 0, 0 },
+	{ "The quick brown fox", 32, 0, 0, 0, 0, 4 },
+	{ "Once upon a time, in a land far away,", 40, 40, 0.8f, 0.95f, 7, 0 },
+	{ "Once upon a time, in a land far away,", 40, 40, 0.8f, 0.95f, 7, 4 },
+	{ "abcabcabcabcabcabcabcabc", 32, 0, 0, 0, 0, 8 },
+	{ "To be, or not to be, that is the question", 32, 100, 1.2f, 1.0f, 42, 4 },
+	{ NULL, 32, 0, 0, 0, 0, 0 },
+	{ NULL, 32, 40, 0.8f, 0.95f, 1234, 0 },
+};
+
+#define N_DEMO (sizeof(demo_prompts) / sizeof(demo_prompts[0]))
+
+struct demo_req {
+	struct rk_request req;
+	struct server *srv;
+	uint32_t prompt[64];
+	uint32_t n_prompt;
+	uint32_t toks[64];
+	uint32_t n_toks;
+	bool done;
+	int err;
+};
+
+struct demo {
+	struct demo_req r[N_DEMO];
+	unsigned int left;
+	struct stats_wait sw;
+	bool stats_done;
+};
+
+static void demo_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
+{
+	struct demo_req *r = req->data;
+
+	if (n > req->max_tokens - r->n_toks)
+		n = req->max_tokens - r->n_toks;
+	memcpy(r->toks + r->n_toks, t, n * sizeof(*t));
+	r->n_toks += n;
+	if (!done)
+		return;
+	r->done = true;
+	r->err = err;
+}
+
+static void demo_stats_done(struct stats_wait *w)
+{
+	w->finished = true;
+	rk_loop_stop(w->srv->loop);
+}
+
+/* @s between double quotes, with the quotes and backslashes in it escaped */
+static void print_quoted(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_tokens(const uint32_t *t, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		printf("%s%" PRIu32, i ? " " : "", t[i]);
+}
+
+static int demo_run(struct server *srv)
+{
+	const struct toy_params *mp = &srv->opt.model;
+	struct demo *d = calloc(1, sizeof(*d));
+	struct rk_sched_stats ss;
+	uint32_t i, j, total = 0, n_ok = 0;
+	uint64_t t0, t1;
+	char hex[17], text[70];
+	int ret = 0;
+	bool all_done;
+
+	if (!d)
+		return -ENOMEM;
+	t0 = now_ns();
+	for (i = 0; i < N_DEMO; i++) {
+		const struct demo_prompt *dp = &demo_prompts[i];
+		struct demo_req *r = &d->r[i];
+
+		r->srv = srv;
+		if (dp->text) {
+			r->n_prompt = (uint32_t)strlen(dp->text);
+			for (j = 0; j < r->n_prompt; j++)
+				r->prompt[j] = (uint8_t)dp->text[j] % mp->V;
+		} else {
+			r->n_prompt = 8;
+			for (j = 0; j < 8; j++)
+				r->prompt[j] = (j + 1) % mp->V;
+		}
+		r->req.prompt = r->prompt;
+		r->req.prompt_len = r->n_prompt;
+		r->req.max_tokens = dp->max_tokens;
+		r->req.stop_token = -1;
+		r->req.top_k = dp->top_k;
+		r->req.temperature = dp->temperature;
+		r->req.top_p = dp->top_p;
+		r->req.seed = dp->seed;
+		r->req.draft_k = dp->draft_k;
+		r->req.cb = demo_cb;
+		r->req.data = r;
+		ret = rk_sched_submit(srv->sched, &r->req);
+		if (ret) {
+			fprintf(stderr, PROG ": submit: %s\n", rk_strerror(ret));
+			goto out;
+		}
+	}
+	/* every request is in the batch at once: continuous batching does the rest */
+	for (;;) {
+		for (i = 0, all_done = true; i < N_DEMO; i++)
+			all_done &= d->r[i].done;
+		if (all_done || srv->err)
+			break;
+		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
+		if (ret < 0)
+			goto out;
+	}
+	t1 = now_ns();
+	if (srv->err) {
+		ret = srv->err;
+		goto out;
+	}
+	/* every rank's CPU time, through the same collection /v1/stats uses */
+	d->sw.srv = srv;
+	d->sw.done = demo_stats_done;
+	d->sw.ranks = calloc((size_t)srv->size, sizeof(*d->sw.ranks));
+	if (!d->sw.ranks) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	srv->st_next = &d->sw;
+	stats_start(srv);
+	while (!d->sw.finished) {
+		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (ret < 0)
+			goto out;
+	}
+
+	printf("rk-serve demo: TP%d (%d rank%s), toy model V=%" PRIu32 " H=%" PRIu32
+	       " seed=%" PRIu64 ", %u requests batched together\n",
+	       srv->size, srv->size, srv->size > 1 ? "s" : "", mp->V, mp->H, mp->seed,
+	       (unsigned int)N_DEMO);
+	for (i = 0; i < N_DEMO; i++) {
+		const struct demo_prompt *dp = &demo_prompts[i];
+		struct demo_req *r = &d->r[i];
+		struct toy_sampling s = { dp->top_k, dp->temperature, dp->top_p, dp->seed };
+		uint32_t ref[64];
+		bool match;
+
+		if (r->err) {
+			printf("[%u] failed: %s\n", i + 1, rk_strerror(r->err));
+			ret = r->err;
+			continue;
+		}
+		/* the same request, one token at a time at TP1, with no scheduler */
+		ret = toy_generate_ref(mp->V, mp->H, mp->seed, r->prompt, r->n_prompt, r->n_toks,
+				       &s, ref);
+		match = !ret && !memcmp(ref, r->toks, r->n_toks * sizeof(*ref));
+		n_ok += match;
+		total += r->n_toks;
+		toy_hash_tokens(r->toks, r->n_toks, hex);
+		printf("\n[%u] %s", i + 1, dp->top_k ? "sampled" : "greedy");
+		if (dp->top_k)
+			printf(" (top_k %" PRIu32 ", temperature %.2g, top_p %.2g, seed %" PRIu64
+			       ")",
+			       dp->top_k, (double)dp->temperature, (double)dp->top_p, dp->seed);
+		if (dp->draft_k)
+			printf(", drafted (draft_k %" PRId32 ")", dp->draft_k);
+		else
+			printf(", plain");
+		printf("\n    prompt: ");
+		if (dp->text)
+			print_quoted(dp->text);
+		else
+			print_tokens(r->prompt, r->n_prompt);
+		printf("\n    tokens: ");
+		print_tokens(r->toks, r->n_toks);
+		tokens_text(r->toks, r->n_toks, text);
+		printf("\n    text:   ");
+		print_quoted(text);
+		printf("\n    hash:   %s  (%s the TP1 reference)\n", hex,
+		       match ? "equals" : "DIFFERS FROM");
+	}
+	rk_sched_stats(srv->sched, &ss);
+	printf("\nreceipt: %u requests, %" PRIu32 " tokens in %.3f s = %.0f tokens/s; "
+	       "%" PRIu64 " rounds; drafted %" PRIu64 ", accepted %" PRIu64 "\n",
+	       (unsigned int)N_DEMO, total, (double)(t1 - t0) / 1e9,
+	       total / ((double)(t1 - t0) / 1e9), ss.rounds, ss.drafted, ss.accepted);
+	if (!d->sw.err) {
+		printf("cpu_s:");
+		for (i = 0; i < (uint32_t)srv->size; i++)
+			printf(" r%u=%.3f", i, d->sw.ranks[i].user_s + d->sw.ranks[i].sys_s);
+		printf("\n");
+	}
+	printf("%u of %u requests equal the TP1 reference\n", n_ok, (unsigned int)N_DEMO);
+	fflush(stdout);
+	ret = n_ok == N_DEMO ? 0 : -EPROTO;
+out:
+	free(d->sw.ranks);
+	free(d);
+	return ret;
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: rk-serve [options]\n"
+		"A tensor-parallel decode server for the toy model (examples/TOY.md). Every\n"
+		"rank runs it, e.g. rk-launch --hosts localhost,localhost -- rk-serve; rank 0\n"
+		"schedules rounds and serves HTTP, the others compute their shard.\n\n"
+		"  --http=ADDR:PORT   rank 0 listens here (default 127.0.0.1:8800; port 0: any\n"
+		"                     free port, printed at startup)\n"
+		"  --demo             instead of serving, generate from built-in prompts, print\n"
+		"                     tokens, hashes and a receipt, then end the job\n"
+		"  --vocab=V          vocabulary size (default %u; 1..%u)\n"
+		"  --hidden=H         hidden size: the work per output (default %u; 1..%u,\n"
+		"                     divisible by the number of ranks)\n"
+		"  --model-seed=S     model seed (default 1)\n"
+		"  --max-batch=N      streams per round (default 8; 1..%u)\n"
+		"  --draft-k=K        drafted tokens per stream and round for requests that do\n"
+		"                     not say (default 0 = plain; 0..%u)\n"
+		"  -h, --help         this text\n\n"
+		"Every rank must be given the same model options. Rank, world size and\n"
+		"leader come from RK_* variables (rk-launch sets them), or from mpirun,\n"
+		"Slurm or torchrun; without any, rk-serve runs alone (TP1). Every RK_* knob\n"
+		"is in README.md; a malformed one is refused by name.\n\n"
+		"HTTP (rank 0): POST /v1/completions {\"prompt\": \"text\" or [ids],\n"
+		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"draft_k\",\n"
+		"\"stream\"}; GET /v1/stats; GET /health. See docs/SERVE.md.\n",
+		TOY_DEF_V, TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
+}
+
+static int parse_u64(const char *name, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end || s[0] == '-' || s[0] == '+' || s[0] == ' ' || v < min ||
+	    v > max) {
+		fprintf(stderr,
+			PROG ": --%s='%s': expected an integer in [%" PRIu64 ", %" PRIu64 "]\n",
+			name, s, min, max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *name, const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(name, s, min, max, &v))
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option opts[] = {
+		{ "http", required_argument, NULL, 'H' },
+		{ "demo", no_argument, NULL, 'D' },
+		{ "vocab", required_argument, NULL, 'v' },
+		{ "hidden", required_argument, NULL, 'n' },
+		{ "model-seed", required_argument, NULL, 's' },
+		{ "max-batch", required_argument, NULL, 'b' },
+		{ "draft-k", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+	int c;
+
+	toy_params_init(&o->model);
+	o->max_batch = 8;
+	o->draft_k = 0;
+	snprintf(o->http, sizeof(o->http), "127.0.0.1:8800");
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'H':
+			if (strlen(optarg) >= sizeof(o->http) ||
+			    parse_listen(optarg, &ss, &sslen)) {
+				fprintf(stderr,
+					PROG ": --http='%s': expected HOST:PORT or "
+					     "[IPV6]:PORT with a port in [0, 65535]\n",
+					optarg);
+				return 2;
+			}
+			snprintf(o->http, sizeof(o->http), "%s", optarg);
+			break;
+		case 'D':
+			o->demo = true;
+			break;
+		case 'v':
+			if (parse_u32("vocab", optarg, 1, TOY_MAX_V, &o->model.V))
+				return 2;
+			break;
+		case 'n':
+			if (parse_u32("hidden", optarg, 1, TOY_MAX_H, &o->model.H))
+				return 2;
+			break;
+		case 's':
+			if (parse_u64("model-seed", optarg, 0, UINT64_MAX, &o->model.seed))
+				return 2;
+			break;
+		case 'b':
+			if (parse_u32("max-batch", optarg, 1, MAX_BATCH, &o->max_batch))
+				return 2;
+			break;
+		case 'k':
+			if (parse_u32("draft-k", optarg, 0, RK_SCHED_MAX_DRAFT, &o->draft_k))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 1;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct server *srv;
+	struct rk_sched_config sc = { 0 };
+	char err[256];
+	int ret, rc = 1;
+
+	srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return 1;
+	ret = parse_args(argc, argv, &srv->opt);
+	if (ret) {
+		free(srv);
+		return ret == 1 ? 0 : 2;
+	}
+	rk_config_init(&srv->cfg);
+	srv->cfg.catch_signals = true;
+	if (rk_config_from_env(&srv->cfg, err, sizeof(err)) ||
+	    rk_config_from_launcher_env(&srv->cfg, err, sizeof(err))) {
+		fprintf(stderr, PROG ": %s\n", err);
+		free(srv);
+		return 2;
+	}
+	if (srv->cfg.rank < 0 && srv->cfg.world_size == 0) {
+		/* no launcher: a world of one */
+		srv->cfg.rank = 0;
+		srv->cfg.world_size = 1;
+	}
+	if (srv->cfg.rank < 0 || srv->cfg.world_size < 1 || srv->cfg.rank >= srv->cfg.world_size) {
+		fprintf(stderr,
+			PROG ": rank %d of %d: set both RK_RANK and RK_WORLD_SIZE (or use "
+			     "rk-launch)\n",
+			srv->cfg.rank, srv->cfg.world_size);
+		free(srv);
+		return 2;
+	}
+	srv->rank = srv->cfg.rank;
+	srv->size = srv->cfg.world_size;
+	if (srv->opt.model.H % (uint32_t)srv->size) {
+		fprintf(stderr, PROG ": --hidden=%" PRIu32 " is not divisible by the %d ranks\n",
+			srv->opt.model.H, srv->size);
+		free(srv);
+		return 2;
+	}
+	/* before any thread exists, so no jansson hash seeding races */
+	json_object_seed(0);
+	/* a client that hangs up must not kill the server (MHD sends with MSG_NOSIGNAL, too) */
+	signal(SIGPIPE, SIG_IGN);
+	pthread_mutex_init(&srv->mu, NULL);
+	pthread_cond_init(&srv->cv, NULL);
+	srv->st_ranks = calloc((size_t)srv->size, sizeof(*srv->st_ranks));
+	if (!srv->st_ranks)
+		goto out_free;
+
+	/* the loop first: it blocks SIGINT/SIGTERM, and the HTTP threads inherit that */
+	ret = rk_loop_create(&srv->cfg, &srv->loop);
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: loop: %s\n", srv->rank, rk_strerror(ret));
+		goto out_free;
+	}
+	ret = rk_world_create(srv->loop, &world_ops, srv, &srv->world);
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: world: %s\n", srv->rank, rk_strerror(ret));
+		goto out_loop;
+	}
+	/* backend and scheduler before the world is ready: a ROUND can come with the WELCOME */
+	ret = toy_cpu_create(srv->world, &srv->opt.model, &srv->b);
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: backend: %s\n", srv->rank, rk_strerror(ret));
+		goto out_world;
+	}
+	sc.max_batch = srv->opt.max_batch;
+	sc.draft_k = srv->opt.draft_k;
+	ret = rk_sched_create(srv->world, &sc, &toy_cpu_ops, srv->b, &srv->sched);
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: scheduler: %s\n", srv->rank, rk_strerror(ret));
+		goto out_backend;
+	}
+	toy_cpu_set_sched(srv->b, srv->sched);
+	ret = rk_world_wait_ready(srv->world);
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: bootstrap: %s\n", srv->rank, rk_strerror(ret));
+		goto out_drain;
+	}
+	if (srv->rank == 0 && srv->size > 1) {
+		uint8_t msg[MODEL_LEN] = { 0 };
+
+		put32(msg, MSG_MODEL);
+		put32(msg + 4, srv->opt.model.V);
+		put32(msg + 8, srv->opt.model.H);
+		put64(msg + 16, srv->opt.model.seed);
+		ret = send_msg(srv, -1, msg, sizeof(msg));
+		if (ret) {
+			fprintf(stderr, PROG "[r0]: %s\n", rk_strerror(ret));
+			goto out_drain;
+		}
+	}
+
+	if (srv->rank != 0) {
+		/* a follower: rounds until the leader's BYE, a signal or a failure */
+		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (srv->err)
+			ret = srv->err;
+		else if (ret == -RK_ESTOPPED || srv->bye)
+			ret = 0;
+	} else if (srv->opt.demo) {
+		ret = demo_run(srv);
+		if (ret)
+			fprintf(stderr, PROG "[r0]: demo: %s\n", rk_strerror(ret));
+	} else {
+		ret = http_start(srv);
+		if (!ret) {
+			printf(PROG ": TP%d, toy model V=%" PRIu32 " H=%" PRIu32 " seed=%" PRIu64
+				    ", listening on %s\n",
+			       srv->size, srv->opt.model.V, srv->opt.model.H, srv->opt.model.seed,
+			       srv->http_url);
+			fflush(stdout);
+			ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+			if (ret == -RK_ESTOPPED) {
+				printf(PROG ": %s: stopping\n",
+				       strsignal(rk_loop_signal_stopped(srv->loop)));
+				fflush(stdout);
+				ret = 0;
+			}
+			if (srv->err)
+				ret = srv->err;
+		}
+	}
+	rc = ret ? 1 : 0;
+out_drain:
+	srv->leaving = true;
+	drain(srv);
+	if (toy_cpu_destroy(srv->b)) {
+		/* its worker still owns a round and will post to the loop: keep both */
+		fprintf(stderr, PROG "[r%d]: a round did not finish in %llu s; exiting\n",
+			srv->rank, DRAIN_NS / 1000000000ull);
+		rk_world_destroy(srv->world);
+		return 1;
+	}
+	rk_sched_destroy(srv->sched);
+	goto out_world;
+out_backend:
+	toy_cpu_destroy(srv->b);
+out_world:
+	rk_world_destroy(srv->world); /* BYE to every peer */
+out_loop:
+	rk_loop_destroy(srv->loop);
+out_free:
+	free(srv->st_ranks);
+	pthread_cond_destroy(&srv->cv);
+	pthread_mutex_destroy(&srv->mu);
+	free(srv);
+	return rc;
+}

@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The NCCL bootstrap over rank links, and its failure handling. Built only
+ * with NCCL.
+ *
+ * States, all driven on the loop thread by one timer (RK_NCCL_INIT_POLL_MS
+ * while coming up, RK_NCCL_WATCH_MS once ready):
+ *   WAIT_WORLD  leader: the unique id exists; waiting for every follower link
+ *   WAIT_ID     follower: waiting for the leader's NCCL_ID frame
+ *   INIT        ncclCommInitRankConfig(blocking = 0) returned; polling
+ *               ncclCommGetAsyncError until it leaves ncclInProgress
+ *   READY       the async-error watch
+ *   FAILED      the communicator is aborted (or never existed)
+ * A world failure (rk_world_failed) in any state before READY aborts the
+ * bring-up, so a rank never waits for a dead peer; once READY, the owner calls
+ * rk_nccl_abort() from peer_error.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* nccl.h declares a few functions without prototypes, e.g. ncclGroupStart() */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "gpu_int.h"
+
+#define FINALIZE_MS	5000	/* bound of the one blocking wait (destroy) */
+#define MS		1000000ull
+
+_Static_assert(sizeof(ncclUniqueId) == RK_WIRE_NCCL_ID_LEN, "NCCL_ID frame carries the id");
+
+enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_READY, NS_FAILED };
+
+struct rk_nccl {
+	struct rk_world *w;
+	struct rk_loop *loop;
+	int rank, size, dev;
+	enum nstate st;
+	int err;			/* NS_FAILED: why */
+	ncclUniqueId id;
+	bool have_id;
+	ncclComm_t comm;		/* INIT, READY */
+	rk_nccl_ready_cb ready;
+	void *ready_arg;
+	rk_nccl_error_cb on_error;
+	void *error_arg;
+	struct rk_timer timer;
+	uint64_t t0;
+};
+
+/* Convert an ncclResult_t once: log it (and NCCL's last error), return -EIO. */
+static int nccl_check(const struct rk_nccl *n, ncclResult_t r, const char *what)
+{
+	if (r == ncclSuccess)
+		return 0;
+	rk__err(n->rank, "%s: %s (%s)", what, ncclGetErrorString(r),
+		ncclGetLastError(n->comm));
+	return -EIO;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int comm_abort(struct rk_nccl *n)
+{
+	ncclComm_t c = n->comm;
+	int ret, r;
+
+	if (!c)
+		return 0;
+
+	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+	r = nccl_check(n, ncclCommAbort(c), "ncclCommAbort");
+	n->comm = NULL;
+	return r ? r : ret;
+}
+
+/* Enter FAILED with @err; a bring-up that has not reported yet reports it. */
+static void fail(struct rk_nccl *n, int err)
+{
+	bool was_ready = n->st == NS_READY;
+
+	if (n->st == NS_FAILED)
+		return;
+	comm_abort(n);
+	n->st = NS_FAILED;
+	n->err = err;
+	rk_timer_stop(&n->timer);
+	if (!was_ready && n->ready)
+		n->ready(n, err, n->ready_arg);
+}
+
+static int start_init(struct rk_nccl *n)
+{
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	ncclResult_t r;
+	int ret;
+
+	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+	if (ret) {
+		fail(n, ret);
+		return ret;
+	}
+	cfg.blocking = 0;	/* returns at once; progress is polled from the loop */
+	r = ncclCommInitRankConfig(&n->comm, n->size, n->id, n->rank, &cfg);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		ret = nccl_check(n, r, "ncclCommInitRankConfig");
+		fail(n, ret);
+		return ret;
+	}
+	n->st = NS_INIT;
+	n->t0 = mono_ms();
+	rk__dbg(n->rank, "nccl: init started (%d ranks, device %d)", n->size, n->dev);
+	return 0;
+}
+
+static bool followers_up(struct rk_nccl *n)
+{
+	struct rk_link *l;
+	int r;
+
+	for (r = 1; r < n->size; r++) {
+		l = rk_world_link(n->w, r);
+		if (!l || !rk_link_up(l))
+			return false;
+	}
+	return true;
+}
+
+/* One step of the state machine. Return RK_BUSY when the state changed. */
+static enum rk_activity step(struct rk_nccl *n)
+{
+	uint8_t buf[RK_WIRE_NCCL_ID_LEN];
+	ncclResult_t as = ncclSuccess;
+	int ret, werr;
+
+	werr = rk_world_failed(n->w);
+	switch (n->st) {
+	case NS_WAIT_WORLD:
+		if (werr) {
+			fail(n, werr);
+			return RK_BUSY;
+		}
+		if (!followers_up(n))
+			return RK_IDLE;
+		ret = rk_wire_encode_nccl_id(buf, sizeof(buf), (const uint8_t *)&n->id);
+		if (ret > 0 && n->size > 1)
+			ret = rk_world_broadcast(n->w, RK_FRAME_NCCL_ID, 0, buf, (uint32_t)ret);
+		if (ret < 0) {
+			rk__err(n->rank, "nccl: sending the unique id: %s", rk_strerror(ret));
+			fail(n, ret);
+			return RK_BUSY;
+		}
+		start_init(n);
+		return RK_BUSY;
+	case NS_WAIT_ID:
+		if (werr)
+			fail(n, werr);
+		return werr ? RK_BUSY : RK_IDLE;
+	case NS_INIT:
+		ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as), "ncclCommGetAsyncError");
+		if (ret) {
+			fail(n, ret);
+			return RK_BUSY;
+		}
+		if (as == ncclInProgress) {
+			if (werr) {
+				rk__err(n->rank, "nccl: world failed during init: %s", rk_strerror(werr));
+				fail(n, werr);
+				return RK_BUSY;
+			}
+			return RK_IDLE;
+		}
+		if (as != ncclSuccess) {
+			fail(n, nccl_check(n, as, "ncclCommInitRankConfig (async)"));
+			return RK_BUSY;
+		}
+		n->st = NS_READY;
+		rk__info(n->rank, "nccl: communicator ready (%d ranks, device %d, %llu ms)",
+			 n->size, n->dev, (unsigned long long)(mono_ms() - n->t0));
+		rk_timer_start(n->loop, &n->timer, RK_NCCL_WATCH_MS * MS, RK_NCCL_WATCH_MS * MS);
+		if (n->ready)
+			n->ready(n, 0, n->ready_arg);
+		return RK_BUSY;
+	case NS_READY:
+		ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as), "ncclCommGetAsyncError");
+		if (!ret && (as == ncclSuccess || as == ncclInProgress))
+			return RK_IDLE;
+		if (!ret)
+			ret = nccl_check(n, as, "nccl: asynchronous error");
+		/* the communicator is unusable: abort it so nothing of ours hangs */
+		fail(n, ret);
+		if (n->on_error)
+			n->on_error(n, ret, n->error_arg);
+		return RK_BUSY;
+	case NS_FAILED:
+		break;
+	}
+	return RK_IDLE;
+}
+
+static enum rk_activity timer_cb(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	return step(t->data);
+}
+
+int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, void *arg,
+		   struct rk_nccl **out)
+{
+	struct rk_nccl *n;
+	const char *nvls;
+	int ret;
+
+	if (!w || !out || cuda_device < 0)
+		return -EINVAL;
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->w = w;
+	n->loop = rk_world_loop(w);
+	n->rank = rk_world_rank(w);
+	n->size = rk_world_size(w);
+	n->dev = cuda_device;
+	n->ready = ready;
+	n->ready_arg = arg;
+	if (n->rank < 0 || n->size <= 0 || n->rank >= n->size) {
+		ret = -EINVAL;
+		goto err_free;
+	}
+	ret = RK_CUDA(n->rank, cudaSetDevice(cuda_device));
+	if (ret)
+		goto err_free;
+	nvls = getenv("NCCL_NVLS_ENABLE");
+	if (!nvls || strcmp(nvls, "0"))
+		rk__warn(n->rank, "nccl: NCCL_NVLS_ENABLE is not 0: NVLink SHARP (multicast) may be "
+			 "used (docs/GPU.md says why it should be off)");
+	if (n->rank == 0) {
+		ret = nccl_check(n, ncclGetUniqueId(&n->id), "ncclGetUniqueId");
+		if (ret)
+			goto err_free;
+		n->have_id = true;
+		n->st = NS_WAIT_WORLD;
+	} else {
+		n->st = NS_WAIT_ID;
+	}
+	rk_timer_init(&n->timer, timer_cb, n);
+	/* the first step runs from the loop, so no callback runs inside create */
+	rk_timer_start(n->loop, &n->timer, 0, RK_NCCL_INIT_POLL_MS * MS);
+	*out = n;
+	return 0;
+err_free:
+	free(n);
+	return ret;
+}
+
+void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg)
+{
+	n->on_error = cb;
+	n->error_arg = arg;
+}
+
+int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
+		     const uint8_t *payload)
+{
+	if (h->type != RK_FRAME_NCCL_ID)
+		return -ENOENT;
+	if (n->rank == 0 || peer != 0 || n->have_id) {
+		rk__warn(n->rank, "nccl: unexpected NCCL_ID from rank %d: dropped", peer);
+		return -EPROTO;
+	}
+	if (rk_wire_decode_nccl_id(payload, h->len, (uint8_t *)&n->id)) {
+		rk__warn(n->rank, "nccl: malformed NCCL_ID from rank %d", peer);
+		return -EPROTO;
+	}
+	n->have_id = true;
+	if (n->st != NS_WAIT_ID)
+		return RK_BUSY;		/* failed (aborted) already: nothing to start */
+	if (start_init(n))
+		return -EIO;	/* the ready callback has run */
+	return RK_BUSY;
+}
+
+int rk_nccl_state(const struct rk_nccl *n)
+{
+	switch (n->st) {
+	case NS_READY:
+		return 1;
+	case NS_FAILED:
+		return n->err;
+	default:
+		return 0;
+	}
+}
+
+int rk_nccl_progress(struct rk_nccl *n)
+{
+	step(n);
+	return rk_nccl_state(n);
+}
+
+void *rk_nccl_comm(const struct rk_nccl *n)
+{
+	return n->st == NS_READY ? (void *)n->comm : NULL;
+}
+
+int rk_nccl_device(const struct rk_nccl *n)
+{
+	return n->dev;
+}
+
+int rk_nccl_abort(struct rk_nccl *n)
+{
+	bool was_ready = n->st == NS_READY;
+	int ret;
+
+	if (n->st == NS_FAILED)
+		return 0;
+	rk__info(n->rank, "nccl: aborting the communicator");
+	ret = comm_abort(n);
+	n->st = NS_FAILED;
+	n->err = -ECONNRESET;
+	rk_timer_stop(&n->timer);
+	if (!was_ready && n->ready)
+		n->ready(n, -ECONNRESET, n->ready_arg);
+	return ret;
+}
+
+int rk_nccl_destroy(struct rk_nccl *n)
+{
+	ncclResult_t as = ncclInProgress;
+	uint64_t until;
+	int ret = 0;
+
+	if (!n)
+		return 0;
+	rk_timer_stop(&n->timer);
+	if (n->comm && n->st == NS_READY) {
+		ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+		if (!ret) {
+			/* non-blocking comm: finalize answers ncclInProgress and
+			 * completes asynchronously, polled below */
+			ncclResult_t r = ncclCommFinalize(n->comm);
+
+			ret = r == ncclInProgress ? 0 : nccl_check(n, r, "ncclCommFinalize");
+		}
+		until = mono_ms() + FINALIZE_MS;
+		while (!ret && mono_ms() < until) {
+			ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as),
+					 "ncclCommGetAsyncError");
+			if (ret || as != ncclInProgress)
+				break;
+			nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+		}
+		if (!ret && as == ncclSuccess) {
+			ret = nccl_check(n, ncclCommDestroy(n->comm), "ncclCommDestroy");
+			n->comm = NULL;
+		} else if (!ret) {
+			rk__warn(n->rank, "nccl: finalize %s: aborting",
+				 as == ncclInProgress ? "timed out" : ncclGetErrorString(as));
+			ret = -EIO;
+		}
+	}
+	if (n->comm) {
+		int r = comm_abort(n);
+
+		ret = ret ? ret : r;
+	}
+	free(n);
+	return ret;
+}
