@@ -49,6 +49,7 @@ enum knob_id {
 	K_SPIN_US,
 	K_TIMED_US,
 	K_TIMED_SLICE_US,
+	K_SPIN_YIELD,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -85,7 +86,7 @@ static const struct knob knobs[] = {
 	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, U(leader), 1, 0, 0,
 		       "leader address: host:port, tcp://host:port or roce://host:port?query" },
 	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, U(session_id), 1, 0, 0,
-			"session id both ends must agree on (decimal or 0x-hex; 0 = derive)" },
+			"job id every rank must agree on (decimal or 0x-hex)" },
 	[K_WAIT] = { "RK_WAIT", "wait", KIND_WAIT, U(wait.mode), 1, 0, 0,
 		     "wait mode: adaptive, spin or block" },
 	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, U(wait.spin_ns), NS_PER_US,
@@ -95,6 +96,8 @@ static const struct knob knobs[] = {
 	[K_TIMED_SLICE_US] = { "RK_TIMED_SLICE_US", "timed_slice_us", KIND_U64,
 			       U(wait.timed_slice_ns), NS_PER_US, 1, 1000000,
 			       "one timed wait, us" },
+	[K_SPIN_YIELD] = { "RK_SPIN_YIELD", "spin_yield", KIND_U64, U(wait.spin_yield), 1,
+			   0, 1000000, "sched_yield() every N empty spin iterations (0 = never)" },
 	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_BOOL, U(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread" },
 	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, U(wait.sqpoll_cpu), 1,
@@ -168,6 +171,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.spin_ns = RK_DEF_SPIN_US * NS_PER_US;
 	cfg->wait.timed_ns = RK_DEF_TIMED_US * NS_PER_US;
 	cfg->wait.timed_slice_ns = RK_DEF_TIMED_SLICE_US * NS_PER_US;
+	cfg->wait.spin_yield = RK_DEF_SPIN_YIELD;
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;
 	cfg->wait.coop_taskrun = true;

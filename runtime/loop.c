@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ struct rk_loop {
 	uint64_t last_busy;		/* time of the last busy event */
 	unsigned int iter_busy;		/* busy events in this iteration */
 	unsigned int iter_events;
+	unsigned int spin_run;		/* empty spin iterations since the last yield */
 	enum phase phase;		/* what the time since 'mark' is spent on */
 	uint64_t mark;
 	struct rk_loop_stats stats;
@@ -816,7 +818,14 @@ static void loop_wait(struct rk_loop *loop)
 			io_uring_get_events(&loop->ring);
 		loop->phase = PH_SPIN;
 		loop->stats.spin_iters++;
-		cpu_relax();
+		/* With more runnable threads than cores (a CPU backend's workers,
+		 * several ranks per host) a pure spin starves them: let them run. */
+		if (w->spin_yield && ++loop->spin_run >= w->spin_yield) {
+			loop->spin_run = 0;
+			sched_yield();
+		} else {
+			cpu_relax();
+		}
 		return;
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->timed_ns && since < w->spin_ns + w->timed_ns) {
@@ -917,6 +926,7 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 	loop->cfg.wait.spin_ns = w->spin_ns;
 	loop->cfg.wait.timed_ns = w->timed_ns;
 	loop->cfg.wait.timed_slice_ns = w->timed_slice_ns ? w->timed_slice_ns : 1000;
+	loop->cfg.wait.spin_yield = w->spin_yield;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

@@ -46,6 +46,8 @@ struct rk_wait_policy {
 	uint64_t spin_ns;		/* RK_SPIN_US: busy window */
 	uint64_t timed_ns;		/* RK_TIMED_US: timed-wait phase after the spin, 0 = off */
 	uint64_t timed_slice_ns;	/* RK_TIMED_SLICE_US: one timed wait */
+	uint32_t spin_yield;		/* RK_SPIN_YIELD: sched_yield() every N empty spin
+					 * iterations, 0 = never (for more threads than cores) */
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
 	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
 	bool coop_taskrun;		/* RK_COOP_TASKRUN: COOP_TASKRUN|TASKRUN_FLAG ring flags */
@@ -195,7 +197,7 @@ RK_EXPORT void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *o
 
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
- * (mode, spin_ns, timed_ns, timed_slice_ns; ring flags such as sqpoll and
+ * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
  * coop_taskrun are fixed at creation and are ignored here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);

@@ -153,6 +153,7 @@ START_TEST(test_print_defaults)
 		"RK_SPIN_US=20000\n"
 		"RK_TIMED_US=0\n"
 		"RK_TIMED_SLICE_US=50\n"
+		"RK_SPIN_YIELD=64\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
