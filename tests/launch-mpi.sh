@@ -13,34 +13,7 @@ command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 
-# Root in a container: OpenMPI wants both the flag and the variables. The
-# ranks never call MPI_Init, so only process launch matters: where mpirun has
-# no working rsh/ssh agent, the 'isolated' launcher starts local processes.
-OMPI_ALLOW_RUN_AS_ROOT=1
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
-# variables of an outer launcher would be read first
-unset RK_RANK RK_WORLD_SIZE RK_LEADER SLURM_PROCID SLURM_NTASKS RANK WORLD_SIZE MASTER_ADDR \
-	MASTER_PORT 2>/dev/null
-
-mpi="timeout -s KILL 40 mpirun --allow-run-as-root --oversubscribe -np 2"
-mca=
-for opts in "" "--mca plm isolated" "--mca plm isolated --mca btl self,tcp"; do
-	# shellcheck disable=SC2086
-	if $mpi $opts sh -c 'echo "r$OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE"' \
-		>"$tmp/probe.out" 2>"$tmp/probe.err" </dev/null &&
-	   [ "$(sort "$tmp/probe.out")" = "$(printf 'r0/2\nr1/2')" ]; then
-		mca=ok
-		break
-	fi
-done
-if [ -z "$mca" ]; then
-	echo "SKIP: mpirun cannot start two local processes here:"
-	cat "$tmp/probe.err"
-	exit 77
-fi
-echo "mpirun options: ${opts:-(none)}"
+. "$(dirname "$0")/mpi-probe.sh"
 
 # a port from the pid; another one if it happens to be taken
 for try in 0 1 2; do
