@@ -5,12 +5,18 @@
  *
  *   rk-launch --hosts localhost,localhost -- rk-serve [--http 127.0.0.1:8800]
  *   rk-launch --hosts localhost,localhost -- rk-serve --demo
+ *   rk-launch --hosts localhost,localhost -- rk-serve --backend=cuda --bench
  *
  * Rank 0 (the leader) runs the scheduler (rk_sched.h) and an HTTP server
  * (libmicrohttpd): POST /v1/completions, GET /v1/stats, GET /health
  * (docs/SERVE.md). Followers run every ROUND they receive until the leader
- * says BYE. With --demo the leader generates from built-in prompts instead of
- * serving, prints tokens, hashes and a receipt, and ends the job.
+ * says BYE (or END, below). With --demo the leader generates from built-in
+ * prompts instead of serving, prints tokens, hashes and a receipt, and ends
+ * the job; with --bench it submits a matrix of closed-loop load straight to
+ * the scheduler and prints a receipt per cell. The HTTP server is compiled in
+ * only with libmicrohttpd and jansson (RK_HAVE_SERVE_HTTP); --demo and --bench
+ * need neither. The backend is the toy model's CPU backend (toy_cpu) or its
+ * CUDA backend (toy_cuda, --backend=cuda).
  *
  * Threads, leader: the loop thread owns the world, scheduler and backend. The
  * HTTP library's threads never touch them: they hand a request over with
@@ -25,7 +31,9 @@
  * Shutdown (SIGINT/SIGTERM, or a peer's death): stop taking requests, stop the
  * scheduler (pending requests end with an error event), run the loop until
  * every handed-over request and the backend's round are back, stop the HTTP
- * server, then destroy backend, scheduler and world (BYE to every peer).
+ * server, tell the followers END (they tear down too: the CUDA backend's NCCL
+ * finalize waits for every rank), then destroy backend, scheduler and world
+ * (BYE to every peer).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -46,16 +54,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-#include <microhttpd.h>
-
 #include "rankrt.h"
 #include "toy.h"
+#include "toy_cuda.h"
+
+#ifdef RK_HAVE_SERVE_HTTP
+#include <jansson.h>
+#include <microhttpd.h>
 
 #if MHD_VERSION >= 0x00097002
 #define MHD_RESULT enum MHD_Result
 #else
 #define MHD_RESULT int
+#endif
 #endif
 
 #define PROG "rk-serve"
@@ -68,25 +79,65 @@
 #define DEF_MAX_TOKENS 16u
 #define DEF_TOP_K      40u
 #define DRAIN_NS       (10 * 1000000000ull)
+#define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
 
 enum serve_msg {
-	MSG_MODEL = 1,	   /* leader -> followers: V, H, seed (a mismatch stops the follower) */
+	MSG_MODEL = 1,	   /* leader -> followers: V, H, backend, seed (checked) */
 	MSG_STATS_REQ = 2, /* leader -> followers: seq */
 	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
+	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
 };
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
-#define MODEL_LEN     24u /* kind, V, H, reserved, seed */
+#define MODEL_LEN     24u /* kind, V, H, backend, seed */
 #define N_LOOP_CTR    13u /* struct rk_loop_stats, in field order */
-#define N_TOY_CTR     3u  /* rounds, outputs, ns_compute */
+#define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
+
+enum backend_kind {
+	BACKEND_CPU = 0,
+	BACKEND_CUDA = 1,
+};
+
+/* --bench: the request mix is rk-load's, so the hashes of a mode agree with it */
+#define BENCH_MAX_LIST	8u
+#define BENCH_MAX_RUNS	16u
+#define BENCH_SEED_BASE 1000u
+#define BENCH_TOP_K	40u
+#define BENCH_TEMP	0.8f
+#define BENCH_TOP_P	0.95f
+#define BENCH_PROMPT	64u /* longest built-in prompt, in tokens */
+#define BENCH_WARM_TOK	16u /* tokens per warm-up request */
 
 struct options {
 	struct toy_params model;
 	uint32_t max_batch;
 	uint32_t draft_k;
 	char http[300];
+	bool http_set;
 	bool demo;
+	enum backend_kind backend;
+	enum rk_gpu_notify_mode notify;
+	bool notify_set;
+	int device; /* -1: rank % device count */
+
+	/* --bench (leader) */
+	bool bench;
+	uint32_t b_streams[BENCH_MAX_LIST], b_n_streams;
+	bool b_modes[2];  /* greedy, sampled */
+	bool b_drafts[2]; /* plain, drafted */
+	uint32_t b_draft_k;
+	uint32_t b_requests, b_max_tokens, b_runs, b_idle;
+	const char *const *b_prompts;
+	uint32_t b_n_prompts;
+	const char *b_prompt_set;
+	bool b_check_ref;
+	bool b_warmup;
+};
+
+/* The backend's counters that /v1/stats reports (toy_cpu's; CUDA's mapped onto them). */
+struct be_stats {
+	uint64_t rounds, outputs, ns_compute;
 };
 
 /* One rank's counters as /v1/stats reports them. */
@@ -94,7 +145,7 @@ struct rank_stats {
 	bool valid;
 	double user_s, sys_s;
 	struct rk_loop_stats loop;
-	struct toy_cpu_stats toy;
+	struct be_stats toy;
 };
 
 struct server;
@@ -158,11 +209,13 @@ struct server {
 	int rank, size;
 	struct rk_loop *loop;
 	struct rk_world *world;
-	struct toy_cpu *b;
+	struct toy_cpu *cpu; /* the backend: one of these two */
+	struct toy_cuda *cuda;
 	struct rk_sched *sched;
-	int err;       /* the first peer failure */
-	bool bye;      /* follower: the leader said BYE */
-	bool leaving;  /* our own teardown: peer errors are expected */
+	int err;      /* the first peer failure */
+	int exit_rc;  /* leader: --bench's exit status when it ran through (3, 4) */
+	bool bye;     /* follower: the leader said BYE or END */
+	bool leaving; /* our own teardown: peer errors are expected */
 
 	/* leader, loop thread */
 	uint64_t req_total, req_active, req_failed;
@@ -178,7 +231,9 @@ struct server {
 	bool stopping;	     /* under mu: no new posts */
 	unsigned int posted; /* under mu: handed to the loop, callback not run yet */
 
+#ifdef RK_HAVE_SERVE_HTTP
 	struct MHD_Daemon *httpd;
+#endif
 	char http_url[320];
 };
 
@@ -245,12 +300,116 @@ static void tokens_text(const uint32_t *t, uint32_t n, char *out)
 	out[n] = '\0';
 }
 
+/* ---- the backend: toy_cpu or toy_cuda (loop thread) ----------------------------- */
+
+#if defined(RK_HAVE_CUDA) && defined(RK_HAVE_NCCL)
+#define HAVE_CUDA_BACKEND 1 /* toy_cuda.c has the real backend, not its stubs */
+#endif
+
+static const char *backend_name(enum backend_kind k)
+{
+	return k == BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+static int be_create(struct server *srv)
+{
+	if (srv->opt.backend == BACKEND_CUDA)
+		return toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
+				       srv->opt.notify, &srv->cuda);
+	return toy_cpu_create(srv->world, &srv->opt.model, &srv->cpu);
+}
+
+static int be_sched_create(struct server *srv, const struct rk_sched_config *sc)
+{
+	int ret;
+
+	if (srv->cuda) {
+		ret = rk_sched_create(srv->world, sc, &toy_cuda_ops, srv->cuda, &srv->sched);
+		if (!ret)
+			toy_cuda_set_sched(srv->cuda, srv->sched);
+		return ret;
+	}
+	ret = rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
+	if (!ret)
+		toy_cpu_set_sched(srv->cpu, srv->sched);
+	return ret;
+}
+
+/* Return: as toy_cpu_on_frame()/toy_cuda_on_frame(); -ENOENT when not the backend's. */
+static int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h,
+		       const uint8_t *payload)
+{
+	if (srv->cuda)
+		return toy_cuda_on_frame(srv->cuda, peer, h, payload);
+	if (srv->cpu)
+		return toy_cpu_on_frame(srv->cpu, peer, h, payload);
+	return -ENOENT;
+}
+
+static bool be_busy(const struct server *srv)
+{
+	if (srv->cuda)
+		return toy_cuda_busy(srv->cuda);
+	return srv->cpu && toy_cpu_busy(srv->cpu);
+}
+
+/* Return: 0, -EBUSY (nothing freed) while a round is in flight, or the CUDA teardown's error. */
+static int be_destroy(struct server *srv)
+{
+	int ret;
+
+	if (srv->cuda) {
+		ret = toy_cuda_destroy(srv->cuda);
+		if (ret != -EBUSY)
+			srv->cuda = NULL;
+		return ret;
+	}
+	ret = toy_cpu_destroy(srv->cpu);
+	if (!ret)
+		srv->cpu = NULL;
+	return ret;
+}
+
+/* A peer failed: no collective of this rank may wait for it (CUDA: abort NCCL). */
+static void be_abort(struct server *srv)
+{
+	if (srv->cuda)
+		toy_cuda_abort(srv->cuda);
+}
+
+static void be_stats(const struct server *srv, struct be_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (srv->cuda) {
+		struct toy_cuda_stats cs;
+
+		toy_cuda_stats(srv->cuda, &cs);
+		out->rounds = cs.rounds;
+		out->outputs = cs.outputs;
+		out->ns_compute = cs.ns_round;
+	} else if (srv->cpu) {
+		struct toy_cpu_stats ts;
+
+		toy_cpu_stats(srv->cpu, &ts);
+		out->rounds = ts.rounds;
+		out->outputs = ts.outputs;
+		out->ns_compute = ts.ns_compute;
+	}
+}
+
+/* RK_LOG=debug: the lifecycle's steps, so that a stall shows where it is. */
+static void phase(const struct server *srv, const char *what)
+{
+	if (srv->cfg.log_level >= RK_LOG_DEBUG)
+		fprintf(stderr, PROG "[r%d]: %.3f: %s\n", srv->rank, (double)now_ns() / 1e9, what);
+}
+
 static void own_stats(struct server *srv, struct rank_stats *rs)
 {
 	rs->valid = true;
 	cpu_times(&rs->user_s, &rs->sys_s);
 	rk_loop_stats(srv->loop, &rs->loop);
-	toy_cpu_stats(srv->b, &rs->toy);
+	be_stats(srv, &rs->toy);
 }
 
 /* struct rk_loop_stats <-> N_LOOP_CTR u64, in field order */
@@ -346,6 +505,8 @@ static void stats_start(struct server *srv)
 		stats_finish(srv, ret);
 }
 
+#ifdef RK_HAVE_SERVE_HTTP
+/* An HTTP thread's stats waiter reaches the loop. */
 static enum rk_activity stats_post_cb(struct rk_post *p)
 {
 	struct stats_wait *w = p->data;
@@ -366,6 +527,7 @@ static enum rk_activity stats_post_cb(struct rk_post *p)
 	stats_start(srv);
 	return RK_BUSY;
 }
+#endif
 
 static void stats_reply(struct server *srv, int peer, const uint8_t *d)
 {
@@ -428,29 +590,36 @@ static enum rk_activity serve_frame(struct server *srv, int peer, const struct r
 	if (u->len < MSG_HDR)
 		goto bad;
 	kind = get32(u->data);
+	/*
+	 * Stats frames are bookkeeping, not decode work: RK_IDLE, so that a
+	 * measurement does not open the spin window that it then measures.
+	 */
 	if (srv->rank == 0) {
 		if (kind != MSG_STATS_REP || u->len != STATS_REP_LEN || peer <= 0 ||
 		    peer >= srv->size)
 			goto bad;
 		stats_reply(srv, peer, u->data);
-		return RK_BUSY;
+		return RK_IDLE;
 	}
 	if (peer != 0)
 		goto bad;
 	switch (kind) {
 	case MSG_MODEL:
-		if (u->len != MODEL_LEN)
+		if (u->len != MODEL_LEN || get32(u->data + 12) > BACKEND_CUDA)
 			goto bad;
 		if (get32(u->data + 4) != srv->opt.model.V ||
 		    get32(u->data + 8) != srv->opt.model.H ||
+		    get32(u->data + 12) != srv->opt.backend ||
 		    get64(u->data + 16) != srv->opt.model.seed) {
 			fprintf(stderr,
 				PROG "[r%d]: the leader runs --vocab %" PRIu32 " --hidden %" PRIu32
-				     " --model-seed %" PRIu64 ", this rank --vocab %" PRIu32
-				     " --hidden %" PRIu32 " --model-seed %" PRIu64 "\n",
+				     " --model-seed %" PRIu64 " --backend %s, this rank --vocab %"
+				     PRIu32 " --hidden %" PRIu32 " --model-seed %" PRIu64
+				     " --backend %s\n",
 				srv->rank, get32(u->data + 4), get32(u->data + 8),
-				get64(u->data + 16), srv->opt.model.V, srv->opt.model.H,
-				srv->opt.model.seed);
+				get64(u->data + 16), backend_name(get32(u->data + 12)),
+				srv->opt.model.V, srv->opt.model.H, srv->opt.model.seed,
+				backend_name(srv->opt.backend));
 			srv->err = -RK_ECONFIG;
 			rk_loop_stop(srv->loop);
 			return RK_BUSY;
@@ -460,6 +629,12 @@ static enum rk_activity serve_frame(struct server *srv, int peer, const struct r
 		ret = stats_answer(srv, u->data);
 		if (ret)
 			fprintf(stderr, PROG "[r%d]: stats: %s\n", srv->rank, rk_strerror(ret));
+		return RK_IDLE;
+	case MSG_END:
+		/* the leader ends the job: a clean exit, as on its BYE */
+		phase(srv, "END from the leader");
+		srv->bye = true;
+		rk_loop_stop(srv->loop);
 		return RK_BUSY;
 	default:
 		break;
@@ -482,7 +657,7 @@ static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_w
 	ret = rk_sched_on_frame(srv->sched, peer, h, payload);
 	if (ret != -ENOENT)
 		return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
-	ret = toy_cpu_on_frame(srv->b, peer, h, payload);
+	ret = be_on_frame(srv, peer, h, payload);
 	if (ret != -ENOENT)
 		return RK_BUSY; /* -EPROTO: the backend failed the round, the scheduler says so */
 	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
@@ -497,10 +672,14 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 
 	(void)w;
 	if (srv->rank != 0 && rank == 0 && err == -RK_EPEERBYE) {
-		srv->bye = true; /* the leader ended the job: a clean exit */
+		if (!srv->bye)
+			be_abort(srv); /* BYE without END: the leader's communicator is gone */
+		srv->bye = true;       /* the leader ended the job: a clean exit */
 		rk_loop_stop(srv->loop);
 		return;
 	}
+	/* no collective of ours may wait for a dead rank, even while we leave */
+	be_abort(srv);
 	if (srv->leaving)
 		return;
 	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
@@ -516,6 +695,7 @@ static const struct rk_world_ops world_ops = {
 	.peer_error = on_peer_error,
 };
 
+#ifdef RK_HAVE_SERVE_HTTP
 /* ---- requests: the loop side ------------------------------------------------------ */
 
 static void sreq_free(struct sreq *r)
@@ -1251,7 +1431,30 @@ static int http_start(struct server *srv)
 	return 0;
 }
 
+#endif /* RK_HAVE_SERVE_HTTP */
+
 /* ---- teardown ------------------------------------------------------------------- */
+
+/*
+ * Leader: tell every follower that the job ends, so that all ranks tear their
+ * backends down together (the CUDA backend's NCCL finalize waits for every
+ * rank), then give the frames a few loop passes to leave: the backend's
+ * teardown may block without running the loop.
+ */
+static void end_followers(struct server *srv)
+{
+	uint8_t msg[MSG_HDR] = { 0 };
+	unsigned int i;
+
+	if (srv->rank != 0 || srv->size < 2 || !srv->world || srv->err)
+		return;
+	put32(msg, MSG_END);
+	if (send_msg(srv, -1, msg, sizeof(msg)))
+		return; /* a rank is gone: its BYE or failure ends the others */
+	for (i = 0; i < END_FLUSH_ITER; i++)
+		rk_loop_run(srv->loop, RK_RUN_NOWAIT);
+	phase(srv, "END sent");
+}
 
 static unsigned int posted(struct server *srv)
 {
@@ -1274,9 +1477,11 @@ static void drain(struct server *srv)
 	const uint64_t deadline = now_ns() + DRAIN_NS;
 	int ret;
 
+	phase(srv, "drain");
 	pthread_mutex_lock(&srv->mu);
 	srv->stopping = true;
 	pthread_mutex_unlock(&srv->mu);
+#ifdef RK_HAVE_SERVE_HTTP
 	if (srv->httpd) {
 		/* stop accepting; connections already open are answered 503 */
 		MHD_socket fd = MHD_quiesce_daemon(srv->httpd);
@@ -1284,22 +1489,27 @@ static void drain(struct server *srv)
 		if (fd != MHD_INVALID_SOCKET)
 			close(fd);
 	}
+#endif
 	if (srv->sched && srv->rank == 0) {
 		rk_sched_stop(srv->sched); /* pending requests: an error event, then done */
 		stats_fail_all(srv, -RK_ESTOPPED);
 	}
-	while ((posted(srv) || (srv->b && toy_cpu_busy(srv->b))) && now_ns() < deadline) {
+	while ((posted(srv) || be_busy(srv)) && now_ns() < deadline) {
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0 && ret != -RK_ESTOPPED) /* a second signal: keep draining */
 			break;
 	}
+	phase(srv, "drained");
 	if (srv->rank == 0)
 		stats_fail_all(srv, -RK_ESTOPPED); /* waiters posted during the drain */
+#ifdef RK_HAVE_SERVE_HTTP
 	if (srv->httpd) {
 		/* every request and stats waiter is done: no handler waits on the loop */
 		MHD_stop_daemon(srv->httpd);
 		srv->httpd = NULL;
 	}
+#endif
+	end_followers(srv);
 }
 
 /* ---- the demo --------------------------------------------------------------------- */
@@ -1520,12 +1730,560 @@ static int demo_run(struct server *srv)
 	fflush(stdout);
 	ret = n_ok == N_DEMO ? 0 : -EPROTO;
 out:
+	if (ret) {
+		/* requests and the stats waiter may still be the loop's: take them back */
+		rk_sched_stop(srv->sched);
+		stats_fail_all(srv, ret);
+	}
 	free(d->sw.ranks);
 	free(d);
 	return ret;
 }
 
+/* ---- --bench: the decode receipt without HTTP (leader, loop thread) ----------------- */
+
+/*
+ * rk-load's prompt sets, in its order: request i of a cell is prompt i mod the
+ * set with sampling seed 1000 + i in every cell, in rk-load too, so the hash
+ * of a mode agrees across cells, runs, backends, wait policies and rk-load.
+ */
+static const char *const bench_fixed[] = {
+	"The quick brown fox jumps over the lazy dog.",
+	"Once upon a time, in a land far away,",
+	"It was the best of times, it was the worst of times,",
+	"Call me Ishmael.",
+	"To be, or not to be, that is the question:",
+	"All happy families are alike;",
+	"The sky above the port was the color of television,",
+	"In the beginning",
+};
+
+/* Repetitive text: prompt-lookup drafting finds its n-grams. */
+static const char *const bench_repeat[] = {
+	"abcabcabcabcabcabcabcabcabcabc",
+	"one two one two one two one two one two",
+	"la la la la la la la la la la la la",
+	"0101010101010101010101010101",
+};
+
+struct bench_cell {
+	uint32_t streams;
+	bool sampled, drafted;
+};
+
+/* A cell's figures over its runs. */
+struct bench_result {
+	double tps[BENCH_MAX_RUNS];
+	double rounds[BENCH_MAX_RUNS];
+	double *cpu;		    /* [BENCH_MAX_RUNS][world size] */
+	uint64_t drafted, accepted; /* over every run */
+	char hash[17];
+	uint32_t runs;
+};
+
+/* One closed-loop stream: one request at a time, the next once it is done. */
+struct bench_stream {
+	struct rk_request req; /* the scheduler's from submit to done */
+	uint32_t prompt[BENCH_PROMPT];
+	uint32_t *out; /* the request's tokens in the cell's array */
+	uint32_t n;
+	uint32_t next; /* the request index it runs now */
+	bool done;
+	int err;
+};
+
+struct bench {
+	struct server *srv;
+	const struct options *o;
+	struct bench_stream *st; /* [largest stream count] */
+	uint32_t *toks;		 /* [requests * max_tokens], request i at i * max_tokens */
+	struct stats_wait sw;
+	struct rank_stats *before, *after; /* [world size] */
+	struct rk_timer idle_timer;
+	bool idle_over;
+};
+
+static const char *mode_name(bool sampled)
+{
+	return sampled ? "sampled" : "greedy";
+}
+
+static const char *draft_name(bool drafted)
+{
+	return drafted ? "drafted" : "plain";
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, uint32_t n)
+{
+	double t[BENCH_MAX_RUNS];
+
+	memcpy(t, v, n * sizeof(*t));
+	qsort(t, n, sizeof(*t), cmp_dbl);
+	return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/* Request @i of a cell, as rk-load sends it and rk-serve's HTTP side maps it. */
+static void bench_request(const struct options *o, uint32_t i, bool sampled, bool drafted,
+			  uint32_t max_tokens, uint32_t *prompt, struct rk_request *req)
+{
+	const char *text = o->b_prompts[i % o->b_n_prompts];
+	uint32_t j, n = (uint32_t)strlen(text);
+
+	memset(req, 0, sizeof(*req));
+	for (j = 0; j < n; j++)
+		prompt[j] = (uint8_t)text[j] % o->model.V;
+	req->prompt = prompt;
+	req->prompt_len = n;
+	req->max_tokens = max_tokens;
+	req->stop_token = -1;
+	if (sampled) {
+		req->top_k = BENCH_TOP_K;
+		req->temperature = BENCH_TEMP;
+		req->top_p = BENCH_TOP_P;
+	}
+	req->seed = BENCH_SEED_BASE + i;
+	req->draft_k = drafted ? (int32_t)o->b_draft_k : 0;
+}
+
+static void bench_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
+{
+	struct bench_stream *st = req->data;
+
+	if (n > req->max_tokens - st->n)
+		n = req->max_tokens - st->n;
+	if (n)
+		memcpy(st->out + st->n, t, n * sizeof(*t));
+	st->n += n;
+	if (done) {
+		st->done = true;
+		st->err = err;
+	}
+}
+
+static int bench_submit(struct bench *bn, struct bench_stream *st, uint32_t i,
+			const struct bench_cell *c, uint32_t max_tokens)
+{
+	bench_request(bn->o, i, c->sampled, c->drafted, max_tokens, st->prompt, &st->req);
+	st->req.cb = bench_cb;
+	st->req.data = st;
+	st->out = bn->toks + (size_t)i * max_tokens;
+	st->n = 0;
+	st->next = i;
+	st->done = false;
+	st->err = 0;
+	return rk_sched_submit(bn->srv->sched, &st->req);
+}
+
+/* Every rank's counters into @out, through the collection /v1/stats uses. */
+static int bench_collect(struct bench *bn, struct rank_stats *out)
+{
+	struct server *srv = bn->srv;
+	struct stats_wait *w = &bn->sw;
+	int ret;
+
+	memset(w, 0, sizeof(*w));
+	w->srv = srv;
+	w->done = demo_stats_done;
+	w->ranks = out;
+	w->next = srv->st_next;
+	srv->st_next = w;
+	stats_start(srv);
+	while (!w->finished) {
+		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (ret < 0 && !w->finished) {
+			stats_fail_all(srv, ret); /* done() runs: the waiter is ours again */
+			return ret;
+		}
+	}
+	return w->err;
+}
+
+/*
+ * Requests 0..@n-1 of @max_tokens each through @c->streams closed-loop
+ * streams: stream s sends requests s, s + C, ..., each once the previous one
+ * is done (submitted between loop iterations: the scheduler's callbacks must
+ * not submit). Tokens land in bn->toks. *@ns: first submit to last done.
+ */
+static int bench_pass(struct bench *bn, const struct bench_cell *c, uint32_t n,
+		      uint32_t max_tokens, uint64_t *ns)
+{
+	struct server *srv = bn->srv;
+	uint32_t s, C = c->streams < n ? c->streams : n, active = 0;
+	uint64_t t0 = now_ns();
+	int ret = 0;
+
+	for (s = 0; s < C; s++) {
+		ret = bench_submit(bn, &bn->st[s], s, c, max_tokens);
+		if (ret)
+			goto fail;
+		active++;
+	}
+	while (active) {
+		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
+		if (ret < 0)
+			goto fail; /* a signal, or the ring failed */
+		if (srv->err) {
+			ret = srv->err;
+			goto fail;
+		}
+		for (s = 0; s < C; s++) {
+			struct bench_stream *st = &bn->st[s];
+
+			if (!st->done)
+				continue;
+			st->done = false;
+			active--;
+			if (st->err) {
+				ret = st->err;
+				goto fail;
+			}
+			if (st->next + C < n) {
+				ret = bench_submit(bn, st, st->next + C, c, max_tokens);
+				if (ret)
+					goto fail;
+				active++;
+			}
+		}
+	}
+	*ns = now_ns() - t0;
+	return 0;
+fail:
+	/* the requests still queued or running write into bn: the scheduler fails them now */
+	rk_sched_stop(srv->sched);
+	return ret;
+}
+
+/* Every request of the pass against toy_generate_ref() at TP1. Return: 0, -EPROTO, -ENOMEM. */
+static int bench_check_ref(struct bench *bn, const struct bench_cell *c)
+{
+	const struct options *o = bn->o;
+	const uint32_t M = o->b_max_tokens;
+	uint32_t prompt[BENCH_PROMPT], i, bad = 0, *ref = malloc(M * sizeof(*ref));
+	struct rk_request req;
+	int ret;
+
+	if (!ref)
+		return -ENOMEM;
+	for (i = 0; i < o->b_requests; i++) {
+		struct toy_sampling s;
+
+		bench_request(o, i, c->sampled, c->drafted, M, prompt, &req);
+		s.top_k = req.top_k;
+		s.temperature = req.temperature;
+		s.top_p = req.top_p;
+		s.seed = req.seed;
+		ret = toy_generate_ref(o->model.V, o->model.H, o->model.seed, prompt,
+				       req.prompt_len, M, &s, ref);
+		if (ret || memcmp(ref, bn->toks + (size_t)i * M, M * sizeof(*ref))) {
+			fprintf(stderr,
+				PROG ": bench: request %" PRIu32 " (%" PRIu32 " streams, %s, %s) "
+				     "differs from the TP1 reference\n",
+				i, c->streams, mode_name(c->sampled), draft_name(c->drafted));
+			bad++;
+		}
+	}
+	free(ref);
+	return bad ? -EPROTO : 0;
+}
+
+/*
+ * One run of a cell: counters around a pass. Return: 0; 3 when the run hashes
+ * differently from the cell's first, 4 when a request differs from the TP1
+ * reference (--bench-check-ref, first run); < 0 when the pass failed.
+ */
+static int bench_cell_run(struct bench *bn, const struct bench_cell *c, struct bench_result *cr)
+{
+	struct server *srv = bn->srv;
+	const struct options *o = bn->o;
+	const size_t ntok = (size_t)o->b_requests * o->b_max_tokens;
+	struct rk_sched_stats s0, s1;
+	uint64_t ns;
+	char hex[17];
+	int r, ret;
+
+	ret = bench_collect(bn, bn->before);
+	if (ret)
+		return ret;
+	rk_sched_stats(srv->sched, &s0);
+	ret = bench_pass(bn, c, o->b_requests, o->b_max_tokens, &ns);
+	if (ret)
+		return ret;
+	rk_sched_stats(srv->sched, &s1);
+	ret = bench_collect(bn, bn->after);
+	if (ret)
+		return ret;
+	if (toy_hash_tokens(bn->toks, ntok, hex) || !hex[0])
+		snprintf(hex, sizeof(hex), "-");
+	if (cr->runs && strcmp(hex, cr->hash)) {
+		fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: run %" PRIu32
+				     " hashes %s, run 1 %s\n",
+			c->streams, mode_name(c->sampled), draft_name(c->drafted), cr->runs + 1,
+			hex, cr->hash);
+		return 3;
+	}
+	memcpy(cr->hash, hex, sizeof(hex));
+	cr->tps[cr->runs] = (double)ntok / ((double)ns / 1e9);
+	cr->rounds[cr->runs] = (double)(s1.rounds - s0.rounds);
+	cr->drafted += s1.drafted - s0.drafted;
+	cr->accepted += s1.accepted - s0.accepted;
+	for (r = 0; r < srv->size; r++)
+		cr->cpu[cr->runs * (uint32_t)srv->size + (uint32_t)r] =
+			bn->after[r].user_s + bn->after[r].sys_s -
+			(bn->before[r].user_s + bn->before[r].sys_s);
+	cr->runs++;
+	if (o->b_check_ref && cr->runs == 1) {
+		ret = bench_check_ref(bn, c);
+		return ret == -EPROTO ? 4 : ret;
+	}
+	return 0;
+}
+
+static void bench_print_cell(const struct server *srv, const struct bench_cell *c,
+			     const struct bench_result *cr)
+{
+	double v[BENCH_MAX_RUNS];
+	uint32_t q;
+	int r;
+
+	printf("cell %7" PRIu32 "  %-7s  %-7s  %7" PRIu64 "  %10.1f  %7.0f  ", c->streams,
+	       mode_name(c->sampled), draft_name(c->drafted),
+	       (uint64_t)srv->opt.b_requests * srv->opt.b_max_tokens, median(cr->tps, cr->runs),
+	       median(cr->rounds, cr->runs));
+	if (cr->drafted)
+		printf("%5.1f%%", 100.0 * (double)cr->accepted / (double)cr->drafted);
+	else
+		printf("%6s", "-");
+	printf("  %-16s", cr->hash);
+	for (r = 0; r < srv->size; r++) {
+		for (q = 0; q < cr->runs; q++)
+			v[q] = cr->cpu[q * (uint32_t)srv->size + (uint32_t)r];
+		printf("  %9.4f", median(v, cr->runs));
+	}
+	printf("\n");
+	fflush(stdout);
+}
+
+static enum rk_activity bench_idle_cb(struct rk_timer *t, uint64_t now)
+{
+	struct bench *bn = t->data;
+
+	(void)now;
+	bn->idle_over = true;
+	rk_loop_stop(bn->srv->loop);
+	return RK_IDLE;
+}
+
+/* Stay idle @o->b_idle seconds under the loop's policy; print each rank's CPU seconds. */
+static int bench_idle(struct bench *bn)
+{
+	struct server *srv = bn->srv;
+	int r, ret;
+
+	ret = bench_collect(bn, bn->before);
+	if (ret)
+		return ret;
+	bn->idle_over = false;
+	rk_timer_init(&bn->idle_timer, bench_idle_cb, bn);
+	rk_timer_start(srv->loop, &bn->idle_timer, (uint64_t)bn->o->b_idle * 1000000000ull, 0);
+	while (!bn->idle_over) {
+		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (ret < 0 || srv->err) {
+			rk_timer_stop(&bn->idle_timer);
+			return ret < 0 ? ret : srv->err;
+		}
+	}
+	ret = bench_collect(bn, bn->after);
+	if (ret)
+		return ret;
+	printf("idle %" PRIu32 " s: cpu_s", bn->o->b_idle);
+	for (r = 0; r < srv->size; r++)
+		printf(" r%d=%.4f", r,
+		       bn->after[r].user_s + bn->after[r].sys_s -
+			       (bn->before[r].user_s + bn->before[r].sys_s));
+	printf("\n");
+	fflush(stdout);
+	return 0;
+}
+
+/* CUDA: wait for the NCCL bootstrap, then one untimed pass (connections, buffers). */
+static int bench_warmup(struct bench *bn, uint32_t max_streams)
+{
+	struct server *srv = bn->srv;
+	const struct options *o = bn->o;
+	struct bench_cell c = { max_streams, false, o->b_drafts[1] };
+	uint32_t m = o->b_max_tokens < BENCH_WARM_TOK ? o->b_max_tokens : BENCH_WARM_TOK;
+	uint64_t t0 = now_ns(), ns;
+	int ret = 0;
+
+	while (srv->cuda && (ret = toy_cuda_ready(srv->cuda)) == 0) {
+		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
+		if (ret < 0)
+			return ret;
+		if (srv->err)
+			return srv->err;
+	}
+	if (ret < 0)
+		return ret;
+	ret = bench_pass(bn, &c, max_streams < o->b_requests ? max_streams : o->b_requests, m,
+			 &ns);
+	if (ret)
+		return ret;
+	printf("# warm-up: ready after %.3f s, %" PRIu32 " streams x %" PRIu32
+	       " tokens in %.3f s\n",
+	       (double)(now_ns() - t0 - ns) / 1e9, c.streams, m, (double)ns / 1e9);
+	fflush(stdout);
+	return 0;
+}
+
+/*
+ * The receipt: every cell (streams x mode x draft) run o->b_runs times,
+ * interleaved (a slow spell of the machine spreads over every cell), medians
+ * printed one line per cell; the hashes of a mode must agree (exit 3), and
+ * with --bench-check-ref every request must equal the TP1 reference (exit 4).
+ */
+static int bench_run(struct server *srv)
+{
+	const struct options *o = &srv->opt;
+	struct bench_cell cells[BENCH_MAX_LIST * 4];
+	struct bench_result *cr = NULL;
+	struct bench *bn = calloc(1, sizeof(*bn));
+	uint32_t n_cells = 0, max_streams = 0, i, s, m, d, run;
+	int r, ret = -ENOMEM;
+
+	if (!bn)
+		return -ENOMEM;
+	bn->srv = srv;
+	bn->o = o;
+	for (m = 0; m < 2; m++)
+		for (d = 0; d < 2; d++)
+			for (s = 0; s < o->b_n_streams; s++)
+				if (o->b_modes[m] && o->b_drafts[d])
+					cells[n_cells++] = (struct bench_cell){ o->b_streams[s],
+										m == 1, d == 1 };
+	for (s = 0; s < o->b_n_streams; s++)
+		if (o->b_streams[s] > max_streams)
+			max_streams = o->b_streams[s];
+	bn->st = calloc(max_streams, sizeof(*bn->st));
+	bn->toks = calloc((size_t)o->b_requests * o->b_max_tokens, sizeof(*bn->toks));
+	bn->before = calloc((size_t)srv->size, sizeof(*bn->before));
+	bn->after = calloc((size_t)srv->size, sizeof(*bn->after));
+	cr = calloc(n_cells, sizeof(*cr));
+	if (!bn->st || !bn->toks || !bn->before || !bn->after || !cr)
+		goto out;
+	for (i = 0; i < n_cells; i++) {
+		cr[i].cpu = calloc((size_t)BENCH_MAX_RUNS * (size_t)srv->size, sizeof(double));
+		if (!cr[i].cpu)
+			goto out;
+	}
+
+	printf("rk-serve bench: TP%d, backend %s", srv->size, backend_name(o->backend));
+	if (o->backend == BACKEND_CUDA)
+		printf(" (notify %s, device %d on r0)", rk_gpu_notify_mode_name(o->notify),
+		       toy_cuda_device(srv->cuda));
+	printf(", wait %s (spin_us %" PRIu64 "), toy model V=%" PRIu32 " H=%" PRIu32
+	       " seed=%" PRIu64 ", max_batch %" PRIu32 ", %" PRIu32 " requests x %" PRIu32
+	       " tokens per cell, prompt set %s, draft_k %" PRIu32 ", %" PRIu32 " run%s\n",
+	       rk_wait_mode_name(srv->cfg.wait.mode), srv->cfg.wait.spin_ns / 1000, o->model.V,
+	       o->model.H, o->model.seed, o->max_batch, o->b_requests, o->b_max_tokens,
+	       o->b_prompt_set, o->b_draft_k, o->b_runs, o->b_runs > 1 ? "s (medians)" : "");
+	fflush(stdout);
+	if (o->b_warmup) {
+		ret = bench_warmup(bn, max_streams);
+		if (ret) {
+			fprintf(stderr, PROG ": bench: warm-up: %s\n", rk_strerror(ret));
+			goto out;
+		}
+	}
+	printf("#    %7s  %-7s  %-7s  %7s  %10s  %7s  %6s  %-16s", "streams", "mode", "draft",
+	       "tokens", "tok/s", "rounds", "accept", "hash");
+	for (r = 0; r < srv->size; r++) {
+		char name[24];
+
+		snprintf(name, sizeof(name), "cpu_s_r%d", r);
+		printf("  %9s", name);
+	}
+	printf("\n");
+	fflush(stdout);
+	for (run = 0; run < o->b_runs; run++) {
+		for (i = 0; i < n_cells; i++) {
+			ret = bench_cell_run(bn, &cells[i], &cr[i]);
+			if (ret > 0) {
+				srv->exit_rc = ret;
+				ret = 0;
+				goto out;
+			}
+			if (ret) {
+				fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n",
+					cells[i].streams, mode_name(cells[i].sampled),
+					draft_name(cells[i].drafted), rk_strerror(ret));
+				goto out;
+			}
+			if (run + 1 == o->b_runs)
+				bench_print_cell(srv, &cells[i], &cr[i]);
+		}
+	}
+	/* a mode's tokens depend neither on concurrency nor on drafting: its cells agree */
+	for (m = 0; m < 2; m++) {
+		const char *h0 = NULL;
+		uint32_t n = 0;
+		bool agree = true;
+
+		for (i = 0; i < n_cells; i++) {
+			if (cells[i].sampled != (m == 1))
+				continue;
+			if (!h0)
+				h0 = cr[i].hash;
+			agree &= !strcmp(h0, cr[i].hash);
+			n++;
+		}
+		if (!n)
+			continue;
+		printf("hash %s %s: %s\n", mode_name(m == 1), h0,
+		       agree ? (n > 1 ? "every cell agrees" : "one cell") : "CELLS DISAGREE");
+		if (!agree)
+			srv->exit_rc = 3;
+	}
+	if (o->b_check_ref && !srv->exit_rc)
+		printf("reference: every request equals toy_generate_ref at TP1\n");
+	fflush(stdout);
+	ret = 0;
+	if (o->b_idle && !srv->exit_rc) {
+		ret = bench_idle(bn);
+		if (ret)
+			fprintf(stderr, PROG ": bench: idle: %s\n", rk_strerror(ret));
+	}
+out:
+	if (cr)
+		for (i = 0; i < n_cells; i++)
+			free(cr[i].cpu);
+	free(cr);
+	free(bn->st);
+	free(bn->toks);
+	free(bn->before);
+	free(bn->after);
+	free(bn);
+	return ret;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
+
+#ifdef RK_HAVE_SERVE_HTTP
+#define HTTP_BUILD "with its HTTP server"
+#else
+#define HTTP_BUILD "without its HTTP server (no libmicrohttpd and jansson at configure time)"
+#endif
+#ifdef HAVE_CUDA_BACKEND
+#define CUDA_BUILD "with the CUDA backend"
+#else
+#define CUDA_BUILD "without the CUDA backend"
+#endif
 
 static void usage(FILE *f)
 {
@@ -1533,11 +2291,20 @@ static void usage(FILE *f)
 		"usage: rk-serve [options]\n"
 		"A tensor-parallel decode server for the toy model (examples/TOY.md). Every\n"
 		"rank runs it, e.g. rk-launch --hosts localhost,localhost -- rk-serve; rank 0\n"
-		"schedules rounds and serves HTTP, the others compute their shard.\n\n"
+		"schedules rounds and serves HTTP, the others compute their shard.\n"
+		"This build: " HTTP_BUILD ", " CUDA_BUILD ".\n\n"
 		"  --http=ADDR:PORT   rank 0 listens here (default 127.0.0.1:8800; port 0: any\n"
 		"                     free port, printed at startup)\n"
 		"  --demo             instead of serving, generate from built-in prompts, print\n"
 		"                     tokens, hashes and a receipt, then end the job\n"
+		"  --bench            instead of serving, run the decode receipt (--bench-*\n"
+		"                     below) on rank 0, then end the job\n"
+		"  --backend=NAME     cpu (default: the toy model's CPU backend, a worker\n"
+		"                     thread per rank) or cuda (one GPU per rank, NCCL)\n"
+		"  --notify=MODE      cuda: how the loop learns that a round's GPU work is done:\n"
+		"                     auto (default: both), poll (a host word the loop reads\n"
+		"                     while it spins) or wake (a CUDA host function wakes it)\n"
+		"  --device=N         cuda: the GPU (default: rank %% the GPU count)\n"
 		"  --vocab=V          vocabulary size (default %u; 1..%u)\n"
 		"  --hidden=H         hidden size: the work per output (default %u; 1..%u,\n"
 		"                     divisible by the number of ranks)\n"
@@ -1546,10 +2313,34 @@ static void usage(FILE *f)
 		"  --draft-k=K        drafted tokens per stream and round for requests that do\n"
 		"                     not say (default 0 = plain; 0..%u)\n"
 		"  -h, --help         this text\n\n"
-		"Every rank must be given the same model options. Rank, world size and\n"
-		"leader come from RK_* variables (rk-launch sets them), or from mpirun,\n"
+		"--bench: every cell (streams x mode x draft) sends N requests of M tokens\n"
+		"through C closed-loop streams (stream s sends requests s, s+C, ... each once\n"
+		"the previous one is done), submitted straight to the scheduler; request i is\n"
+		"rk-load's (prompt i mod the set, seed 1000 + i; sampled: top_k 40,\n"
+		"temperature 0.8, top_p 0.95), so a mode hashes the same in every cell and as\n"
+		"through rk-load. One line per cell: tokens/s, rounds, acceptance, the token\n"
+		"hash over the requests in order, each rank's CPU seconds during the cell.\n"
+		"  --bench-streams=LIST      concurrent streams per cell (default 1,4,8)\n"
+		"  --bench-modes=LIST        greedy,sampled (default both)\n"
+		"  --bench-draft=LIST        plain,drafted (default both)\n"
+		"  --bench-draft-k=K         drafted tokens per round in drafted cells\n"
+		"                            (default 4)\n"
+		"  --bench-requests=N        requests per cell (default 16)\n"
+		"  --bench-max-tokens=M      tokens per request (default 64)\n"
+		"  --bench-prompt-set=SET    fixed or repeat (default fixed)\n"
+		"  --bench-runs=R            runs of every cell, interleaved; medians (default 1)\n"
+		"  --bench-idle=S            afterwards stay idle S seconds under the loop's\n"
+		"                            policy and print each rank's CPU seconds (default 0)\n"
+		"  --bench-check-ref         check every request against the TP1 reference\n"
+		"  --bench-no-warmup         no untimed pass before the cells\n"
+		"Exit: 0 (a signal too, except during --bench); 1 on a failure; 2 usage; --bench:\n"
+		"3 when the cells of a mode (or the runs of a cell) hash differently, 4 when a\n"
+		"request differs from the reference.\n\n"
+		"Every rank must be given the same model and backend options. Rank, world size\n"
+		"and leader come from RK_* variables (rk-launch sets them), or from mpirun,\n"
 		"Slurm or torchrun; without any, rk-serve runs alone (TP1). Every RK_* knob\n"
-		"is in README.md; a malformed one is refused by name.\n\n"
+		"is in README.md (RK_WAIT=adaptive|spin|block: the loop's wait policy); a\n"
+		"malformed one is refused by name.\n\n"
 		"HTTP (rank 0): POST /v1/completions {\"prompt\": \"text\" or [ids],\n"
 		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"draft_k\",\n"
 		"\"stream\"}; GET /v1/stats; GET /health. See docs/SERVE.md.\n",
@@ -1584,6 +2375,76 @@ static int parse_u32(const char *name, const char *s, uint32_t min, uint32_t max
 	return 0;
 }
 
+static int parse_streams(const char *s, struct options *o)
+{
+	char buf[128], *tok, *save = NULL;
+
+	if (strlen(s) >= sizeof(buf))
+		goto bad;
+	snprintf(buf, sizeof(buf), "%s", s);
+	o->b_n_streams = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(tok, &end, 10);
+		if (o->b_n_streams == BENCH_MAX_LIST || errno || end == tok || *end ||
+		    !(tok[0] >= '0' && tok[0] <= '9') || v < 1 || v > MAX_BATCH)
+			goto bad;
+		o->b_streams[o->b_n_streams++] = (uint32_t)v;
+	}
+	if (o->b_n_streams)
+		return 0;
+bad:
+	fprintf(stderr, PROG ": --bench-streams='%s': expected up to %u comma-separated counts in "
+			     "[1, %u]\n",
+		s, BENCH_MAX_LIST, MAX_BATCH);
+	return -1;
+}
+
+/* "a,b" of the two names @n0/@n1 into @on[2]. */
+static int parse_pair(const char *name, const char *s, const char *n0, const char *n1, bool *on)
+{
+	char buf[64], *tok, *save = NULL;
+
+	on[0] = on[1] = false;
+	if (strlen(s) >= sizeof(buf))
+		goto bad;
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, n0))
+			on[0] = true;
+		else if (!strcmp(tok, n1))
+			on[1] = true;
+		else
+			goto bad;
+	}
+	if (on[0] || on[1])
+		return 0;
+bad:
+	fprintf(stderr, PROG ": --%s='%s': expected %s, %s or %s,%s\n", name, s, n0, n1, n0, n1);
+	return -1;
+}
+
+enum {
+	OPT_BACKEND = 256,
+	OPT_NOTIFY,
+	OPT_DEVICE,
+	OPT_BENCH,
+	OPT_B_STREAMS,
+	OPT_B_MODES,
+	OPT_B_DRAFT,
+	OPT_B_DRAFT_K,
+	OPT_B_REQUESTS,
+	OPT_B_MAX_TOKENS,
+	OPT_B_PROMPT_SET,
+	OPT_B_RUNS,
+	OPT_B_IDLE,
+	OPT_B_CHECK_REF,
+	OPT_B_NO_WARMUP,
+};
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	static const struct option opts[] = {
@@ -1594,20 +2455,56 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "model-seed", required_argument, NULL, 's' },
 		{ "max-batch", required_argument, NULL, 'b' },
 		{ "draft-k", required_argument, NULL, 'k' },
+		{ "backend", required_argument, NULL, OPT_BACKEND },
+		{ "notify", required_argument, NULL, OPT_NOTIFY },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "bench", no_argument, NULL, OPT_BENCH },
+		{ "bench-streams", required_argument, NULL, OPT_B_STREAMS },
+		{ "bench-modes", required_argument, NULL, OPT_B_MODES },
+		{ "bench-draft", required_argument, NULL, OPT_B_DRAFT },
+		{ "bench-draft-k", required_argument, NULL, OPT_B_DRAFT_K },
+		{ "bench-requests", required_argument, NULL, OPT_B_REQUESTS },
+		{ "bench-max-tokens", required_argument, NULL, OPT_B_MAX_TOKENS },
+		{ "bench-prompt-set", required_argument, NULL, OPT_B_PROMPT_SET },
+		{ "bench-runs", required_argument, NULL, OPT_B_RUNS },
+		{ "bench-idle", required_argument, NULL, OPT_B_IDLE },
+		{ "bench-check-ref", no_argument, NULL, OPT_B_CHECK_REF },
+		{ "bench-no-warmup", no_argument, NULL, OPT_B_NO_WARMUP },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+#ifdef RK_HAVE_SERVE_HTTP
 	struct sockaddr_storage ss;
 	socklen_t sslen;
-	int c;
+#endif
+	uint32_t dev;
+	int c, mode;
 
 	toy_params_init(&o->model);
 	o->max_batch = 8;
 	o->draft_k = 0;
 	snprintf(o->http, sizeof(o->http), "127.0.0.1:8800");
+	o->backend = BACKEND_CPU;
+	o->notify = RK_GPU_NOTIFY_AUTO;
+	o->device = -1;
+	o->b_streams[0] = 1;
+	o->b_streams[1] = 4;
+	o->b_streams[2] = 8;
+	o->b_n_streams = 3;
+	o->b_modes[0] = o->b_modes[1] = true;
+	o->b_drafts[0] = o->b_drafts[1] = true;
+	o->b_draft_k = 4;
+	o->b_requests = 16;
+	o->b_max_tokens = 64;
+	o->b_runs = 1;
+	o->b_prompts = bench_fixed;
+	o->b_n_prompts = sizeof(bench_fixed) / sizeof(bench_fixed[0]);
+	o->b_prompt_set = "fixed";
+	o->b_warmup = true;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'H':
+#ifdef RK_HAVE_SERVE_HTTP
 			if (strlen(optarg) >= sizeof(o->http) ||
 			    parse_listen(optarg, &ss, &sslen)) {
 				fprintf(stderr,
@@ -1617,7 +2514,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 				return 2;
 			}
 			snprintf(o->http, sizeof(o->http), "%s", optarg);
+			o->http_set = true;
 			break;
+#else
+			fprintf(stderr,
+				PROG ": --http: this rk-serve was built without its HTTP server "
+				     "(configure found no libmicrohttpd and jansson; see "
+				     "--with-serve): use --demo or --bench\n");
+			return 2;
+#endif
 		case 'D':
 			o->demo = true;
 			break;
@@ -1641,6 +2546,100 @@ static int parse_args(int argc, char **argv, struct options *o)
 			if (parse_u32("draft-k", optarg, 0, RK_SCHED_MAX_DRAFT, &o->draft_k))
 				return 2;
 			break;
+		case OPT_BACKEND:
+			if (!strcmp(optarg, "cpu")) {
+				o->backend = BACKEND_CPU;
+			} else if (!strcmp(optarg, "cuda")) {
+#ifndef HAVE_CUDA_BACKEND
+				fprintf(stderr,
+					PROG ": --backend=cuda: %s: this rk-serve was built "
+					     "without CUDA and NCCL (configure --with-cuda "
+					     "--with-nccl)\n",
+					rk_strerror(-EOPNOTSUPP));
+				return 2;
+#endif
+				o->backend = BACKEND_CUDA;
+			} else {
+				fprintf(stderr, PROG ": --backend='%s': expected cpu or cuda\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_NOTIFY:
+			mode = rk_gpu_notify_mode_parse(optarg);
+			if (mode < 0) {
+				fprintf(stderr,
+					PROG ": --notify='%s': expected auto, poll or wake\n",
+					optarg);
+				return 2;
+			}
+			o->notify = (enum rk_gpu_notify_mode)mode;
+			o->notify_set = true;
+			break;
+		case OPT_DEVICE:
+			if (parse_u32("device", optarg, 0, 1023, &dev))
+				return 2;
+			o->device = (int)dev;
+			break;
+		case OPT_BENCH:
+			o->bench = true;
+			break;
+		case OPT_B_STREAMS:
+			if (parse_streams(optarg, o))
+				return 2;
+			break;
+		case OPT_B_MODES:
+			if (parse_pair("bench-modes", optarg, "greedy", "sampled", o->b_modes))
+				return 2;
+			break;
+		case OPT_B_DRAFT:
+			if (parse_pair("bench-draft", optarg, "plain", "drafted", o->b_drafts))
+				return 2;
+			break;
+		case OPT_B_DRAFT_K:
+			if (parse_u32("bench-draft-k", optarg, 1, RK_SCHED_MAX_DRAFT,
+				      &o->b_draft_k))
+				return 2;
+			break;
+		case OPT_B_REQUESTS:
+			if (parse_u32("bench-requests", optarg, 1, 100000, &o->b_requests))
+				return 2;
+			break;
+		case OPT_B_MAX_TOKENS:
+			if (parse_u32("bench-max-tokens", optarg, 1, MAX_GEN, &o->b_max_tokens))
+				return 2;
+			break;
+		case OPT_B_PROMPT_SET:
+			if (!strcmp(optarg, "fixed")) {
+				o->b_prompts = bench_fixed;
+				o->b_n_prompts = sizeof(bench_fixed) / sizeof(bench_fixed[0]);
+				o->b_prompt_set = "fixed";
+			} else if (!strcmp(optarg, "repeat")) {
+				o->b_prompts = bench_repeat;
+				o->b_n_prompts = sizeof(bench_repeat) / sizeof(bench_repeat[0]);
+				o->b_prompt_set = "repeat";
+			} else {
+				fprintf(stderr,
+					PROG ": --bench-prompt-set='%s': expected fixed or "
+					     "repeat\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_B_RUNS:
+			if (parse_u32("bench-runs", optarg, 1, BENCH_MAX_RUNS, &o->b_runs))
+				return 2;
+			break;
+		case OPT_B_IDLE:
+			if (parse_u32("bench-idle", optarg, 0, 86400, &o->b_idle))
+				return 2;
+			break;
+		case OPT_B_CHECK_REF:
+			o->b_check_ref = true;
+			break;
+		case OPT_B_NO_WARMUP:
+			o->b_warmup = false;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -1654,6 +2653,23 @@ static int parse_args(int argc, char **argv, struct options *o)
 		usage(stderr);
 		return 2;
 	}
+	if (o->demo + o->bench + o->http_set > 1) {
+		fprintf(stderr, PROG ": --http, --demo and --bench exclude each other\n");
+		return 2;
+	}
+	if (o->backend != BACKEND_CUDA && (o->notify_set || o->device >= 0)) {
+		fprintf(stderr, PROG ": --notify and --device apply to --backend=cuda only\n");
+		return 2;
+	}
+#ifndef RK_HAVE_SERVE_HTTP
+	if (!o->demo && !o->bench) {
+		fprintf(stderr,
+			PROG ": this rk-serve was built without its HTTP server (configure found "
+			     "no libmicrohttpd and jansson; see --with-serve): use --demo or "
+			     "--bench\n");
+		return 2;
+	}
+#endif
 	return 0;
 }
 
@@ -1701,8 +2717,10 @@ int main(int argc, char **argv)
 		free(srv);
 		return 2;
 	}
+#ifdef RK_HAVE_SERVE_HTTP
 	/* before any thread exists, so no jansson hash seeding races */
 	json_object_seed(0);
+#endif
 	/* a client that hangs up must not kill the server (MHD sends with MSG_NOSIGNAL, too) */
 	signal(SIGPIPE, SIG_IGN);
 	pthread_mutex_init(&srv->mu, NULL);
@@ -1722,20 +2740,33 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG "[r%d]: world: %s\n", srv->rank, rk_strerror(ret));
 		goto out_loop;
 	}
-	/* backend and scheduler before the world is ready: a ROUND can come with the WELCOME */
-	ret = toy_cpu_create(srv->world, &srv->opt.model, &srv->b);
+	/*
+	 * NCCL connects the peers of a communicator at its first collective by
+	 * default, and toy_cuda waits for that inside launch() without running
+	 * the loop; the follower joins only once our ROUND reaches it, which
+	 * needs the loop. Connect during the bring-up instead, which the loop
+	 * polls while both ranks take part. An explicit setting wins.
+	 */
+	if (srv->opt.backend == BACKEND_CUDA && srv->size > 1)
+		setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+	/*
+	 * Backend and scheduler before the world is ready: a ROUND can come with
+	 * the WELCOME (and the CUDA backend's NCCL bootstrap starts with it).
+	 */
+	ret = be_create(srv);
 	if (ret) {
-		fprintf(stderr, PROG "[r%d]: backend: %s\n", srv->rank, rk_strerror(ret));
+		fprintf(stderr, PROG "[r%d]: backend %s: %s%s\n", srv->rank,
+			backend_name(srv->opt.backend), rk_strerror(ret),
+			ret == -ENODEV ? " (no CUDA device)" : "");
 		goto out_world;
 	}
 	sc.max_batch = srv->opt.max_batch;
 	sc.draft_k = srv->opt.draft_k;
-	ret = rk_sched_create(srv->world, &sc, &toy_cpu_ops, srv->b, &srv->sched);
+	ret = be_sched_create(srv, &sc);
 	if (ret) {
 		fprintf(stderr, PROG "[r%d]: scheduler: %s\n", srv->rank, rk_strerror(ret));
 		goto out_backend;
 	}
-	toy_cpu_set_sched(srv->b, srv->sched);
 	ret = rk_world_wait_ready(srv->world);
 	if (ret) {
 		fprintf(stderr, PROG "[r%d]: bootstrap: %s\n", srv->rank, rk_strerror(ret));
@@ -1747,6 +2778,7 @@ int main(int argc, char **argv)
 		put32(msg, MSG_MODEL);
 		put32(msg + 4, srv->opt.model.V);
 		put32(msg + 8, srv->opt.model.H);
+		put32(msg + 12, srv->opt.backend);
 		put64(msg + 16, srv->opt.model.seed);
 		ret = send_msg(srv, -1, msg, sizeof(msg));
 		if (ret) {
@@ -1756,7 +2788,7 @@ int main(int argc, char **argv)
 	}
 
 	if (srv->rank != 0) {
-		/* a follower: rounds until the leader's BYE, a signal or a failure */
+		/* a follower: rounds until the leader's END or BYE, a signal or a failure */
 		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
 		if (srv->err)
 			ret = srv->err;
@@ -1766,7 +2798,17 @@ int main(int argc, char **argv)
 		ret = demo_run(srv);
 		if (ret)
 			fprintf(stderr, PROG "[r0]: demo: %s\n", rk_strerror(ret));
+	} else if (srv->opt.bench) {
+		ret = bench_run(srv);
+		if (ret == -RK_ESTOPPED) {
+			printf(PROG ": %s: stopping\n",
+			       strsignal(rk_loop_signal_stopped(srv->loop)));
+			fflush(stdout);
+		}
+		if (srv->err)
+			ret = srv->err;
 	} else {
+#ifdef RK_HAVE_SERVE_HTTP
 		ret = http_start(srv);
 		if (!ret) {
 			printf(PROG ": TP%d, toy model V=%" PRIu32 " H=%" PRIu32 " seed=%" PRIu64
@@ -1784,24 +2826,40 @@ int main(int argc, char **argv)
 			if (srv->err)
 				ret = srv->err;
 		}
+#else
+		ret = -EOPNOTSUPP; /* parse_args() refused this */
+#endif
 	}
-	rc = ret ? 1 : 0;
+	rc = ret ? 1 : srv->exit_rc;
 out_drain:
 	srv->leaving = true;
 	drain(srv);
-	if (toy_cpu_destroy(srv->b)) {
-		/* its worker still owns a round and will post to the loop: keep both */
+	ret = be_destroy(srv);
+	phase(srv, "backend destroyed");
+	if (ret == -EBUSY) {
+		/* the backend still owns a round and will report it to the loop: keep both */
 		fprintf(stderr, PROG "[r%d]: a round did not finish in %llu s; exiting\n",
 			srv->rank, DRAIN_NS / 1000000000ull);
 		rk_world_destroy(srv->world);
 		return 1;
 	}
+	if (ret)
+		fprintf(stderr, PROG "[r%d]: backend teardown: %s\n", srv->rank,
+			rk_strerror(ret));
 	rk_sched_destroy(srv->sched);
+	/*
+	 * A pass before the world's teardown: the backend's may have blocked
+	 * (NCCL finalize), and the loop's cached clock, from which the world
+	 * counts its BYE linger, dates from the last pass. It also releases the
+	 * CUDA notifier's last posts.
+	 */
+	rk_loop_run(srv->loop, RK_RUN_NOWAIT);
 	goto out_world;
 out_backend:
-	toy_cpu_destroy(srv->b);
+	be_destroy(srv);
 out_world:
 	rk_world_destroy(srv->world); /* BYE to every peer */
+	phase(srv, "world destroyed");
 out_loop:
 	rk_loop_destroy(srv->loop);
 out_free:

@@ -2,7 +2,9 @@
 # One device run on the GPU machine (2 x H200, CUDA 13, NCCL 2.28 in /usr; no
 # liburing, check or libtool there): build a `make dist` tarball against
 # unpacked Debian .debs, run the GPU test suite, the completion-latency
-# benchmark and (when rk-serve has a CUDA backend) a TP2 decode benchmark.
+# benchmark and the TP2 decode receipt of rk-serve's CUDA backend under three
+# wait policies (tests/bench-serve.sh, BENCH_MODE=policies; the CPU backend
+# when there is no GPU or no CUDA backend).
 # Receipts go to $OUT (at most 8 files); everything important is printed too.
 #
 #   DEPS=/tmp/deps OUT=/some/dir sh tests/device-run.sh rankrt-0.1.0.tar.gz
@@ -15,16 +17,19 @@
 #   DEBS            optional: a folder of those .deb files, unpacked into DEPS
 #                   first when DEPS has no liburing yet
 #   OUT             receipts (default ./device-out)
-#   BUDGET_S        wall-clock budget of the whole run (default 450)
+#   BUDGET_S        wall-clock budget of the whole run (default 540)
 #   CUDA_HOME       the toolkit (default /usr/local/cuda, else nvcc's)
 #   RK_BENCH_GPU_ITERS, RK_BENCH_GPU_MAX_RATIO   benchmark knobs (5000, 1.1)
+#   DECODE_S        the decode receipt's time limit (default 240 s, less when the
+#                   budget is short); DECODE_RUNS (3), DECODE_REQUESTS (48),
+#                   DECODE_TOKENS (64), DECODE_IDLE (60 s): its bench-serve.sh knobs
 # NCCL_NVLS_ENABLE=0 is forced for every step (the device README says why).
 # Exit: 0 when the build, the GPU tests and the latency bound all passed.
 
 export NCCL_NVLS_ENABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 start=$(date +%s)
-budget=${BUDGET_S:-450}
+budget=${BUDGET_S:-540}
 OUT=${OUT:-$PWD/device-out}
 DEPS=${DEPS:-/tmp/deps}
 mkdir -p "$OUT" || exit 1
@@ -133,24 +138,35 @@ grep -E '^(check_gpu|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 
 grep -E '^[0-9]+%' "$glog" >>"$summary"
 grep -E ':[EF]:' "$glog" | head -n 20 >>"$summary"
 
-# ---- TP2 decode benchmark through rk-serve, if it has a CUDA backend -------------------
+# ---- TP2 decode receipt: rk-serve --bench under three wait policies ------------------------
+# default (RK_WAIT=adaptive, --notify=auto) against pure blocking (block, wake) and
+# pure spinning (spin, poll), interleaved run by run, small and large work per round;
+# decode-tp2.txt has every table and the summary (ratios, verdicts, 60 s idle CPU).
+# The machine has 32 CPUs for 2 ranks: no pinning.
 drc=skipped
 dlog=$OUT/decode-tp2.txt
-if [ -x examples/rk-serve ] && timeout 5 examples/rk-serve --help 2>&1 | grep -q cuda; then
-	# TODO(lead): check the option name once rk-serve has --backend=cuda wired.
+if [ -x examples/rk-serve ]; then
+	dbackend=cpu
+	if examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
+		nvidia-smi -L >/dev/null 2>&1; then
+		dbackend=cuda
+	fi
 	: >"$dlog"
-	if [ "$(left)" -gt 100 ]; then
-		step decode-tp2-cuda $(($(left) - 60)) "$dlog" env BENCH_RUNS=1 BENCH_IDLE=5 \
-			BENCH_ARGS="--backend=cuda ${BENCH_ARGS:-}" builddir=. sh tests/bench-serve.sh
+	dlim=$(($(left) - 60))
+	[ "$dlim" -gt "${DECODE_S:-240}" ] && dlim=${DECODE_S:-240}
+	if [ "$dlim" -gt 90 ]; then
+		step decode-tp2-$dbackend "$dlim" "$dlog" env BENCH_MODE=policies \
+			BENCH_BACKEND=$dbackend BENCH_DEADLINE=$((dlim - 40)) BENCH_GRACE=25 \
+			BENCH_RUNS="${DECODE_RUNS:-3}" BENCH_REQUESTS="${DECODE_REQUESTS:-48}" \
+			BENCH_TOKENS="${DECODE_TOKENS:-64}" BENCH_IDLE="${DECODE_IDLE:-60}" \
+			builddir=. sh tests/bench-serve.sh
 		drc=$?
-		tail -n 30 "$dlog"
+		sed -n '/^== summary/,$p' "$dlog" | tee -a "$summary"
 	else
-		say "decode-tp2: no time left"
+		say "decode-tp2: no time left ($(left) s)"
 	fi
 else
-	say "decode-tp2: TODO(lead): examples/rk-serve is not built or has no CUDA backend" \
-		"(wire toy_cuda_create() behind --backend=cuda, then this step runs" \
-		"tests/bench-serve.sh with BENCH_ARGS=--backend=cuda)"
+	say "decode-tp2: examples/rk-serve was not built"
 fi
 
 # ---- the rest of the suite (not the GPU tests again), for information, in the time left --

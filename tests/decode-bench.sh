@@ -1,0 +1,116 @@
+#!/bin/sh
+# rk-serve --bench (the decode receipt without HTTP) is exact: two ranks under
+# rk-launch (processes over loopback), the CPU backend, tiny cells of 1 and 4
+# closed-loop streams x plain and drafted x greedy and sampled. Within a mode
+# plain == drafted and 1 == 4 streams hash the same (rk-serve itself exits 3
+# otherwise), every request equals the TP1 reference (--bench-check-ref, exit 4
+# otherwise), and TP1 and the pure blocking and spinning wait policies hash the
+# same as TP2 adaptive. Also: the idle line, and the option checks (--notify
+# without cuda, --backend=cuda or --http where this build lacks them).
+# Skips (77) without the binaries. Run from the build directory
+# (tests/Makefile.inc sets builddir).
+b=${builddir:-.}
+launch=$b/examples/rk-launch
+serve=$b/examples/rk-serve
+if [ ! -x "$launch" ] || [ ! -x "$serve" ]; then
+	echo "SKIP: no $launch or $serve"
+	exit 77
+fi
+command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
+
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+
+fail()
+{
+	echo "FAIL: $*"
+	for f in "$tmp"/*; do
+		[ -f "$f" ] && { echo "--- $(basename "$f")"; cat "$f"; }
+	done
+	exit 1
+}
+
+args="--bench --bench-streams 1,4 --bench-requests 6 --bench-max-tokens 24 --bench-draft-k 4
+	--bench-check-ref"
+
+# run NAME [ENV=V...] -- CMD...: rk-serve's stdout without rk-launch's "[r0] " in NAME.out
+run()
+{
+	name=$1
+	shift
+	# shellcheck disable=SC2086
+	timeout -s KILL 30 env "$@" >"$tmp/$name.raw" 2>"$tmp/$name.err"
+	rc=$?
+	sed 's/^\[r0\] //' "$tmp/$name.raw" >"$tmp/$name.out"
+	[ $rc = 0 ] || fail "$name: exit $rc"
+	grep -q '^reference: every request equals toy_generate_ref at TP1$' "$tmp/$name.out" ||
+		fail "$name: no reference line"
+}
+
+# hashes NAME: "streams mode draft hash" per cell
+hashes()
+{
+	awk '$1 == "cell" { print $2, $3, $4, $9 }' "$tmp/$1.out"
+}
+
+# shellcheck disable=SC2086
+run tp2 RK_WAIT=adaptive "$launch" --hosts localhost,localhost -- "$serve" $args --bench-idle 1
+cat "$tmp/tp2.out"
+[ "$(hashes tp2 | wc -l)" = 8 ] || fail "tp2: expected 8 cells"
+# cell_hash NAME STREAMS MODE DRAFT
+cell_hash()
+{
+	hashes "$1" | awk -v s="$2" -v m="$3" -v d="$4" '$1 == s && $2 == m && $3 == d { print $4 }'
+}
+for mode in greedy sampled; do
+	n=$(hashes tp2 | awk -v m=$mode '$2 == m { print $4 }' | sort -u | wc -l)
+	[ "$n" = 1 ] || fail "tp2: the $mode cells hash differently"
+	for s in 1 4; do
+		p=$(cell_hash tp2 $s $mode plain)
+		d=$(cell_hash tp2 $s $mode drafted)
+		[ -n "$p" ] && [ "$p" = "$d" ] || fail "tp2: $mode, $s streams: plain $p, drafted $d"
+	done
+	[ "$(cell_hash tp2 1 $mode plain)" = "$(cell_hash tp2 4 $mode plain)" ] ||
+		fail "tp2: $mode: 1 and 4 streams hash differently"
+done
+grep -Eq '^idle 1 s: cpu_s r0=[0-9.]+ r1=[0-9.]+$' "$tmp/tp2.out" || fail "tp2: no idle line"
+grep -q '^cell .* [0-9.]\+ \+[0-9.]\+$' "$tmp/tp2.out" || fail "tp2: no CPU columns"
+
+# the same tokens at TP1 and under the pure policies
+# shellcheck disable=SC2086
+run tp1 RK_WAIT=adaptive "$serve" $args
+# shellcheck disable=SC2086
+run block RK_WAIT=block "$launch" --hosts localhost,localhost -- "$serve" $args
+# shellcheck disable=SC2086
+run spin RK_WAIT=spin "$launch" --hosts localhost,localhost -- "$serve" $args \
+	--bench-streams 4 --bench-modes greedy
+hashes tp2 >"$tmp/h.tp2"
+for name in tp1 block; do
+	hashes $name | cmp -s - "$tmp/h.tp2" || fail "$name hashes differ from tp2"
+done
+hashes spin | while read -r s m d h; do
+	grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "spin: $s $m $d $h"; exit 1; }
+done || fail "spin hashes differ from tp2"
+
+# option checks: refused by name, exit 2
+opt_refused()
+{
+	want=$1
+	shift
+	"$serve" "$@" >/dev/null 2>"$tmp/opt.err"
+	rc=$?
+	[ $rc = 2 ] || fail "rk-serve $*: exit $rc, expected 2"
+	grep -q -- "$want" "$tmp/opt.err" ||
+		fail "rk-serve $*: no '$want' in: $(cat "$tmp/opt.err")"
+}
+opt_refused "apply to --backend=cuda only" --bench --notify=poll
+opt_refused "exclude each other" --bench --demo
+if "$serve" --help | grep -q 'without the CUDA backend'; then
+	opt_refused "backend=cuda: Operation not supported" --bench --backend=cuda
+fi
+if "$serve" --help | grep -q 'without its HTTP server'; then
+	opt_refused "built without its HTTP server" --http 127.0.0.1:0
+	opt_refused "built without its HTTP server"
+fi
+rm -f "$tmp"/*
+echo "PASS: bench hashes agree across cells, TP1/TP2 and wait policies; options checked"
