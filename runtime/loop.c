@@ -156,6 +156,12 @@ int rk__loop_rank(const struct rk_loop *loop)
 	return loop->cfg.rank;
 }
 
+uint64_t rk__loop_refresh(struct rk_loop *loop)
+{
+	loop->now = loop->clock_fn(loop->clock_arg);
+	return loop->now;
+}
+
 /* ---- the wake eventfd and the signalfd ------------------------------------------ */
 
 static void wake_arm(struct rk_loop *loop);

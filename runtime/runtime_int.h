@@ -111,6 +111,9 @@ void rk__loop_unref(struct rk_loop *loop);
 /* Count events into the policy: busy events restart the spin window. */
 void rk__loop_note(struct rk_loop *loop, enum rk_activity a);
 int rk__loop_rank(const struct rk_loop *loop);
+/* Re-read the clock outside an iteration (the cached time may be stale after
+ * a long handler or a blocking call); returns the new rk_loop_now(). */
+uint64_t rk__loop_refresh(struct rk_loop *loop);
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 

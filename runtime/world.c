@@ -513,7 +513,10 @@ int rk_world_destroy(struct rk_world *w)
 	}
 	if (w->connecting)
 		rk__link_close(w->connecting, false);
-	/* Give BYE frames a bounded time to leave, then cut what is left. */
+	/* Give BYE frames a bounded time to leave, then cut what is left. The
+	 * cached time may be stale here (a server's teardown can block for a
+	 * while before this call): count the grace from now. */
+	rk__loop_refresh(w->loop);
 	rk_timer_init(&linger, linger_cb, &expired);
 	rk_timer_start(w->loop, &linger, 100000000ull, 0);
 	while (w->nr_live || !ls_gone) {
