@@ -185,6 +185,7 @@ struct rk_link {
 	bool failed_reported;
 	struct rk_link_stats stats;
 	struct rk_link *next;		/* owner's list */
+	struct rk_link *all_next;	/* owner's list of every live link */
 };
 
 /* Initialise the generic part of a link embedded in a transport's struct. */

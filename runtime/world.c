@@ -32,6 +32,7 @@ struct rk_world {
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
 	struct rk_link *connecting;	/* follower: the link being set up */
+	struct rk_link *all;		/* every link not yet freed, whatever its state */
 	unsigned int nr_live;		/* links not yet freed */
 	struct rk__listener *ls;
 	struct rk_timer hb_timer;
@@ -222,6 +223,7 @@ static void world_link_failed(struct rk_link *l, int err)
 static void world_link_closed(struct rk_link *l)
 {
 	struct rk_world *w = l->owner;
+	struct rk_link **pp;
 
 	pending_remove(w, l);
 	if (l->peer >= 0 && l->peer < w->size && w->links[l->peer] == l) {
@@ -230,7 +232,20 @@ static void world_link_closed(struct rk_link *l)
 	}
 	if (w->connecting == l)
 		w->connecting = NULL;
+	for (pp = &w->all; *pp; pp = &(*pp)->all_next) {
+		if (*pp == l) {
+			*pp = l->all_next;
+			break;
+		}
+	}
 	w->nr_live--;
+}
+
+static void live_add(struct rk_world *w, struct rk_link *l)
+{
+	l->all_next = w->all;
+	w->all = l;
+	w->nr_live++;
 }
 
 static const struct rk__link_owner_ops world_link_ops = {
@@ -256,7 +271,7 @@ static void world_accept(struct rk__listener *ls, int fd)
 		close(fd);
 		return;
 	}
-	w->nr_live++;
+	live_add(w, l);
 	l->next = w->pending;
 	w->pending = l;
 	w->nr_pending++;
@@ -274,7 +289,7 @@ static void world_retry_connect(struct rk_world *w)
 		report_peer(w, 0, ret);
 		return;
 	}
-	w->nr_live++;
+	live_add(w, l);
 	w->connecting = l;
 }
 
@@ -521,12 +536,11 @@ int rk_world_destroy(struct rk_world *w)
 	rk_timer_start(w->loop, &linger, 100000000ull, 0);
 	while (w->nr_live || !ls_gone) {
 		if (expired && !aborted) {
+			/* every live link, also one that failed earlier and is
+			 * still flushing its ERROR to a peer that does not read */
 			aborted = true;
-			for (i = 0; i < w->size; i++)
-				if (w->links[i])
-					rk__link_abort(w->links[i]);
-			for (l = w->pending; l; l = next) {
-				next = l->next;
+			for (l = w->all; l; l = next) {
+				next = l->all_next;
 				rk__link_abort(l);
 			}
 		}

@@ -1752,6 +1752,51 @@ START_TEST(test_slow_peer)
 }
 END_TEST
 
+/*
+ * A link that failed and is still flushing its ERROR frame behind megabytes
+ * the peer never reads is no longer in the world's rank table, yet
+ * rk_world_destroy() must cut it after the grace period and return.
+ */
+START_TEST(test_destroy_cuts_flushing_link)
+{
+	struct node n = { 0 };
+	struct rk_config c;
+	struct raw r;
+	uint8_t *payload;
+	uint32_t len = 64u << 10, i;
+	uint64_t t0;
+	int port;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 5000 * MS;	/* the raw rank sends no heartbeats */
+	port = start_world(&n, 1, &c);
+	raw_connect(&r, port, 4096);
+	raw_join(&r, NODES(&n), 1, 2);
+	ck_assert(PUMP_UNTIL(3000, n.ready, &n));
+
+	payload = calloc(1, len);
+	ck_assert_ptr_nonnull(payload);
+	payload[0] = TAG_PLAIN;
+	for (i = 0; i < 64; i++) {	/* 4 MiB the peer will never read */
+		ck_assert_int_eq(rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, len), 0);
+		pump_once(NODES(&n));
+	}
+	free(payload);
+	/* a frame out of sequence: the leader fails the link and queues an ERROR
+	 * behind everything still unsent */
+	r.seq += 5;
+	raw_send_frame(&r, RK_FRAME_USER, 0, 1, (const uint8_t[8]){ 0 }, 8);
+	ck_assert(PUMP_UNTIL(3000, n.nerr, &n));
+	ck_assert_int_eq(n.errs[0].err, -RK_ESEQ);
+	ck_assert_ptr_null(rk_world_link(n.w, 1));
+
+	t0 = now_ns();
+	node_stop(&n);		/* must not wait for the peer to read */
+	ck_assert_uint_lt((now_ns() - t0) / MS, 2000);
+	raw_close(&r);
+}
+END_TEST
+
 /* ---- 9. bootstrap ------------------------------------------------------------------- */
 
 /* A follower started first keeps retrying and joins when the leader appears. */
@@ -1939,6 +1984,7 @@ static Suite *world_suite(void)
 	tc = new_tcase(s, "bad_frames");
 	tcase_add_loop_test(tc, test_bad_frame, 0, ARRAY_SIZE(badframes));
 	tcase_add_test(tc, test_slow_peer);
+	tcase_add_test(tc, test_destroy_cuts_flushing_link);
 
 	tc = new_tcase(s, "bootstrap");
 	tcase_add_test(tc, test_follower_first);
