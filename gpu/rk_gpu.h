@@ -160,7 +160,8 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
 
 /* Polling periods of the loop timer that drives a communicator. */
 #define RK_NCCL_INIT_POLL_MS	1	/* while waiting for the world and the non-blocking init */
-#define RK_NCCL_WATCH_MS	5	/* while ready: the async-error watch */
+#define RK_NCCL_WATCH_MS	100	/* while ready: the async-error watch (a peer's death is
+					 * seen sooner on the rank links, which abort the comm) */
 
 /**
  * rk_nccl_create() - bring up one NCCL communicator over @w's ranks (NCCL rank
