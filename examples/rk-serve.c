@@ -728,6 +728,7 @@ static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool 
 	struct sreq *r = req->data;
 	struct server *srv = r->srv;
 	uint32_t room;
+	bool orphan;
 
 	pthread_mutex_lock(&r->mu);
 	room = r->req.max_tokens - r->n_toks;
@@ -742,8 +743,15 @@ static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool 
 		r->done = true;
 		r->err = err;
 	}
+	/* only the scheduler still holds it: the client hung up */
+	orphan = !done && r->refs == 1;
 	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
+	if (orphan) {
+		/* stop spending rounds on it; the done callback follows */
+		rk_sched_cancel(srv->sched, req);
+		return;
+	}
 	if (done) {
 		srv->req_active--;
 		if (err)

@@ -124,6 +124,7 @@ struct rk_request {
 	uint32_t n_in, n_draft;		/* this round's inputs and drafts */
 	struct rk_request *next;
 	bool in_batch;
+	bool cancelled;
 };
 
 /**
@@ -149,6 +150,15 @@ RK_EXPORT int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wi
  * -RK_ESTOPPED after rk_sched_stop().
  */
 RK_EXPORT int rk_sched_submit(struct rk_sched *s, struct rk_request *req);
+
+/**
+ * rk_sched_cancel() - leader: end @req early (its client went away). A queued
+ * request ends at once; a running one leaves the batch before the next round
+ * (after the round in flight, whose tokens are dropped), so every rank
+ * retires it. Its callback runs once more with done=true, err=-ECANCELED.
+ * Return: 0, -ENOENT when @req is not held by this scheduler.
+ */
+RK_EXPORT int rk_sched_cancel(struct rk_sched *s, struct rk_request *req);
 
 /**
  * rk_sched_complete() - the backend reports that its share of round

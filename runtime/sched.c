@@ -33,6 +33,7 @@ struct rk_sched {
 	uint64_t next_id;
 	uint64_t round_id;
 	bool in_flight;
+	bool completing;			/* leader_complete() is walking the batch */
 	uint64_t t_launch;
 	uint8_t *buf;				/* the ROUND payload */
 	size_t buf_cap;
@@ -301,6 +302,44 @@ fail:
 	fail_all(s, ret);
 }
 
+int rk_sched_cancel(struct rk_sched *s, struct rk_request *req)
+{
+	struct rk_request **pp;
+	uint32_t i;
+
+	for (pp = &s->qhead; *pp; pp = &(*pp)->next) {
+		if (*pp != req)
+			continue;
+		*pp = req->next;
+		if (s->qtail == req) {
+			struct rk_request *t = s->qhead;
+
+			while (t && t->next)
+				t = t->next;
+			s->qtail = t;
+		}
+		req->next = NULL;
+		req_finish(s, req, NULL, 0, -ECANCELED);
+		return 0;
+	}
+	for (i = 0; i < s->nbatch && s->batch[i] != req; i++)
+		;
+	if (i == s->nbatch)
+		return -ENOENT;
+	if (s->in_flight || s->completing) {
+		/* the round in flight, or the completion walking the batch, still
+		 * holds its index: it leaves before the next round is formed */
+		req->cancelled = true;
+		return 0;
+	}
+	memmove(&s->batch[i], &s->batch[i + 1], (s->nbatch - i - 1) * sizeof(*s->batch));
+	s->nbatch--;
+	if (s->ops->retire)
+		s->ops->retire(s->ctx, req->id);
+	req_finish(s, req, NULL, 0, -ECANCELED);
+	return 0;
+}
+
 int rk_sched_submit(struct rk_sched *s, struct rk_request *req)
 {
 	if (s->rank != 0)
@@ -323,6 +362,7 @@ int rk_sched_submit(struct rk_sched *s, struct rk_request *req)
 	req->id = s->next_id++;
 	req->next = NULL;
 	req->in_batch = false;
+	req->cancelled = false;
 	if (s->qtail)
 		s->qtail->next = req;
 	else
@@ -347,14 +387,26 @@ static void leader_complete(struct rk_sched *s, int status)
 		fail_all(s, status);
 		return;
 	}
+	s->completing = true;
 	for (i = 0; i < n; i++) {
 		struct rk_request *r = s->batch[i];
 		const uint32_t *draft = s->tokens + s->draft_off[i];
 		bool done;
 
+		if (r->cancelled) {
+			if (s->ops->retire)
+				s->ops->retire(s->ctx, r->id);
+			req_finish(s, r, NULL, 0, -ECANCELED);
+			continue;
+		}
+
 		for (j = 0; j <= r->n_draft; j++) {
 			ret = s->ops->token(s->ctx, i, j, &s->outs[j]);
 			if (ret) {
+				/* streams before i are finished or kept in [0, keep) */
+				memmove(&s->batch[keep], &s->batch[i], (n - i) * sizeof(*s->batch));
+				s->nbatch = keep + (n - i);
+				s->completing = false;
 				fail_all(s, ret);
 				return;
 			}
@@ -390,6 +442,20 @@ static void leader_complete(struct rk_sched *s, int status)
 		}
 	}
 	s->nbatch = keep;
+	/* requests cancelled from a token callback above leave now */
+	for (i = 0, keep = 0; i < s->nbatch; i++) {
+		struct rk_request *r = s->batch[i];
+
+		if (!r->cancelled) {
+			s->batch[keep++] = r;
+			continue;
+		}
+		if (s->ops->retire)
+			s->ops->retire(s->ctx, r->id);
+		req_finish(s, r, NULL, 0, -ECANCELED);
+	}
+	s->nbatch = keep;
+	s->completing = false;
 	sched_step(s);
 }
 

@@ -352,6 +352,72 @@ START_TEST(test_submit_errors)
 }
 END_TEST
 
+/* Cancel: a queued request ends at once; a running one is cancelled from its
+ * own token callback and leaves before the next round; the others finish. */
+static struct rk_sched *g_sched;
+static uint32_t g_cancel_after;
+
+static void on_tokens_cancel(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
+			     int err)
+{
+	struct out *o = req->data;
+
+	on_tokens(req, t, n, done, err);
+	if (!done && o->n >= g_cancel_after)
+		ck_assert_int_eq(rk_sched_cancel(g_sched, req), 0);
+}
+
+START_TEST(test_cancel)
+{
+	struct fake f;
+	struct rk_sched_stats st;
+	int i, pending = 3;
+	uint32_t ref[1024], n;
+
+	fake_setup(&f, 2, 0);
+	g_pending = &pending;
+	g_sched = f.sched;
+	g_cancel_after = 5;
+	for (i = 0; i < 3; i++) {
+		memset(&g_a[i], 0, sizeof(g_a[i]));
+		g_a[i].f = &f;
+		g_a[i].req.prompt = prompts[i];
+		g_a[i].req.prompt_len = 6;
+		g_a[i].req.max_tokens = 30;
+		g_a[i].req.stop_token = -1;
+		g_a[i].req.seed = 1000 + (uint64_t)i;
+		g_a[i].req.cb = i == 1 ? on_tokens_cancel : on_tokens;
+		g_a[i].req.data = &g_a[i];
+	}
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	/* max_batch 2: request 2 waits in the queue; cancel it there */
+	ck_assert_int_eq(rk_sched_cancel(f.sched, &g_a[2].req), 0);
+	ck_assert_int_eq(g_a[2].done, 1);
+	ck_assert_int_eq(g_a[2].err, -ECANCELED);
+	ck_assert_uint_eq(g_a[2].n, 0);
+	ck_assert_int_eq(rk_sched_cancel(f.sched, &g_a[2].req), -ENOENT);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	/* request 1 stopped right after its 5th token, with -ECANCELED */
+	ck_assert_int_eq(g_a[1].done, 1);
+	ck_assert_int_eq(g_a[1].err, -ECANCELED);
+	ck_assert_uint_eq(g_a[1].n, 5);
+	/* request 0 is untouched by its neighbour's cancellation */
+	reference(0, false, 30, -1, ref, &n);
+	ck_assert_int_eq(g_a[0].err, 0);
+	ck_assert_uint_eq(g_a[0].n, n);
+	ck_assert_mem_eq(g_a[0].toks, ref, n * sizeof(uint32_t));
+	/* the backend retired both streams it had seen, and saw the right positions */
+	ck_assert_int_eq(f.retires, 2);
+	ck_assert_int_eq(f.bad, 0);
+	rk_sched_stats(f.sched, &st);
+	ck_assert_uint_eq(st.tokens, 30 + 5);
+	ck_assert(rk_sched_idle(f.sched));
+	fake_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_ngram)
 {
 	uint32_t h[] = { 1, 2, 3, 4, 1, 2, 3 }, out[8];
@@ -387,6 +453,7 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_drafts_are_accepted);
 	tcase_add_test(tc, test_stop_token);
 	tcase_add_test(tc, test_submit_errors);
+	tcase_add_test(tc, test_cancel);
 	tcase_add_test(tc, test_ngram);
 	suite_add_tcase(s, tc);
 	return s;

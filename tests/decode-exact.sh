@@ -160,11 +160,31 @@ load get --get /health
 grep -q '^HTTP 200$' "$tmp/get.load" || fail "GET /health after bad requests"
 
 # clients that hang up mid-stream, right after their first tokens
+sched_tokens()
+{
+	load stats --get /v1/stats
+	sed -n 's/.*"sched":{[^}]*"tokens":\([0-9]*\).*/\1/p' "$tmp/stats.load"
+}
 phase "hang-ups"
+tok0=$(sched_tokens)
+[ -n "$tok0" ] || fail "stats: no scheduler token count"
 load hangup --streams 4 --modes greedy,sampled --draft plain --requests 8 --max-tokens 300 \
 	--hang-up
 [ $rc = 0 ] || fail "hang-ups: rk-load exited $rc"
 grep -q 'requests hung up after their first tokens' "$tmp/hangup.load" || fail "hang-ups"
+i=0
+while :; do
+	load stats --get /v1/stats
+	grep -q '"active":0' "$tmp/stats.load" && break
+	[ $i -ge 150 ] && fail "hung-up requests still active after 30 s"
+	sleep 0.2
+	i=$((i + 1))
+done
+# the server cancels a request whose client is gone (rk_sched_cancel): far
+# fewer than the 16 x 300 tokens asked for are generated
+tok1=$(sched_tokens)
+echo "hang-ups: $((tok1 - tok0)) tokens generated for 16 requests of 300"
+[ $((tok1 - tok0)) -lt 2400 ] || fail "hung-up requests ran on: $((tok1 - tok0)) tokens"
 # the server finishes those requests on its own, then serves on as before
 phase "after hang-ups"
 load tp2again --streams 8 --modes greedy,sampled --draft plain --requests 6 --max-tokens 16
