@@ -508,7 +508,6 @@ int rk_world_destroy(struct rk_world *w)
 	struct rk_link *l, *next;
 	struct rk_timer linger;
 	bool expired = false, aborted = false, ls_gone = true;
-	int i;
 
 	if (!w)
 		return 0;
@@ -519,15 +518,11 @@ int rk_world_destroy(struct rk_world *w)
 		ls_gone = false;
 		rk__tcp_listener_close(w->ls, &ls_gone);
 	}
-	for (i = 0; i < w->size; i++)
-		if (w->links[i])
-			rk__link_close(w->links[i], true);
-	for (l = w->pending; l; l = next) {
-		next = l->next;
-		rk__link_close(l, false);
+	/* BYE goes only on links that are up; the others just close */
+	for (l = w->all; l; l = next) {
+		next = l->all_next;
+		rk__link_close(l, true);
 	}
-	if (w->connecting)
-		rk__link_close(w->connecting, false);
 	/* Give BYE frames a bounded time to leave, then cut what is left. The
 	 * cached time may be stale here (a server's teardown can block for a
 	 * while before this call): count the grace from now. */
