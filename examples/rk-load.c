@@ -33,6 +33,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "cli.h"
 #include "toy.h"
 
 #define PROG	     "rk-load"
@@ -677,24 +678,6 @@ static void usage(FILE *f)
 		"hash differently; 4 when --check-ref finds a difference.\n");
 }
 
-static int parse_uint(const char *name, const char *s, unsigned int min, unsigned int max,
-		      unsigned int *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || s[0] == '+' || s[0] == ' ' || v < min ||
-	    v > max) {
-		fprintf(stderr, PROG ": --%s='%s': expected an integer in [%u, %u]\n", name, s, min,
-			max);
-		return -1;
-	}
-	*out = (unsigned int)v;
-	return 0;
-}
-
 static int parse_streams(const char *s, struct options *o)
 {
 	char buf[128], *tok, *save = NULL;
@@ -716,30 +699,6 @@ static int parse_streams(const char *s, struct options *o)
 		o->n_streams++;
 	}
 	return o->n_streams ? 0 : -1;
-}
-
-/* "a,b" of the two names @n0/@n1 into @on[2]. */
-static int parse_pair(const char *name, const char *s, const char *n0, const char *n1, bool *on)
-{
-	char buf[64], *tok, *save = NULL;
-
-	on[0] = on[1] = false;
-	if (strlen(s) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(tok, n0))
-			on[0] = true;
-		else if (!strcmp(tok, n1))
-			on[1] = true;
-		else
-			goto bad;
-	}
-	if (on[0] || on[1])
-		return 0;
-bad:
-	fprintf(stderr, PROG ": --%s='%s': expected %s, %s or %s,%s\n", name, s, n0, n1, n0, n1);
-	return -1;
 }
 
 int main(int argc, char **argv)
@@ -815,23 +774,23 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'm':
-			if (parse_pair("modes", optarg, "greedy", "sampled", o.modes))
+			if (cli_pair(PROG, "modes", optarg, "greedy", "sampled", o.modes))
 				return 2;
 			break;
 		case 'd':
-			if (parse_pair("draft", optarg, "plain", "drafted", o.drafts))
+			if (cli_pair(PROG, "draft", optarg, "plain", "drafted", o.drafts))
 				return 2;
 			break;
 		case 'k':
-			if (parse_uint("draft-k", optarg, 1, 16, &o.draft_k))
+			if (cli_u32(PROG, "draft-k", optarg, 1, 16, &o.draft_k))
 				return 2;
 			break;
 		case 'n':
-			if (parse_uint("requests", optarg, 1, 100000, &o.requests))
+			if (cli_u32(PROG, "requests", optarg, 1, 100000, &o.requests))
 				return 2;
 			break;
 		case 't':
-			if (parse_uint("max-tokens", optarg, 1, 4096, &o.max_tokens))
+			if (cli_u32(PROG, "max-tokens", optarg, 1, 4096, &o.max_tokens))
 				return 2;
 			break;
 		case 'P':
@@ -850,11 +809,11 @@ int main(int argc, char **argv)
 			o.prompt_set = optarg;
 			break;
 		case 'r':
-			if (parse_uint("runs", optarg, 1, MAX_RUNS, &o.runs))
+			if (cli_u32(PROG, "runs", optarg, 1, MAX_RUNS, &o.runs))
 				return 2;
 			break;
 		case 'i':
-			if (parse_uint("idle", optarg, 0, 86400, &o.idle))
+			if (cli_u32(PROG, "idle", optarg, 0, 86400, &o.idle))
 				return 2;
 			break;
 		case 'p':
@@ -870,7 +829,7 @@ int main(int argc, char **argv)
 			o.hang_up = true;
 			break;
 		case 'T':
-			if (parse_uint("timeout", optarg, 1, 86400, &o.timeout))
+			if (cli_u32(PROG, "timeout", optarg, 1, 86400, &o.timeout))
 				return 2;
 			break;
 		case 'O':

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "cli.h"
 
 extern char **environ;
 
@@ -391,23 +392,6 @@ static int parse_modes(const char *s, struct pp *p)
 	return p->nmodes ? 0 : -1;
 }
 
-static int parse_uint(const char *name, const char *s, unsigned int min, unsigned int max,
-		      unsigned int *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "rk-pingpong: --%s='%s': expected an integer in [%u, %u]\n", name,
-			s, min, max);
-		return -1;
-	}
-	*out = (unsigned int)v;
-	return 0;
-}
-
 static pid_t spawn_follower(const char *self, int argc, char **argv, const char *leader)
 {
 	char **args = calloc((size_t)argc + 2, sizeof(char *));
@@ -465,30 +449,30 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'c':
-			if (parse_uint("count", optarg, 10, 10000000, &p.count))
+			if (cli_u32("rk-pingpong", "count", optarg, 10, 10000000, &p.count))
 				return 2;
 			break;
 		case 'W':
-			if (parse_uint("warmup", optarg, 0, 10000000, &p.warmup))
+			if (cli_u32("rk-pingpong", "warmup", optarg, 0, 10000000, &p.warmup))
 				return 2;
 			break;
 		case 'r':
-			if (parse_uint("runs", optarg, 1, 16, &p.runs))
+			if (cli_u32("rk-pingpong", "runs", optarg, 1, 16, &p.runs))
 				return 2;
 			break;
 		case 's':
-			if (parse_uint("size", optarg, 0, 1u << 20, &p.size))
+			if (cli_u32("rk-pingpong", "size", optarg, 0, 1u << 20, &p.size))
 				return 2;
 			break;
 		case 'i':
-			if (parse_uint("idle", optarg, 0, 86400, &idle))
+			if (cli_u32("rk-pingpong", "idle", optarg, 0, 86400, &idle))
 				return 2;
 			break;
 		case 'p':
 			pin = true;
 			break;
 		case 'g':
-			if (parse_uint("gap-us", optarg, 0, 10000000, &p.gap_us))
+			if (cli_u32("rk-pingpong", "gap-us", optarg, 0, 10000000, &p.gap_us))
 				return 2;
 			break;
 		case 'l':

@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "cli.h"
 #include "toy.h"
 #include "toy_cuda.h"
 
@@ -2355,34 +2356,6 @@ static void usage(FILE *f)
 		TOY_DEF_V, TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
 }
 
-static int parse_u64(const char *name, const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s || *end || s[0] == '-' || s[0] == '+' || s[0] == ' ' || v < min ||
-	    v > max) {
-		fprintf(stderr,
-			PROG ": --%s='%s': expected an integer in [%" PRIu64 ", %" PRIu64 "]\n",
-			name, s, min, max);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_u32(const char *name, const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-	uint64_t v;
-
-	if (parse_u64(name, s, min, max, &v))
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
-
 static int parse_streams(const char *s, struct options *o)
 {
 	char buf[128], *tok, *save = NULL;
@@ -2408,30 +2381,6 @@ bad:
 	fprintf(stderr, PROG ": --bench-streams='%s': expected up to %u comma-separated counts in "
 			     "[1, %u]\n",
 		s, BENCH_MAX_LIST, MAX_BATCH);
-	return -1;
-}
-
-/* "a,b" of the two names @n0/@n1 into @on[2]. */
-static int parse_pair(const char *name, const char *s, const char *n0, const char *n1, bool *on)
-{
-	char buf[64], *tok, *save = NULL;
-
-	on[0] = on[1] = false;
-	if (strlen(s) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(tok, n0))
-			on[0] = true;
-		else if (!strcmp(tok, n1))
-			on[1] = true;
-		else
-			goto bad;
-	}
-	if (on[0] || on[1])
-		return 0;
-bad:
-	fprintf(stderr, PROG ": --%s='%s': expected %s, %s or %s,%s\n", name, s, n0, n1, n0, n1);
 	return -1;
 }
 
@@ -2535,23 +2484,23 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->demo = true;
 			break;
 		case 'v':
-			if (parse_u32("vocab", optarg, 1, TOY_MAX_V, &o->model.V))
+			if (cli_u32(PROG, "vocab", optarg, 1, TOY_MAX_V, &o->model.V))
 				return 2;
 			break;
 		case 'n':
-			if (parse_u32("hidden", optarg, 1, TOY_MAX_H, &o->model.H))
+			if (cli_u32(PROG, "hidden", optarg, 1, TOY_MAX_H, &o->model.H))
 				return 2;
 			break;
 		case 's':
-			if (parse_u64("model-seed", optarg, 0, UINT64_MAX, &o->model.seed))
+			if (cli_u64(PROG, "model-seed", optarg, 0, 0, UINT64_MAX, &o->model.seed))
 				return 2;
 			break;
 		case 'b':
-			if (parse_u32("max-batch", optarg, 1, MAX_BATCH, &o->max_batch))
+			if (cli_u32(PROG, "max-batch", optarg, 1, MAX_BATCH, &o->max_batch))
 				return 2;
 			break;
 		case 'k':
-			if (parse_u32("draft-k", optarg, 0, RK_SCHED_MAX_DRAFT, &o->draft_k))
+			if (cli_u32(PROG, "draft-k", optarg, 0, RK_SCHED_MAX_DRAFT, &o->draft_k))
 				return 2;
 			break;
 		case OPT_BACKEND:
@@ -2585,7 +2534,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->notify_set = true;
 			break;
 		case OPT_DEVICE:
-			if (parse_u32("device", optarg, 0, 1023, &dev))
+			if (cli_u32(PROG, "device", optarg, 0, 1023, &dev))
 				return 2;
 			o->device = (int)dev;
 			break;
@@ -2597,24 +2546,24 @@ static int parse_args(int argc, char **argv, struct options *o)
 				return 2;
 			break;
 		case OPT_B_MODES:
-			if (parse_pair("bench-modes", optarg, "greedy", "sampled", o->b_modes))
+			if (cli_pair(PROG, "bench-modes", optarg, "greedy", "sampled", o->b_modes))
 				return 2;
 			break;
 		case OPT_B_DRAFT:
-			if (parse_pair("bench-draft", optarg, "plain", "drafted", o->b_drafts))
+			if (cli_pair(PROG, "bench-draft", optarg, "plain", "drafted", o->b_drafts))
 				return 2;
 			break;
 		case OPT_B_DRAFT_K:
-			if (parse_u32("bench-draft-k", optarg, 1, RK_SCHED_MAX_DRAFT,
+			if (cli_u32(PROG, "bench-draft-k", optarg, 1, RK_SCHED_MAX_DRAFT,
 				      &o->b_draft_k))
 				return 2;
 			break;
 		case OPT_B_REQUESTS:
-			if (parse_u32("bench-requests", optarg, 1, 100000, &o->b_requests))
+			if (cli_u32(PROG, "bench-requests", optarg, 1, 100000, &o->b_requests))
 				return 2;
 			break;
 		case OPT_B_MAX_TOKENS:
-			if (parse_u32("bench-max-tokens", optarg, 1, MAX_GEN, &o->b_max_tokens))
+			if (cli_u32(PROG, "bench-max-tokens", optarg, 1, MAX_GEN, &o->b_max_tokens))
 				return 2;
 			break;
 		case OPT_B_PROMPT_SET:
@@ -2635,11 +2584,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 			}
 			break;
 		case OPT_B_RUNS:
-			if (parse_u32("bench-runs", optarg, 1, BENCH_MAX_RUNS, &o->b_runs))
+			if (cli_u32(PROG, "bench-runs", optarg, 1, BENCH_MAX_RUNS, &o->b_runs))
 				return 2;
 			break;
 		case OPT_B_IDLE:
-			if (parse_u32("bench-idle", optarg, 0, 86400, &o->b_idle))
+			if (cli_u32(PROG, "bench-idle", optarg, 0, 86400, &o->b_idle))
 				return 2;
 			break;
 		case OPT_B_CHECK_REF:
