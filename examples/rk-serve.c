@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <pthread.h>
@@ -134,7 +135,63 @@ struct options {
 	const char *b_prompt_set;
 	bool b_check_ref;
 	bool b_warmup;
+	const char *trace_path; /* --trace-rounds: FILE.r<rank> */
 };
+
+/* --trace-rounds: the scheduler's round events, kept until exit (loop thread). */
+struct round_ev {
+	uint64_t round_id, t_ns;
+	uint32_t ev;
+};
+
+struct round_trace {
+	struct round_ev *ev;
+	size_t n, cap;
+	bool full;
+};
+
+#define TRACE_MAX_EVENTS (1u << 22)
+
+static void trace_round(void *arg, uint64_t round_id, enum rk_sched_event ev, uint64_t t_ns)
+{
+	struct round_trace *tr = arg;
+
+	if (tr->n == tr->cap) {
+		size_t cap = tr->cap ? tr->cap * 2 : 4096;
+		struct round_ev *p;
+
+		if (cap > TRACE_MAX_EVENTS || !(p = realloc(tr->ev, cap * sizeof(*p)))) {
+			tr->full = true;
+			return;
+		}
+		tr->ev = p;
+		tr->cap = cap;
+	}
+	tr->ev[tr->n++] = (struct round_ev){ round_id, t_ns, (uint32_t)ev };
+}
+
+/* Write "round event t_ns" lines to @path.r<rank>. Return: 0 or -errno. */
+static int trace_write(const struct round_trace *tr, const char *path, int rank)
+{
+	static const char *const names[] = { "sent", "launch", "done" };
+	char name[PATH_MAX];
+	FILE *f;
+	size_t i;
+	int ret = 0;
+
+	snprintf(name, sizeof(name), "%s.r%d", path, rank);
+	f = fopen(name, "w");
+	if (!f)
+		return -errno;
+	for (i = 0; i < tr->n; i++)
+		fprintf(f, "%" PRIu64 " %s %" PRIu64 "\n", tr->ev[i].round_id,
+			tr->ev[i].ev < 3 ? names[tr->ev[i].ev] : "?", tr->ev[i].t_ns);
+	if (ferror(f))
+		ret = -EIO;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
 
 /* The backend's counters that /v1/stats reports (toy_cpu's; CUDA's mapped onto them). */
 struct be_stats {
@@ -2342,6 +2399,9 @@ static void usage(FILE *f)
 		"                            policy and print each rank's CPU seconds (default 0)\n"
 		"  --bench-check-ref         check every request against the TP1 reference\n"
 		"  --bench-no-warmup         no untimed pass before the cells\n"
+		"  --trace-rounds=FILE       every rank records its rounds' events (leader:\n"
+		"                            ROUND sent; all: launch, done; CLOCK_MONOTONIC ns)\n"
+		"                            and writes them to FILE.r<rank> at exit\n"
 		"Exit: 0 (a signal too, except during --bench); 1 on a failure; 2 usage; --bench:\n"
 		"3 when the cells of a mode (or the runs of a cell) hash differently, 4 when a\n"
 		"request differs from the reference.\n\n"
@@ -2400,6 +2460,7 @@ enum {
 	OPT_B_IDLE,
 	OPT_B_CHECK_REF,
 	OPT_B_NO_WARMUP,
+	OPT_TRACE_ROUNDS,
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -2427,6 +2488,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "bench-idle", required_argument, NULL, OPT_B_IDLE },
 		{ "bench-check-ref", no_argument, NULL, OPT_B_CHECK_REF },
 		{ "bench-no-warmup", no_argument, NULL, OPT_B_NO_WARMUP },
+		{ "trace-rounds", required_argument, NULL, OPT_TRACE_ROUNDS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -2597,6 +2659,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_B_NO_WARMUP:
 			o->b_warmup = false;
 			break;
+		case OPT_TRACE_ROUNDS:
+			if (!*optarg) {
+				fprintf(stderr, PROG ": --trace-rounds: expected a file name\n");
+				return 2;
+			}
+			o->trace_path = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -2634,6 +2703,7 @@ int main(int argc, char **argv)
 {
 	struct server *srv;
 	struct rk_sched_config sc = { 0 };
+	struct round_trace trace = { 0 };
 	char err[256];
 	int ret, rc = 1;
 
@@ -2719,6 +2789,10 @@ int main(int argc, char **argv)
 	}
 	sc.max_batch = srv->opt.max_batch;
 	sc.draft_k = srv->opt.draft_k;
+	if (srv->opt.trace_path) {
+		sc.trace = trace_round;
+		sc.trace_arg = &trace;
+	}
 	ret = be_sched_create(srv, &sc);
 	if (ret) {
 		fprintf(stderr, PROG "[r%d]: scheduler: %s\n", srv->rank, rk_strerror(ret));
@@ -2804,6 +2878,17 @@ out_drain:
 		fprintf(stderr, PROG "[r%d]: backend teardown: %s\n", srv->rank,
 			rk_strerror(ret));
 	rk_sched_destroy(srv->sched);
+	if (srv->opt.trace_path) {
+		int tret = trace_write(&trace, srv->opt.trace_path, srv->rank);
+
+		if (tret)
+			fprintf(stderr, PROG "[r%d]: --trace-rounds: %s\n", srv->rank,
+				rk_strerror(tret));
+		else if (trace.full)
+			fprintf(stderr, PROG "[r%d]: --trace-rounds: only the first %zu events kept\n",
+				srv->rank, trace.n);
+		free(trace.ev);
+	}
 	/*
 	 * A pass before the world's teardown: the backend's may have blocked
 	 * (NCCL finalize), and the loop's cached clock, from which the world

@@ -34,5 +34,5 @@ if HAVE_SERVE
 TESTS += tests/decode-exact.sh tests/decode-kill.sh
 endif
 EXTRA_DIST += tests/decode-exact.sh tests/decode-kill.sh tests/decode-netns.sh \
-	tests/decode-mpi.sh tests/decode-bench.sh tests/bench-serve.sh examples/demo.sh \
-	docs/SERVE.md
+	tests/decode-mpi.sh tests/decode-bench.sh tests/bench-serve.sh tests/bench-bcast.sh \
+	examples/demo.sh docs/SERVE.md

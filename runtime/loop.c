@@ -747,6 +747,14 @@ static void run_flushers(struct rk_loop *loop)
 	}
 }
 
+void rk__loop_flush_now(struct rk_loop *loop)
+{
+	if (!loop->flush_head)
+		return;
+	run_flushers(loop);
+	io_uring_submit(&loop->ring);
+}
+
 static uint64_t next_timer_in(struct rk_loop *loop)
 {
 	if (!loop->timers)

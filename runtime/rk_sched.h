@@ -75,12 +75,29 @@ RK_EXPORT uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uin
 
 #define RK_SCHED_MAX_DRAFT 16
 
+/* Round events reported to rk_sched_config.trace. */
+enum rk_sched_event {
+	RK_SCHED_EV_SENT,	/* leader: the ROUND is handed to the kernel now */
+	RK_SCHED_EV_LAUNCH,	/* any rank: the backend's launch() is about to run */
+	RK_SCHED_EV_DONE,	/* any rank: rk_sched_complete() for the round */
+};
+
+/*
+ * Round tracer: called on the loop thread with a fresh CLOCK_MONOTONIC time in
+ * ns. It must be cheap (record, don't print). Comparing times across ranks
+ * needs a common clock: ranks on one host, or hosts kept in step (PTP).
+ */
+typedef void (*rk_sched_trace_fn)(void *arg, uint64_t round_id, enum rk_sched_event ev,
+				  uint64_t t_ns);
+
 struct rk_sched_config {
 	uint32_t max_batch;		/* streams per round (default 8) */
 	uint32_t draft_k;		/* default drafted tokens per stream and round, 0 = plain,
 					 * at most RK_SCHED_MAX_DRAFT */
 	rk_draft_fn draft;		/* drafter (default rk_ngram_draft when draft_k > 0) */
 	void *draft_arg;
+	rk_sched_trace_fn trace;	/* optional round tracer (NULL: none) */
+	void *trace_arg;
 };
 
 /* Per-scheduler counters. */

@@ -93,6 +93,11 @@ struct rk__flusher {
 	bool queued;
 };
 void rk__loop_queue_flush(struct rk_loop *loop, struct rk__flusher *f);
+/* Run the queued flushers and submit their SQEs now, from inside a handler,
+ * instead of at the end of the iteration (frames that must leave before the
+ * handler goes on, e.g. a ROUND before the leader's own launch). A link whose
+ * previous send is still in flight sends when that one completes, as usual. */
+void rk__loop_flush_now(struct rk_loop *loop);
 
 /* The loop's provided-buffer ring for TCP receive (NULL group when absent). */
 struct rk__bufring {

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime_int.h"
 #include "rk_sched.h"
@@ -50,6 +51,17 @@ struct rk_sched {
 
 	struct rk_sched_stats stats;
 };
+
+static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_event ev)
+{
+	struct timespec ts;
+
+	if (!s->cfg.trace)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	s->cfg.trace(s->cfg.trace_arg, round_id, ev,
+		     (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+}
 
 /* ---- drafting -------------------------------------------------------------------- */
 
@@ -284,11 +296,16 @@ static void sched_step(struct rk_sched *s)
 		ret = rk_world_broadcast(s->world, RK_FRAME_ROUND, flags, s->buf, (uint32_t)len);
 		if (ret)
 			goto fail;
+		/* Send the ROUND now, not after our own launch: the followers'
+		 * start must not wait for the leader's kernel launches. */
+		trace(s, s->round_id, RK_SCHED_EV_SENT);
+		rk__loop_flush_now(s->loop);
 	}
 	ret = rk_wire_decode_round(s->buf, (size_t)len, &view);
 	if (ret)
 		goto fail;
 	s->in_flight = true;
+	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;
 	ret = s->ops->launch(s->ctx, &view, flags);
@@ -501,6 +518,7 @@ static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const
 	s->cur_ids = t;
 	s->nprev = view.n_streams;
 	s->round_id = view.round_id;
+	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;
 	return s->ops->launch(s->ctx, &view, h->flags);
@@ -508,6 +526,7 @@ static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const
 
 void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
 {
+	trace(s, round_id, RK_SCHED_EV_DONE);
 	if (s->rank == 0) {
 		if (!s->in_flight || round_id != s->round_id) {
 			rk__warn(0, "completion for round %llu, expected %llu: ignored",

@@ -442,6 +442,63 @@ START_TEST(test_ngram)
 }
 END_TEST
 
+struct tr {
+	uint64_t round[512];
+	enum rk_sched_event ev[512];
+	uint64_t t[512];
+	int n;
+};
+
+static void trace_cb(void *arg, uint64_t round_id, enum rk_sched_event ev, uint64_t t_ns)
+{
+	struct tr *tr = arg;
+
+	ck_assert_int_lt(tr->n, 512);
+	tr->round[tr->n] = round_id;
+	tr->ev[tr->n] = ev;
+	tr->t[tr->n++] = t_ns;
+}
+
+/* The round tracer sees launch then done for every round, in time order. */
+START_TEST(test_trace)
+{
+	struct rk_sched_config sc = { .max_batch = 1, .trace = trace_cb };
+	struct rk_sched_stats st;
+	struct tr tr = { .n = 0 };
+	struct fake f;
+	struct out *o = &g_a[0];
+	int pending = 1, i;
+
+	sc.trace_arg = &tr;
+	fake_setup(&f, 1, 0);
+	rk_sched_destroy(f.sched);
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &fake_ops, &f, &f.sched), 0);
+	g_pending = &pending;
+	memset(o, 0, sizeof(*o));
+	o->f = &f;
+	o->req.prompt = prompts[0];
+	o->req.prompt_len = 6;
+	o->req.max_tokens = 20;
+	o->req.stop_token = -1;
+	o->req.draft_k = -1;
+	o->req.cb = on_tokens;
+	o->req.data = o;
+	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	rk_sched_stats(f.sched, &st);
+	ck_assert_uint_eq(st.rounds, 20);
+	ck_assert_int_eq(tr.n, 40);	/* TP1: nothing is sent */
+	for (i = 0; i < tr.n; i++) {
+		ck_assert_uint_eq(tr.round[i], (uint64_t)i / 2 + 1);
+		ck_assert_int_eq(tr.ev[i], i % 2 ? RK_SCHED_EV_DONE : RK_SCHED_EV_LAUNCH);
+		if (i)
+			ck_assert_uint_ge(tr.t[i], tr.t[i - 1]);
+	}
+	fake_teardown(&f);
+}
+END_TEST
+
 static Suite *sched_suite(void)
 {
 	Suite *s = suite_create("sched");
@@ -455,6 +512,7 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_submit_errors);
 	tcase_add_test(tc, test_cancel);
 	tcase_add_test(tc, test_ngram);
+	tcase_add_test(tc, test_trace);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -847,6 +847,31 @@ START_TEST(test_send_from_ready)
 }
 END_TEST
 
+/*
+ * rk__loop_flush_now() sends queued frames from inside a handler: the peer
+ * gets them though the sender's loop never runs again (the scheduler sends a
+ * ROUND so before the leader's own launch).
+ */
+START_TEST(test_flush_now)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	size_t before;
+
+	cfg_base(&c, 0, 2, 0);
+	start_world(n, 2, &c);
+	PUMP_FOR(50, &n[0], &n[1]);
+	before = count_tag(&n[1], TAG_PLAIN);
+	ck_assert_int_eq(send_user(&n[0], 1, TAG_PLAIN, "now", 3), 0);
+	rk__loop_flush_now(n[0].loop);
+	rk__loop_flush_now(n[0].loop);	/* nothing queued: no-op */
+	ck_assert_msg(PUMP_UNTIL(2000, count_tag(&n[1], TAG_PLAIN) > before, &n[1]),
+		      "the frame did not leave without the sender's loop");
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
 /* Leader: a TAG_BURST frame makes it queue BURST_FRAMES frames in this one callback. */
 static void burst_hook(struct node *n, int peer, const struct rk_wire_hdr *h, const uint8_t *p)
 {
@@ -1965,6 +1990,7 @@ static Suite *world_suite(void)
 	tc = new_tcase(s, "link");
 	tcase_add_test(tc, test_frames_both_ways);
 	tcase_add_test(tc, test_send_from_ready);
+	tcase_add_test(tc, test_flush_now);
 	tcase_add_test(tc, test_burst);
 	tcase_add_test(tc, test_reserve_commit);
 	tcase_add_test(tc, test_big_frames);

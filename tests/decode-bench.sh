@@ -92,6 +92,17 @@ hashes spin | while read -r s m d h; do
 	grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "spin: $s $m $d $h"; exit 1; }
 done || fail "spin hashes differ from tp2"
 
+# --trace-rounds: the leader's ROUND send precedes every follower's launch of it
+# shellcheck disable=SC2086
+run trace RK_WAIT=adaptive "$launch" --hosts localhost,localhost -- "$serve" $args \
+	--bench-streams 1 --bench-modes greedy --bench-draft plain --trace-rounds="$tmp/tr"
+[ -s "$tmp/tr.r0" ] && [ -s "$tmp/tr.r1" ] || fail "trace: no FILE.r0 and FILE.r1"
+awk 'FNR == 1 { f++ }
+	f == 1 && $2 == "sent" { s[$1] = $3; ns++ }
+	f == 2 && $2 == "launch" { if (!($1 in s) || $3 < s[$1]) bad++; nl++ }
+	END { exit !(ns > 0 && nl == ns && !bad) }' "$tmp/tr.r0" "$tmp/tr.r1" ||
+	fail "trace: sends and follower launches do not pair up in time order"
+
 # option checks: refused by name, exit 2
 opt_refused()
 {
@@ -105,6 +116,7 @@ opt_refused()
 }
 opt_refused "apply to --backend=cuda only" --bench --notify=poll
 opt_refused "exclude each other" --bench --demo
+opt_refused "trace-rounds: expected a file name" --bench --trace-rounds=
 if "$serve" --help | grep -q 'without the CUDA backend'; then
 	opt_refused "backend=cuda: Operation not supported" --bench --backend=cuda
 fi
