@@ -24,7 +24,7 @@
 # seconds over BENCH_IDLE idle seconds under the default policy (goal < 0.05,
 # measured once, in the first run). Exit 0 when every run completed and the
 # tokens of a mode hashed the same in every cell, run and policy.
-# Knobs: BENCH_BACKEND (cpu or cuda; default cpu), BENCH_RUNS (3),
+# Knobs: BENCH_BACKEND (cpu or cuda; default cpu), BENCH_TP (ranks, 2), BENCH_RUNS (3),
 # BENCH_REQUESTS (32), BENCH_TOKENS (64), BENCH_STREAMS (1,4,8), BENCH_MODES
 # (greedy), BENCH_DRAFT_K (4), BENCH_IDLE (60 s; 0 = none), BENCH_SIZES
 # ("name:rk-serve options;..."; default cuda: small "--vocab 256 --hidden
@@ -46,6 +46,12 @@ if [ "$mode" = policies ]; then
 		exit 77
 	fi
 	backend=${BENCH_BACKEND:-cpu}
+	hosts=localhost
+	i=1
+	while [ "$i" -lt "${BENCH_TP:-2}" ]; do
+		hosts=$hosts,localhost
+		i=$((i + 1))
+	done
 	runs=${BENCH_RUNS:-3}
 	idle=${BENCH_IDLE:-60}
 	tmo=${BENCH_TIMEOUT:-150}
@@ -104,7 +110,7 @@ if [ "$mode" = policies ]; then
 			[ "$rem" -lt "$lim" ] && lim=$rem
 		fi
 		# shellcheck disable=SC2086
-		RK_WAIT=$wmode timeout -k 5 "$lim" "$launch" --hosts localhost,localhost -- "$serve" \
+		RK_WAIT=$wmode timeout -k 5 "$lim" "$launch" --hosts "$hosts" -- "$serve" \
 			$common $nopt $sargs "$@" </dev/null >"$out" 2>"$out.err"
 		rc=$?
 		echo
@@ -157,8 +163,8 @@ if [ "$mode" = policies ]; then
 	done
 
 	echo
-	echo "== summary: TP2, backend $backend, medians over the runs of each policy" \
-		"(cpu = both ranks' CPU seconds during the cell)"
+	echo "== summary: TP${BENCH_TP:-2}, backend $backend, medians over the runs of each policy" \
+		"(cpu = every rank's CPU seconds together during the cell)"
 	awk '
 	function med(list,    n, a, i, j, t) {
 		n = split(list, a, " ")
