@@ -13,6 +13,9 @@
 #define RK_DEF_TIMED_US		0
 #define RK_DEF_TIMED_SLICE_US	50
 #define RK_DEF_SPIN_YIELD	64
+#define RK_DEF_PREDICT		1
+#define RK_DEF_PREDICT_MARGIN_US	20
+#define RK_DEF_PREDICT_MIN_US	20
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
 #define RK_DEF_RX_BUF_COUNT	64
@@ -114,6 +117,8 @@ int rk__loop_rank(const struct rk_loop *loop);
 /* Re-read the clock outside an iteration (the cached time may be stale after
  * a long handler or a blocking call); returns the new rk_loop_now(). */
 uint64_t rk__loop_refresh(struct rk_loop *loop);
+/* The loop's clock now, without touching its cached time. Loop thread. */
+uint64_t rk__loop_clock(const struct rk_loop *loop);
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 
