@@ -190,6 +190,15 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
 RK_EXPORT int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready,
 			     void *arg, struct rk_nccl **out);
 
+/**
+ * rk_nccl_busy() - tell whether collectives of the communicator are in flight.
+ * Once ready, ncclCommGetAsyncError is watched every RK_NCCL_WATCH_MS only
+ * while busy (and once more after), so an idle rank gets no wake-ups from it;
+ * a peer's death while idle still comes through the world (rk_nccl_abort()).
+ * Default: not busy. Loop thread; any state.
+ */
+RK_EXPORT void rk_nccl_busy(struct rk_nccl *n, bool busy);
+
 /** rk_nccl_set_error_cb() - where asynchronous errors go (NULL = only logged). */
 RK_EXPORT void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg);
 
