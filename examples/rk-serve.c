@@ -91,7 +91,7 @@ enum serve_msg {
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
 #define MODEL_LEN     24u /* kind, V, H, backend, seed */
-#define N_LOOP_CTR    13u /* struct rk_loop_stats, in field order */
+#define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
 
@@ -429,6 +429,12 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[10] = &s->ns_timed;
 	v[11] = &s->ns_blocked;
 	v[12] = &s->ns_run;
+	v[13] = &s->predict_waits;
+	v[14] = &s->predict_early;
+	v[15] = &s->predict_late;
+	v[16] = &s->predict_cut;
+	v[17] = &s->ns_oversleep;
+	v[18] = &s->predict_margin_ns;
 }
 
 static int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
@@ -2261,6 +2267,21 @@ static int bench_run(struct server *srv)
 	}
 	if (o->b_check_ref && !srv->exit_rc)
 		printf("reference: every request equals toy_generate_ref at TP1\n");
+	/* how each rank waited over the whole bench (the predictive wait's counters) */
+	if (!bench_collect(bn, bn->after)) {
+		for (r = 0; r < srv->size; r++) {
+			const struct rk_loop_stats *l = &bn->after[r].loop;
+
+			printf("loop r%d: spin_s %.3f blocked_s %.3f run_s %.3f blocks %" PRIu64
+			       " wakeups %" PRIu64 " predict waits %" PRIu64 " early %" PRIu64
+			       " late %" PRIu64 " cut %" PRIu64 " oversleep avg %.1f us margin %.1f us\n",
+			       r, l->ns_spin / 1e9, l->ns_blocked / 1e9, l->ns_run / 1e9, l->blocks,
+			       l->wakeups, l->predict_waits, l->predict_early, l->predict_late,
+			       l->predict_cut,
+			       l->predict_waits ? l->ns_oversleep / 1e3 / (double)l->predict_waits : 0.0,
+			       l->predict_margin_ns / 1e3);
+		}
+	}
 	fflush(stdout);
 	ret = 0;
 	if (o->b_idle && !srv->exit_rc) {

@@ -270,7 +270,7 @@ static int src_arm(struct rk_source *s)
 		return 1;
 	if (n->wake_upto > n->delivered)
 		return 0;
-	if (predict_at(n, rk_loop_now(n->loop)))
+	if (rk_loop_predicts(n->loop) && predict_at(n, rk_loop_now(n->loop)))
 		return 0;
 	if (n->use_wake)
 		return arm_wake_now(n) ? 1 : 0;
@@ -355,7 +355,8 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 		wrote = true;
 	}
 	/* AUTO with a warm predictor: the event only (for a late wake_late()) */
-	hostfn = n->use_wake && (!n->use_poll || n->pred_n < PRED_WARM);
+	hostfn = n->use_wake &&
+		 (!n->use_poll || n->pred_n < PRED_WARM || !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
 		ret = RK_CUDA(n->rank, cudaEventRecord(n->ev, n->stream));
 		if (!ret && hostfn)

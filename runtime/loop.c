@@ -394,6 +394,11 @@ int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
 	return 0;
 }
 
+bool rk_loop_predicts(const struct rk_loop *loop)
+{
+	return loop->cfg.wait.predict && loop->cfg.wait.mode != RK_WAIT_SPIN;
+}
+
 int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 {
 	struct rk_source **pp;

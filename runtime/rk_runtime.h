@@ -315,7 +315,8 @@ struct rk_source;
  *   (adaptive) or looks again (block). So while its expect() gives a time, a
  *   source's arm() may return 0 without arming anything; once the prediction
  *   is overdue it must return 0 from expect() and really arm (or answer > 0).
- *   Cheap and syscall-free like poll().
+ *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
+ *   or switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
  */
 struct rk_source_ops {
 	const char *name;
@@ -332,6 +333,13 @@ struct rk_source {
 	struct rk_source *next;
 	struct rk_loop *loop;
 };
+
+/**
+ * rk_loop_predicts() - whether the loop now honours rk_source_ops.expect()
+ * (RK_PREDICT on, wait mode adaptive or block). A source may answer arm()
+ * with 0 on the strength of its prediction only while this is true. Loop thread.
+ */
+RK_EXPORT bool rk_loop_predicts(const struct rk_loop *loop);
 
 /** rk_loop_add_source() - attach @src. Return: 0, -EALREADY. Loop thread. */
 RK_EXPORT int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src);

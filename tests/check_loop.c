@@ -2241,7 +2241,9 @@ static int pred_arm(struct rk_source *src)
 	if (mono() >= p->ready_at)
 		return 1;
 	/* the loop will wake by the prediction: nothing to arm */
-	return pred_expect(src, rk_loop_now(src->loop)) ? 0 : 1;
+	if (rk_loop_predicts(src->loop) && pred_expect(src, rk_loop_now(src->loop)))
+		return 0;
+	return 1;
 }
 
 static uint64_t thread_cpu_ns(void)
@@ -2298,6 +2300,7 @@ START_TEST(test_predict_sleeps)
 	c.wait.spin_ns = 200 * MS;
 	ck_assert(c.wait.predict);		/* the default */
 	loop = new_loop(&c);
+	ck_assert(rk_loop_predicts(loop));
 	p.src.data = &p;
 	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
 	for (i = 0; i < n; i++) {
@@ -2323,7 +2326,9 @@ START_TEST(test_predict_sleeps)
 	 * VM's wake after a long sleep is ~100 us late); then wakes come first */
 	ck_assert_uint_ge(s.predict_early, n / 2);
 	ck_assert_uint_ge(s.predict_margin_ns, c.wait.predict_margin_ns);
-	ck_assert_msg(worst < 5 * MS, "event seen %" PRIu64 " us after it was ready", worst / US);
+	/* mostly well under 1 ms; a 2-vCPU VM running the other suites may deschedule us */
+	ck_assert_msg(worst < 30 * MS, "event seen %" PRIu64 " us after it was ready", worst / US);
+	ck_assert_uint_ge(s.ns_blocked, n * wait / 2);	/* it slept through most of it */
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
 	free_loop(loop);
 }
@@ -2344,13 +2349,16 @@ START_TEST(test_predict_off_spins)
 	c.wait.spin_ns = 200 * MS;
 	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
 	loop = new_loop(&c);
+	ck_assert(!rk_loop_predicts(loop));
 	p.src.data = &p;
 	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
 	cpu = pred_run_one(loop, &p, wait);
 	s = stats_of(loop);
 	ck_assert_uint_eq(s.predict_waits, 0);
-	ck_assert_msg(cpu > wait / 2, "CPU %" PRIu64 " us: a spinning wait should burn it",
-		      cpu / US);
+	/* it spun through the wait (its CPU time depends on what else runs: it yields) */
+	ck_assert_uint_ge(s.spin_iters, 200);
+	ck_assert_uint_lt(s.ns_blocked, wait / 4);
+	(void)cpu;
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
 	free_loop(loop);
 }
@@ -2439,8 +2447,9 @@ START_TEST(test_predict_none_keeps_window)
 	cpu = pred_run_one(loop, &p, wait);
 	s = stats_of(loop);
 	ck_assert_uint_eq(s.predict_waits, 0);
-	ck_assert_uint_gt(s.spin_iters, 0);
-	ck_assert_msg(cpu > wait / 2, "CPU %" PRIu64 " us", cpu / US);
+	ck_assert_uint_ge(s.spin_iters, 200);
+	ck_assert_uint_lt(s.ns_blocked, wait / 4);
+	(void)cpu;
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
 	free_loop(loop);
 }
