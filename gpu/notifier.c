@@ -54,9 +54,6 @@ struct slot {
 	bool post_inflight;
 };
 
-/* Marks learned before the predictor is trusted, and its bounds. */
-#define PRED_WARM	8
-#define PRED_MIN_SLACK	20000ull	/* ns past the prediction before it is overdue */
 
 struct rk_gpu_notifier {
 	struct rk_source src;
@@ -84,9 +81,7 @@ struct rk_gpu_notifier {
 	rk__cu_write_value64_fn write64;
 
 	/* the predictor (loop clock, ns) */
-	uint64_t pred_mean;		/* EWMA (1/8) of a mark's duration */
-	uint64_t pred_dev;		/* EWMA (1/4) of its absolute deviation */
-	uint32_t pred_n;		/* samples taken */
+	struct rk__pred pred;		/* a mark's duration */
 	uint64_t last_deliver;		/* when the last mark was delivered */
 	uint64_t last_look;		/* last poll that saw the oldest mark not done, 0 = none */
 	uint64_t wake_upto;		/* highest mark with a host function enqueued */
@@ -147,42 +142,25 @@ static uint64_t oldest_start(const struct rk_gpu_notifier *n)
 	return t > n->last_deliver ? t : n->last_deliver;
 }
 
-static void pred_sample(struct rk_gpu_notifier *n, uint64_t d)
-{
-	uint64_t dev;
-
-	if (!n->pred_n) {
-		n->pred_mean = d;
-		n->pred_dev = d / 4;
-	} else {
-		dev = d > n->pred_mean ? d - n->pred_mean : n->pred_mean - d;
-		n->pred_dev = (n->pred_dev * 3 + dev) / 4;
-		n->pred_mean = (n->pred_mean * 7 + d) / 8;
-	}
-	if (n->pred_n < UINT32_MAX)
-		n->pred_n++;
-}
-
 /*
  * Learn from the oldest mark, seen done at @now. A flip seen between two close
- * looks is a sample (their midpoint); one seen after a long gap (the loop
- * slept) only bounds the duration from above: it may lower the mean, never
- * raise it, so oversleeping cannot feed the predictor longer and longer waits.
+ * looks of a spinning loop is a sample (their midpoint); one seen after the
+ * loop slept, or after a long gap, only bounds the duration from above.
  */
 static void pred_learn(struct rk_gpu_notifier *n, uint64_t now)
 {
-	uint64_t start = oldest_start(n), d, gap;
+	uint64_t start = oldest_start(n), d, gap, close;
 
 	if (now <= start)
 		return;
 	d = now - start;
 	gap = n->last_look && n->last_look > start ? now - n->last_look : d;
-	if (gap <= d / 8 + 2000) {
-		pred_sample(n, d - gap / 2);
+	close = d / 4 > 10000 ? d / 4 : 10000;
+	if (gap <= close && !rk__loop_after_park(n->loop)) {
+		rk__pred_sample(&n->pred, d - gap / 2);
 	} else {
 		n->st.pred_bounded++;
-		if (n->pred_n && d < n->pred_mean)
-			pred_sample(n, d);
+		rk__pred_bound(&n->pred, d);
 	}
 }
 
@@ -193,18 +171,9 @@ static void pred_learn(struct rk_gpu_notifier *n, uint64_t now)
  */
 static uint64_t predict_at(const struct rk_gpu_notifier *n, uint64_t now)
 {
-	uint64_t start, early, late, slack;
-
-	if (!n->use_poll || n->delivered == n->issued || n->pred_n < PRED_WARM ||
-	    n->wake_upto > n->delivered)
+	if (!n->use_poll || n->delivered == n->issued || n->wake_upto > n->delivered)
 		return 0;
-	start = oldest_start(n);
-	early = n->pred_mean > 2 * n->pred_dev ? n->pred_mean - 2 * n->pred_dev : 0;
-	slack = n->pred_mean / 4 > PRED_MIN_SLACK ? n->pred_mean / 4 : PRED_MIN_SLACK;
-	late = start + n->pred_mean + 4 * n->pred_dev + slack;
-	if (now > late)
-		return 0;
-	return start + (early ? early : 1);
+	return rk__pred_expect(&n->pred, oldest_start(n), now);
 }
 
 static int src_poll(struct rk_source *s, uint64_t now)
@@ -356,7 +325,7 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	}
 	/* AUTO with a warm predictor: the event only (for a late wake_late()) */
 	hostfn = n->use_wake &&
-		 (!n->use_poll || n->pred_n < PRED_WARM || !rk_loop_predicts(n->loop));
+		 (!n->use_poll || n->pred.n < RK__PRED_WARM || !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
 		ret = RK_CUDA(n->rank, cudaEventRecord(n->ev, n->stream));
 		if (!ret && hostfn)
@@ -402,8 +371,8 @@ void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifi
 {
 	*out = n->st;
 	out->outstanding = (uint32_t)(n->issued - n->delivered);
-	out->pred_mean_ns = n->pred_mean;
-	out->pred_dev_ns = n->pred_dev;
+	out->pred_mean_ns = n->pred.mean;
+	out->pred_dev_ns = n->pred.dev;
 }
 
 /* Make @dev current, remembering the previous device in *@old. */

@@ -86,6 +86,7 @@ struct rk_loop {
 	uint64_t pred_deadline;		/* the wake the current predictive sleep asked for, 0 = none */
 	uint64_t oversleep_avg;		/* EWMA of how late timed wakes come (up 1/2, down 1/16) */
 	uint64_t late_boost;		/* margin added after late predictions, decays when early */
+	bool after_park;		/* this iteration follows a wait that slept */
 	struct rk_loop_stats stats;
 };
 
@@ -167,6 +168,11 @@ int rk__loop_rank(const struct rk_loop *loop)
 uint64_t rk__loop_clock(const struct rk_loop *loop)
 {
 	return loop->clock_fn(loop->clock_arg);
+}
+
+bool rk__loop_after_park(const struct rk_loop *loop)
+{
+	return loop->after_park;
 }
 
 uint64_t rk__loop_refresh(struct rk_loop *loop)
@@ -396,7 +402,7 @@ int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
 
 bool rk_loop_predicts(const struct rk_loop *loop)
 {
-	return loop->cfg.wait.predict && loop->cfg.wait.mode != RK_WAIT_SPIN;
+	return loop->cfg.wait.predict && loop->cfg.wait.mode == RK_WAIT_ADAPTIVE;
 }
 
 int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
@@ -915,18 +921,16 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned in
 
 /*
  * A source predicts its next event at @expect: sleep until @expect less the
- * margin when that is at least predict_min away, else spin (adaptive) or look
- * again at once (block). Return false to leave the decision to the rest of
- * the policy (a timer is due before the wake).
+ * margin when that is at least predict_min away, else spin. Return false to
+ * leave the decision to the rest of the policy (a timer is due before the wake).
+ * Adaptive mode only: 'block' and 'spin' keep their one phase.
  */
 static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 {
-	const struct rk_wait_policy *w = &loop->cfg.wait;
-	uint64_t margin = w->mode == RK_WAIT_BLOCK ? 0 : predict_margin(loop);
+	uint64_t margin = predict_margin(loop);
 	uint64_t wake = expect > margin ? expect - margin : 0;
-	uint64_t min = w->mode == RK_WAIT_BLOCK ? 0 : w->predict_min_ns;
 
-	if (wake <= loop->now + min) {
+	if (wake <= loop->now + loop->cfg.wait.predict_min_ns) {
 		/* due (or too close to sleep): spin; the source stops predicting
 		 * once it is overdue, so this is bounded */
 		loop_spin(loop);
@@ -953,7 +957,7 @@ static void loop_wait(struct rk_loop *loop)
 		loop_spin(loop);
 		return;
 	}
-	if (w->predict && loop->sources) {
+	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && loop->sources) {
 		expect = sources_expect(loop);
 		if (expect && predict_wait(loop, expect, tmo))
 			return;
@@ -978,6 +982,7 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	uint64_t t;
 
 	loop->now = loop->clock_fn(loop->clock_arg);
+	loop->after_park = loop->phase == PH_BLOCK || loop->phase == PH_TIMED;
 	account(loop, loop->now);
 	loop->iter_busy = 0;
 	loop->iter_events = 0;

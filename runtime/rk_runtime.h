@@ -52,7 +52,7 @@ struct rk_wait_policy {
 	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
 	bool coop_taskrun;		/* RK_COOP_TASKRUN: COOP_TASKRUN|TASKRUN_FLAG ring flags */
 	/*
-	 * Predictive waits (adaptive and block modes): when a source's expect()
+	 * Predictive waits (adaptive mode): when a source's expect()
 	 * names the time of its next event, the loop sleeps until that time less
 	 * a margin (a timed wait: any other event still wakes it at once), then
 	 * spins for the rest instead of spinning all the way. The margin in use is
@@ -310,9 +310,9 @@ struct rk_source;
  * - expect(): optional: the loop-clock time (ns, as rk_loop_now()) at which
  *   poll() is expected to find the next event, or 0 for "no prediction".
  *   Called with the iteration's @now before the loop decides how to wait.
- *   While it names a time T, the loop (with RK_PREDICT, in adaptive and block
- *   modes) never sleeps past T: it sleeps until T less its margin, then spins
- *   (adaptive) or looks again (block). So while its expect() gives a time, a
+ *   While it names a time T, the loop (with RK_PREDICT, in adaptive mode)
+ *   never sleeps past T: it sleeps until T less its margin, then spins, even
+ *   inside its spin window. So while its expect() gives a time, a
  *   source's arm() may return 0 without arming anything; once the prediction
  *   is overdue it must return 0 from expect() and really arm (or answer > 0).
  *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
@@ -336,7 +336,7 @@ struct rk_source {
 
 /**
  * rk_loop_predicts() - whether the loop now honours rk_source_ops.expect()
- * (RK_PREDICT on, wait mode adaptive or block). A source may answer arm()
+ * (RK_PREDICT on, wait mode adaptive). A source may answer arm()
  * with 0 on the strength of its prediction only while this is true. Loop thread.
  */
 RK_EXPORT bool rk_loop_predicts(const struct rk_loop *loop);

@@ -119,6 +119,63 @@ int rk__loop_rank(const struct rk_loop *loop);
 uint64_t rk__loop_refresh(struct rk_loop *loop);
 /* The loop's clock now, without touching its cached time. Loop thread. */
 uint64_t rk__loop_clock(const struct rk_loop *loop);
+/* Whether this iteration follows a wait in which the thread slept (a predictive,
+ * timed or blocking wait): what it sees now may have happened a while ago. */
+bool rk__loop_after_park(const struct rk_loop *loop);
+
+/*
+ * A predictor for a source's expect() (rk_source_ops): how long after a known
+ * start an event comes, as an EWMA (1/8) with its mean deviation (1/4). The
+ * expected time is start + mean - 2 deviations (early rather than late: a late
+ * wake costs latency, an early one only some spinning); past mean + 4
+ * deviations + slack the prediction is overdue and gives nothing. An event
+ * seen after the loop slept only bounds the duration from above: it may lower
+ * the mean, never raise it, so oversleeping cannot teach longer sleeps.
+ */
+struct rk__pred {
+	uint64_t mean;
+	uint64_t dev;
+	uint32_t n;
+};
+
+#define RK__PRED_WARM		8		/* samples before predicting */
+#define RK__PRED_MIN_SLACK	20000ull	/* ns past the mean + 4 dev before overdue */
+
+static inline void rk__pred_sample(struct rk__pred *p, uint64_t d)
+{
+	uint64_t dev;
+
+	if (!p->n) {
+		p->mean = d;
+		p->dev = d / 4;
+	} else {
+		dev = d > p->mean ? d - p->mean : p->mean - d;
+		p->dev = (p->dev * 3 + dev) / 4;
+		p->mean = (p->mean * 7 + d) / 8;
+	}
+	if (p->n < UINT32_MAX)
+		p->n++;
+}
+
+static inline void rk__pred_bound(struct rk__pred *p, uint64_t d)
+{
+	if (!p->n || d < p->mean)
+		rk__pred_sample(p, d);
+}
+
+/* When an event that started at @start is expected, or 0 (cold, or overdue at @now). */
+static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start, uint64_t now)
+{
+	uint64_t early, slack;
+
+	if (p->n < RK__PRED_WARM)
+		return 0;
+	slack = p->mean / 4 > RK__PRED_MIN_SLACK ? p->mean / 4 : RK__PRED_MIN_SLACK;
+	if (now > start + p->mean + 4 * p->dev + slack)
+		return 0;
+	early = p->mean > 2 * p->dev ? p->mean - 2 * p->dev : 0;
+	return start + (early ? early : 1);
+}
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 

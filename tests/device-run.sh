@@ -210,14 +210,14 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 				END { if (h && c) print h, c }' "$tdir/$tname.s")
 			if [ -n "$win" ]; then
 				echo "busy (the cell, ${win% *} .. ${win#* } s after the start):"
-				sh tests/thread-cpu.sh report "$tdir/$tname.s" $win
+				sh tests/thread-cpu.sh report "$tdir/$tname.s" $win tid
 			fi
 			if [ "$tname" = default ]; then
 				end=$(awk '$3 != "lines" { t = $1 - $2 } END { print t }' "$tdir/$tname.s")
 				from=$(awk -v e="$end" -v i="$tidle" 'BEGIN { print e - i + 4 }')
 				to=$(awk -v f="$from" 'BEGIN { print f + 30 }')
 				echo "idle (30 s: $from .. $to s after the start; x2 for per 60 s):"
-				sh tests/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to"
+				sh tests/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to" tid
 			fi
 			echo "whole job:"
 			sh tests/thread-cpu.sh report "$tdir/$tname.s" 0 100000
