@@ -398,6 +398,24 @@ static void be_stats(const struct server *srv, struct be_stats *out)
 	}
 }
 
+/* --bench, CUDA: how this rank learned of its rounds' completions (on its own stdout). */
+static void print_notify(const struct server *srv)
+{
+	struct toy_cuda_stats cs;
+	const struct rk_gpu_notifier_stats *n = &cs.notify;
+
+	if (!srv->cuda || !srv->opt.bench)
+		return;
+	toy_cuda_stats(srv->cuda, &cs);
+	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
+	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
+	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us\n",
+	       srv->rank, rk_gpu_notify_mode_name(srv->opt.notify), n->marks, n->via_poll,
+	       n->via_wake, n->predicted, n->wake_armed_late, n->pred_bounded,
+	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3);
+	fflush(stdout);
+}
+
 /* RK_LOG=debug: the lifecycle's steps, so that a stall shows where it is. */
 static void phase(const struct server *srv, const char *what)
 {
@@ -2809,6 +2827,7 @@ int main(int argc, char **argv)
 #endif
 	}
 	rc = ret ? 1 : srv->exit_rc;
+	print_notify(srv);
 out_drain:
 	srv->leaving = true;
 	drain(srv);
@@ -2826,10 +2845,12 @@ out_drain:
 			rk_strerror(ret));
 	rk_sched_destroy(srv->sched);
 	/*
-	 * A pass before the world's teardown: the backend's may have blocked
-	 * (NCCL finalize), and the loop's cached clock, from which the world
-	 * counts its BYE linger, dates from the last pass. It also releases the
-	 * CUDA notifier's last posts.
+	 * A pass before the world's teardown: it releases the CUDA notifier's
+	 * last posts (host functions that ran while the backend was destroyed),
+	 * without which rk_loop_destroy() says -EBUSY. The world's teardown runs
+	 * the loop only while links are live (none at TP1), so it is still
+	 * needed; the BYE linger no longer depends on it (the world refreshes
+	 * the loop's clock itself).
 	 */
 	rk_loop_run(srv->loop, RK_RUN_NOWAIT);
 	goto out_world;

@@ -40,6 +40,7 @@
 #include "runtime_int.h"
 
 #define RK_CQE_BATCH 128
+#define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
 
@@ -84,7 +85,7 @@ struct rk_loop {
 
 	/* predictive waits: see loop_wait() */
 	uint64_t pred_deadline;		/* the wake the current predictive sleep asked for, 0 = none */
-	uint64_t oversleep_avg;		/* EWMA of how late timed wakes come (up 1/2, down 1/16) */
+	uint64_t oversleep_avg;		/* EWMA of how late timed wakes come (up 1/4, down 1/16) */
 	uint64_t late_boost;		/* margin added after late predictions, decays when early */
 	bool after_park;		/* this iteration follows a wait that slept */
 	struct rk_loop_stats stats;
@@ -900,19 +901,24 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned in
 		return;
 	}
 	over = loop->now > deadline ? loop->now - deadline : 0;
-	if (over > 10000000)
-		over = 10000000;	/* a descheduled thread is not the timer's fault */
 	loop->stats.ns_oversleep += over;
-	/* rise fast, fall slowly: an oversleep costs latency, a wide margin only CPU */
+	/*
+	 * Rise fast, fall slowly: an oversleep costs latency, a wide margin only
+	 * CPU. Capped: a thread descheduled for milliseconds says nothing about the
+	 * timer, and a margin wider than the waits would stop every predictive
+	 * sleep, and with them the samples that could narrow it again.
+	 */
+	if (over > PREDICT_OVER_CAP)
+		over = PREDICT_OVER_CAP;
 	if (over > loop->oversleep_avg)
-		loop->oversleep_avg = (loop->oversleep_avg + over) / 2;
+		loop->oversleep_avg = (loop->oversleep_avg * 3 + over) / 4;
 	else
 		loop->oversleep_avg = (loop->oversleep_avg * 15 + over) / 16;
 	if (found) {
 		loop->stats.predict_late++;
 		loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
-		if (loop->late_boost > 500000)
-			loop->late_boost = 500000;
+		if (loop->late_boost > PREDICT_OVER_CAP)
+			loop->late_boost = PREDICT_OVER_CAP;
 	} else {
 		loop->stats.predict_early++;
 		loop->late_boost -= loop->late_boost / 32;

@@ -160,7 +160,8 @@ fi
 # ---- per-thread CPU of both ranks (tests/thread-cpu.sh): where the CPU goes ---------
 # One large cell (1 stream, plain) under each policy, sampled every 0.5 s; the busy
 # window is the cell (from the column header to the cell line), then, under the
-# default policy, THREADS_IDLE s idle of which 30 s are reported (scaled to 60 s).
+# default policy, THREADS_IDLE s idle of which all but 10 s are reported; then two
+# short idle jobs, each without one suspect (NCCL's RAS thread, fast heartbeats).
 dbackend=cpu
 if [ -x examples/rk-serve ] && examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
 	nvidia-smi -L >/dev/null 2>&1; then
@@ -170,14 +171,16 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	trace=$OUT/threads.txt
 	: >"$trace"
 	tdir=$(mktemp -d)
-	tidle=${THREADS_IDLE:-40}
-	# tjob NAME LIMIT_S "ENV=.. ..." RK-SERVE-ARGS...
+	tidle0=${THREADS_IDLE:-40}
+	# tjob NAME LIMIT_S "ENV=.. ..." IDLE_S RK-SERVE-ARGS...   (IDLE_S 0: none)
 	tjob()
 	{
 		tname=$1
 		tlim=$2
 		tenv=$3
-		shift 3
+		tidle=$4
+		shift 4
+		[ "$tidle" -gt 0 ] && set -- "$@" --bench-idle "$tidle"
 		t0=$(date +%s)
 		# shellcheck disable=SC2086
 		env $tenv timeout -k 5 "$tlim" examples/rk-launch -v --hosts localhost,localhost -- \
@@ -203,6 +206,7 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 			echo "== threads $tname ($tenv; $*): exit $trc, $(($(date +%s) - t0)) s," \
 				"pids $tp"
 			sed 's/^\[r0\] //' "$tdir/$tname.out" | grep -v '^\[r[0-9]*\] '
+			grep '^\[r[1-9][0-9]*\] notify' "$tdir/$tname.out"
 			[ $trc = 0 ] || tail -n 15 "$tdir/$tname.err"
 			# the cell: from the column header ('#' line) to the cell line
 			win=$(awk '$3 == "lines" { t = $1 - $2
@@ -212,11 +216,11 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 				echo "busy (the cell, ${win% *} .. ${win#* } s after the start):"
 				sh tests/thread-cpu.sh report "$tdir/$tname.s" $win tid
 			fi
-			if [ "$tname" = default ]; then
+			if [ "$tidle" -gt 0 ]; then
 				end=$(awk '$3 != "lines" { t = $1 - $2 } END { print t }' "$tdir/$tname.s")
 				from=$(awk -v e="$end" -v i="$tidle" 'BEGIN { print e - i + 4 }')
-				to=$(awk -v f="$from" 'BEGIN { print f + 30 }')
-				echo "idle (30 s: $from .. $to s after the start; x2 for per 60 s):"
+				to=$(awk -v f="$from" -v i="$tidle" 'BEGIN { print f + i - 10 }')
+				echo "idle ($((tidle - 10)) s: $from .. $to s after the start):"
 				sh tests/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to" tid
 			fi
 			echo "whole job:"
@@ -226,21 +230,23 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	t0t=$(date +%s)
 	targs="--vocab 4096 --hidden 32768 --bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 160 --bench-max-tokens 64"
 	# shellcheck disable=SC2086
-	tjob default 120 "RK_WAIT=adaptive" --notify=auto $targs --bench-idle "$tidle"
+	tjob default 120 "RK_WAIT=adaptive" "$tidle0" --notify=auto $targs
 	# shellcheck disable=SC2086
-	tjob spin 60 "RK_WAIT=spin" --notify=poll $targs
+	tjob spin 60 "RK_WAIT=spin" 0 --notify=poll $targs
 	# shellcheck disable=SC2086
-	tjob block 60 "RK_WAIT=block" --notify=wake $targs
+	tjob block 60 "RK_WAIT=block" 0 --notify=wake $targs
+	sargs="--vocab 256 --hidden 1024 --bench-streams 1 --bench-modes greedy --bench-draft plain"
 	# shellcheck disable=SC2086
-	tjob default-small 60 "RK_WAIT=adaptive" --notify=auto --vocab 256 --hidden 1024 \
-		--bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 160
-	# is NCCL_RUNTIME_CONNECT=0 (rk-serve's default for TP > 1) still needed?
+	tjob default-small 60 "RK_WAIT=adaptive" 0 --notify=auto $sargs --bench-requests 160
+	# idle suspects, one at a time: NCCL's RAS thread, rankrt's heartbeats
 	# shellcheck disable=SC2086
-	tjob lazy-connect 45 "RK_WAIT=adaptive NCCL_RUNTIME_CONNECT=1" --notify=auto \
-		--vocab 256 --hidden 1024 --bench-streams 1 --bench-modes greedy \
-		--bench-draft plain --bench-requests 16
+	tjob idle-noras 60 "RK_WAIT=adaptive NCCL_RAS_ENABLE=0" 30 --notify=auto $sargs \
+		--bench-requests 8
+	# shellcheck disable=SC2086
+	tjob idle-hb10s 60 "RK_WAIT=adaptive RK_HEARTBEAT_MS=10000 RK_PEER_TIMEOUT_MS=60000" 30 \
+		--notify=auto $sargs --bench-requests 8
 	say "== threads: $(($(date +%s) - t0t)) s (threads.txt)"
-	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r' "$trace" | tee -a "$summary"
+	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r' "$trace" | tee -a "$summary"
 	tar -C "$tdir" -czf "$OUT/threads-raw.tar.gz" . 2>/dev/null
 	rm -rf "$tdir"
 fi
