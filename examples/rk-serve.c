@@ -409,10 +409,10 @@ static void print_notify(const struct server *srv)
 	toy_cuda_stats(srv->cuda, &cs);
 	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
 	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
-	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us\n",
+	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",
 	       srv->rank, rk_gpu_notify_mode_name(srv->opt.notify), n->marks, n->via_poll,
 	       n->via_wake, n->predicted, n->wake_armed_late, n->pred_bounded,
-	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3);
+	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3, n->pred_q_ns / 1e3);
 	fflush(stdout);
 }
 

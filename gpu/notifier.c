@@ -151,8 +151,13 @@ static void pred_learn(struct rk_gpu_notifier *n, uint64_t now)
 {
 	uint64_t start = oldest_start(n), d, gap, close;
 
-	if (now <= start)
-		return;
+	if (now <= start) {
+		/* seen in the iteration that marked (the work was that short):
+		 * the iteration's cached time predates the mark */
+		now = rk__loop_clock(n->loop);
+		if (now <= start)
+			now = start + 1;
+	}
 	d = now - start;
 	gap = n->last_look && n->last_look > start ? now - n->last_look : d;
 	close = d / 4 > 10000 ? d / 4 : 10000;
@@ -373,6 +378,7 @@ void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifi
 	out->outstanding = (uint32_t)(n->issued - n->delivered);
 	out->pred_mean_ns = n->pred.mean;
 	out->pred_dev_ns = n->pred.dev;
+	out->pred_q_ns = n->pred.q;
 }
 
 /* Make @dev current, remembering the previous device in *@old. */

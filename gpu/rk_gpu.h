@@ -86,6 +86,7 @@ struct rk_gpu_notifier_stats {
 	uint64_t pred_bounded;		/* deliveries seen after a gap (an upper bound only) */
 	uint64_t pred_mean_ns;		/* the predictor: a mark's duration, mean */
 	uint64_t pred_dev_ns;		/* ...and mean deviation */
+	uint64_t pred_q_ns;		/* ...and its low quantile: the expected duration */
 };
 
 /**

@@ -2461,6 +2461,46 @@ START_TEST(test_predict_none_keeps_window)
 }
 END_TEST
 
+/*
+ * The predictor behind expect(): it settles near the 10th percentile of the
+ * durations, a censored bound below it lowers it (a late wake teaches an
+ * earlier one), one above it changes nothing, and it stops predicting once
+ * the event is overdue.
+ */
+START_TEST(test_predictor)
+{
+	struct rk__pred p = { 0 };
+	uint64_t rs = 7, i, d, below = 0, q;
+
+	ck_assert_uint_eq(rk__pred_expect(&p, 1000, 1000), 0);	/* cold */
+	for (i = 0; i < 20000; i++)
+		rk__pred_sample(&p, 100 * US + rng_next(&rs) % (100 * US));	/* 100..200 us */
+	ck_assert_msg(p.q > 100 * US && p.q < 118 * US, "q %" PRIu64 " ns", p.q);
+	ck_assert_uint_ge(p.mean, 140 * US);
+	ck_assert_uint_le(p.mean, 160 * US);
+	for (i = 0; i < 1000; i++) {
+		d = 100 * US + rng_next(&rs) % (100 * US);
+		below += d < p.q;
+		rk__pred_sample(&p, d);
+	}
+	ck_assert_msg(below > 40 && below < 200, "%" PRIu64 " of 1000 below q", below);
+	ck_assert_uint_eq(rk__pred_expect(&p, 5 * SEC, 5 * SEC),
+			  5 * SEC + (p.q < p.mean - 2 * p.dev ? p.q : p.mean - 2 * p.dev));
+	/* overdue past max(q, mean + 4 dev) + slack */
+	ck_assert_uint_eq(rk__pred_expect(&p, 5 * SEC, 5 * SEC + 10 * MS), 0);
+	q = p.q;
+	rk__pred_bound(&p, q + 50 * US);	/* "at most later than q": says nothing */
+	ck_assert_uint_eq(p.q, q);
+	rk__pred_bound(&p, q - 1);		/* it came before q: aim earlier */
+	ck_assert_uint_lt(p.q, q);
+	/* a cold predictor takes a bound as its first guess */
+	memset(&p, 0, sizeof(p));
+	rk__pred_bound(&p, 42 * US);
+	ck_assert_uint_eq(p.q, 42 * US);
+	ck_assert_uint_eq(p.n, 1);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static TCase *tcase(Suite *s, const char *name, int timeout)
@@ -2531,6 +2571,7 @@ static Suite *loop_suite(void)
 	tcase_add_test(tc, test_predict_off_spins);
 	tcase_add_test(tc, test_predict_cut_by_event);
 	tcase_add_test(tc, test_predict_none_keeps_window);
+	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "fd_watch", TIMEOUT_S);
 	tcase_add_test(tc, test_fd_watch_fires_once);

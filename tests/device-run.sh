@@ -161,7 +161,7 @@ fi
 # One large cell (1 stream, plain) under each policy, sampled every 0.5 s; the busy
 # window is the cell (from the column header to the cell line), then, under the
 # default policy, THREADS_IDLE s idle of which all but 10 s are reported; then two
-# short idle jobs, each without one suspect (NCCL's RAS thread, fast heartbeats).
+# idle jobs that split the idle CPU: rankrt alone (CPU backend), CUDA without NCCL.
 dbackend=cpu
 if [ -x examples/rk-serve ] && examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
 	nvidia-smi -L >/dev/null 2>&1; then
@@ -182,9 +182,11 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 		shift 4
 		[ "$tidle" -gt 0 ] && set -- "$@" --bench-idle "$tidle"
 		t0=$(date +%s)
+		# the machine's steal and total CPU ticks, to see how much a spinner is stolen
+		st0=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
 		# shellcheck disable=SC2086
-		env $tenv timeout -k 5 "$tlim" examples/rk-launch -v --hosts localhost,localhost -- \
-			examples/rk-serve --backend=cuda --bench --bench-runs 1 "$@" \
+		env $tenv timeout -k 5 "$tlim" examples/rk-launch -v --hosts "$thosts" -- \
+			examples/rk-serve --bench --bench-runs 1 "$@" \
 			</dev/null >"$tdir/$tname.out" 2>"$tdir/$tname.err" &
 		lp=$!
 		tp=
@@ -201,10 +203,12 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 		wait $lp
 		trc=$?
 		wait $sp
+		st1=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
 		{
 			echo
 			echo "== threads $tname ($tenv; $*): exit $trc, $(($(date +%s) - t0)) s," \
-				"pids $tp"
+				"pids $tp; machine steal $(echo "$st0 $st1" | awk '{ d = $4 - $2
+				printf "%.1f%%", d > 0 ? 100 * ($3 - $1) / d : 0 }') of all CPU time"
 			sed 's/^\[r0\] //' "$tdir/$tname.out" | grep -v '^\[r[0-9]*\] '
 			grep '^\[r[1-9][0-9]*\] notify' "$tdir/$tname.out"
 			[ $trc = 0 ] || tail -n 15 "$tdir/$tname.err"
@@ -229,22 +233,25 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	}
 	t0t=$(date +%s)
 	targs="--vocab 4096 --hidden 32768 --bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 160 --bench-max-tokens 64"
+	thosts=localhost,localhost
 	# shellcheck disable=SC2086
-	tjob default 120 "RK_WAIT=adaptive" "$tidle0" --notify=auto $targs
+	tjob default 120 "RK_WAIT=adaptive" "$tidle0" --backend=cuda --notify=auto $targs
 	# shellcheck disable=SC2086
-	tjob spin 60 "RK_WAIT=spin" 0 --notify=poll $targs
+	tjob spin 60 "RK_WAIT=spin" 0 --backend=cuda --notify=poll $targs
 	# shellcheck disable=SC2086
-	tjob block 60 "RK_WAIT=block" 0 --notify=wake $targs
+	tjob block 60 "RK_WAIT=block" 0 --backend=cuda --notify=wake $targs
 	sargs="--vocab 256 --hidden 1024 --bench-streams 1 --bench-modes greedy --bench-draft plain"
 	# shellcheck disable=SC2086
-	tjob default-small 60 "RK_WAIT=adaptive" 0 --notify=auto $sargs --bench-requests 160
-	# idle suspects, one at a time: NCCL's RAS thread, rankrt's heartbeats
+	tjob default-small 60 "RK_WAIT=adaptive" 0 --backend=cuda --notify=auto $sargs \
+		--bench-requests 160
+	# whose is the idle CPU: rankrt alone (the CPU backend), CUDA without NCCL (TP1)
 	# shellcheck disable=SC2086
-	tjob idle-noras 60 "RK_WAIT=adaptive NCCL_RAS_ENABLE=0" 30 --notify=auto $sargs \
+	tjob idle-cpu-backend 60 "RK_WAIT=adaptive" 30 --backend=cpu --hidden 1024 \
+		--bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 8
+	thosts=localhost
+	# shellcheck disable=SC2086
+	tjob idle-cuda-tp1 60 "RK_WAIT=adaptive" 30 --backend=cuda --notify=auto $sargs \
 		--bench-requests 8
-	# shellcheck disable=SC2086
-	tjob idle-hb10s 60 "RK_WAIT=adaptive RK_HEARTBEAT_MS=10000 RK_PEER_TIMEOUT_MS=60000" 30 \
-		--notify=auto $sargs --bench-requests 8
 	say "== threads: $(($(date +%s) - t0t)) s (threads.txt)"
 	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r' "$trace" | tee -a "$summary"
 	tar -C "$tdir" -czf "$OUT/threads-raw.tar.gz" . 2>/dev/null
