@@ -204,11 +204,12 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 		trc=$?
 		wait $sp
 		st1=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+		steal=$(echo "$st0 $st1" | awk '{ d = $4 - $2; s = d > 0 ? 100 * ($3 - $1) / d : 0
+			printf "%.1f%%", s }')
 		{
 			echo
 			echo "== threads $tname ($tenv; $*): exit $trc, $(($(date +%s) - t0)) s," \
-				"pids $tp; machine steal $(echo "$st0 $st1" | awk '{ d = $4 - $2
-				printf "%.1f%%", d > 0 ? 100 * ($3 - $1) / d : 0 }') of all CPU time"
+				"pids $tp; machine steal $steal of all CPU time"
 			sed 's/^\[r0\] //' "$tdir/$tname.out" | grep -v '^\[r[0-9]*\] '
 			grep '^\[r[1-9][0-9]*\] notify' "$tdir/$tname.out"
 			[ $trc = 0 ] || tail -n 15 "$tdir/$tname.err"
