@@ -2292,11 +2292,13 @@ static int bench_run(struct server *srv)
 
 			printf("loop r%d: spin_s %.3f blocked_s %.3f run_s %.3f blocks %" PRIu64
 			       " wakeups %" PRIu64 " predict waits %" PRIu64 " early %" PRIu64
-			       " late %" PRIu64 " cut %" PRIu64 " oversleep avg %.1f us margin %.1f us\n",
+			       " late %" PRIu64 " cut %" PRIu64
+			       " oversleep avg %.1f us margin %.1f us\n",
 			       r, l->ns_spin / 1e9, l->ns_blocked / 1e9, l->ns_run / 1e9, l->blocks,
 			       l->wakeups, l->predict_waits, l->predict_early, l->predict_late,
 			       l->predict_cut,
-			       l->predict_waits ? l->ns_oversleep / 1e3 / (double)l->predict_waits : 0.0,
+			       l->predict_waits ?
+				       l->ns_oversleep / 1e3 / (double)l->predict_waits : 0.0,
 			       l->predict_margin_ns / 1e3);
 		}
 	}

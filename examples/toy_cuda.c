@@ -492,7 +492,7 @@ static void finish(struct toy_cuda *b, struct job *job, int status)
 
 	b->inflight--;
 	if (b->nccl && !b->inflight)
-		rk_nccl_busy(b->nccl, false);	/* the next launch (in report) says busy again */
+		rk_nccl_busy(b->nccl, false);	/* report() may launch: busy again */
 	b->stats.rounds++;
 	b->stats.outputs += job->r.n_out;
 	b->stats.ns_round += now_ns() - job->t_launch;

@@ -83,7 +83,7 @@ struct rk_gpu_notifier {
 	/* the predictor (loop clock, ns) */
 	struct rk__pred pred;		/* a mark's duration */
 	uint64_t last_deliver;		/* when the last mark was delivered */
-	uint64_t last_look;		/* last poll that saw the oldest mark not done, 0 = none */
+	uint64_t last_look;		/* last poll that saw the oldest mark undone, 0 = none */
 	uint64_t wake_upto;		/* highest mark with a host function enqueued */
 
 	uint64_t issued;		/* marks enqueued: 1..issued */

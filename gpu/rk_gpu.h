@@ -83,7 +83,7 @@ struct rk_gpu_notifier_stats {
 	uint32_t max_outstanding;
 	uint64_t predicted;		/* AUTO marks enqueued without a host function */
 	uint64_t wake_armed_late;	/* host functions enqueued for an overdue mark */
-	uint64_t pred_bounded;		/* deliveries seen after a gap (an upper bound only) */
+	uint64_t pred_bounded;		/* deliveries seen after a gap (upper bounds only) */
 	uint64_t pred_mean_ns;		/* the predictor: a mark's duration, mean */
 	uint64_t pred_dev_ns;		/* ...and mean deviation */
 	uint64_t pred_q_ns;		/* ...and its low quantile: the expected duration */

@@ -84,9 +84,9 @@ struct rk_loop {
 	uint64_t mark;
 
 	/* predictive waits: see loop_wait() */
-	uint64_t pred_deadline;		/* the wake the current predictive sleep asked for, 0 = none */
-	uint64_t oversleep_avg;		/* EWMA of how late timed wakes come (up 1/4, down 1/16) */
-	uint64_t late_boost;		/* margin added after late predictions, decays when early */
+	uint64_t pred_deadline;		/* wake asked by this predictive sleep, 0 = none */
+	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
+	uint64_t late_boost;		/* margin added when late, decays when early */
 	bool after_park;		/* this iteration follows a wait that slept */
 	struct rk_loop_stats stats;
 };

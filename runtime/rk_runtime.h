@@ -159,7 +159,7 @@ struct rk_loop_stats {
 	uint64_t ns_run;		/* time spent in handlers */
 	/* predictive waits (rk_source_ops.expect) */
 	uint64_t predict_waits;		/* sleeps until a predicted event less the margin */
-	uint64_t predict_early;		/* ...that woke before the event (spun for the rest) */
+	uint64_t predict_early;		/* ...that woke before the event (then spun) */
 	uint64_t predict_late;		/* ...whose event was already there at the wake */
 	uint64_t predict_cut;		/* ...ended earlier by another event */
 	uint64_t ns_oversleep;		/* sum of how late the timed wakes came */
