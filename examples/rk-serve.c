@@ -92,7 +92,7 @@ enum serve_msg {
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
 #define MODEL_LEN     24u /* kind, V, H, backend, seed */
-#define N_LOOP_CTR    13u /* struct rk_loop_stats, in field order */
+#define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
 
@@ -455,6 +455,24 @@ static void be_stats(const struct server *srv, struct be_stats *out)
 	}
 }
 
+/* --bench, CUDA: how this rank learned of its rounds' completions (on its own stdout). */
+static void print_notify(const struct server *srv)
+{
+	struct toy_cuda_stats cs;
+	const struct rk_gpu_notifier_stats *n = &cs.notify;
+
+	if (!srv->cuda || !srv->opt.bench)
+		return;
+	toy_cuda_stats(srv->cuda, &cs);
+	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
+	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
+	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",
+	       srv->rank, rk_gpu_notify_mode_name(srv->opt.notify), n->marks, n->via_poll,
+	       n->via_wake, n->predicted, n->wake_armed_late, n->pred_bounded,
+	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3, n->pred_q_ns / 1e3);
+	fflush(stdout);
+}
+
 /* RK_LOG=debug: the lifecycle's steps, so that a stall shows where it is. */
 static void phase(const struct server *srv, const char *what)
 {
@@ -486,6 +504,12 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[10] = &s->ns_timed;
 	v[11] = &s->ns_blocked;
 	v[12] = &s->ns_run;
+	v[13] = &s->predict_waits;
+	v[14] = &s->predict_early;
+	v[15] = &s->predict_late;
+	v[16] = &s->predict_cut;
+	v[17] = &s->ns_oversleep;
+	v[18] = &s->predict_margin_ns;
 }
 
 static int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
@@ -2318,6 +2342,23 @@ static int bench_run(struct server *srv)
 	}
 	if (o->b_check_ref && !srv->exit_rc)
 		printf("reference: every request equals toy_generate_ref at TP1\n");
+	/* how each rank waited over the whole bench (the predictive wait's counters) */
+	if (!bench_collect(bn, bn->after)) {
+		for (r = 0; r < srv->size; r++) {
+			const struct rk_loop_stats *l = &bn->after[r].loop;
+
+			printf("loop r%d: spin_s %.3f blocked_s %.3f run_s %.3f blocks %" PRIu64
+			       " wakeups %" PRIu64 " predict waits %" PRIu64 " early %" PRIu64
+			       " late %" PRIu64 " cut %" PRIu64
+			       " oversleep avg %.1f us margin %.1f us\n",
+			       r, l->ns_spin / 1e9, l->ns_blocked / 1e9, l->ns_run / 1e9, l->blocks,
+			       l->wakeups, l->predict_waits, l->predict_early, l->predict_late,
+			       l->predict_cut,
+			       l->predict_waits ?
+				       l->ns_oversleep / 1e3 / (double)l->predict_waits : 0.0,
+			       l->predict_margin_ns / 1e3);
+		}
+	}
 	fflush(stdout);
 	ret = 0;
 	if (o->b_idle && !srv->exit_rc) {
@@ -2862,6 +2903,7 @@ int main(int argc, char **argv)
 #endif
 	}
 	rc = ret ? 1 : srv->exit_rc;
+	print_notify(srv);
 out_drain:
 	srv->leaving = true;
 	drain(srv);
@@ -2890,10 +2932,12 @@ out_drain:
 		free(trace.ev);
 	}
 	/*
-	 * A pass before the world's teardown: the backend's may have blocked
-	 * (NCCL finalize), and the loop's cached clock, from which the world
-	 * counts its BYE linger, dates from the last pass. It also releases the
-	 * CUDA notifier's last posts.
+	 * A pass before the world's teardown: it releases the CUDA notifier's
+	 * last posts (host functions that ran while the backend was destroyed),
+	 * without which rk_loop_destroy() says -EBUSY. The world's teardown runs
+	 * the loop only while links are live (none at TP1), so it is still
+	 * needed; the BYE linger no longer depends on it (the world refreshes
+	 * the loop's clock itself).
 	 */
 	rk_loop_run(srv->loop, RK_RUN_NOWAIT);
 	goto out_world;

@@ -491,6 +491,8 @@ static void finish(struct toy_cuda *b, struct job *job, int status)
 	uint64_t id = job->r.round_id;
 
 	b->inflight--;
+	if (b->nccl && !b->inflight)
+		rk_nccl_busy(b->nccl, false);	/* report() may launch: busy again */
 	b->stats.rounds++;
 	b->stats.outputs += job->r.n_out;
 	b->stats.ns_round += now_ns() - job->t_launch;
@@ -591,6 +593,8 @@ static int cuda_launch(void *ctx, const struct rk_wire_round *round, unsigned in
 	job->t_launch = now_ns();
 	job->status = 0;
 	b->inflight++;
+	if (b->nccl)
+		rk_nccl_busy(b->nccl, true);	/* watch NCCL's async errors while it works */
 	if (st == 1 && !b->wait_head) {
 		ret = enqueue(b, job);
 		if (ret) {

@@ -190,6 +190,12 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	return -EOPNOTSUPP;
 }
 
+void rk_nccl_busy(struct rk_nccl *n, bool busy)
+{
+	(void)n;
+	(void)busy;
+}
+
 void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg)
 {
 	(void)n;

@@ -9,7 +9,8 @@
  *   WAIT_ID     follower: waiting for the leader's NCCL_ID frame
  *   INIT        ncclCommInitRankConfig(blocking = 0) returned; polling
  *               ncclCommGetAsyncError until it leaves ncclInProgress
- *   READY       the async-error watch
+ *   READY       the async-error watch, only while the owner says collectives are
+ *               in flight (rk_nccl_busy): an idle rank gets no timer wake-ups
  *   FAILED      the communicator is aborted (or never existed)
  * A world failure (rk_world_failed) in any state before READY aborts the
  * bring-up, so a rank never waits for a dead peer; once READY, the owner calls
@@ -52,6 +53,7 @@ struct rk_nccl {
 	void *error_arg;
 	struct rk_timer timer;
 	uint64_t t0;
+	bool busy;			/* collectives in flight (rk_nccl_busy) */
 };
 
 /* Convert an ncclResult_t once: log it (and NCCL's last error), return -EIO. */
@@ -189,14 +191,21 @@ static enum rk_activity step(struct rk_nccl *n)
 		n->st = NS_READY;
 		rk__info(n->rank, "nccl: communicator ready (%d ranks, device %d, %llu ms)",
 			 n->size, n->dev, (unsigned long long)(mono_ms() - n->t0));
-		rk_timer_start(n->loop, &n->timer, RK_NCCL_WATCH_MS * MS, RK_NCCL_WATCH_MS * MS);
+		rk_timer_stop(&n->timer);
+		if (n->busy)
+			rk_timer_start(n->loop, &n->timer, RK_NCCL_WATCH_MS * MS,
+				       RK_NCCL_WATCH_MS * MS);
 		if (n->ready)
 			n->ready(n, 0, n->ready_arg);
 		return RK_BUSY;
 	case NS_READY:
 		ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as), "ncclCommGetAsyncError");
-		if (!ret && (as == ncclSuccess || as == ncclInProgress))
+		if (!ret && (as == ncclSuccess || as == ncclInProgress)) {
+			/* one look after the last collective, then quiet until the next */
+			if (!n->busy)
+				rk_timer_stop(&n->timer);
 			return RK_IDLE;
+		}
 		if (!ret)
 			ret = nccl_check(n, as, "nccl: asynchronous error");
 		/* the communicator is unusable: abort it so nothing of ours hangs */
@@ -269,6 +278,14 @@ void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg)
 {
 	n->on_error = cb;
 	n->error_arg = arg;
+}
+
+void rk_nccl_busy(struct rk_nccl *n, bool busy)
+{
+	n->busy = busy;
+	/* Started only when idle: back-to-back rounds must not keep pushing it out. */
+	if (busy && n->st == NS_READY && !n->timer.active)
+		rk_timer_start(n->loop, &n->timer, RK_NCCL_WATCH_MS * MS, RK_NCCL_WATCH_MS * MS);
 }
 
 int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,

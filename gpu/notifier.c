@@ -21,6 +21,16 @@
  * next kernel by the callback hop (~30 us measured on H200). On a side stream
  * that only waits on an event, the compute stream never waits for it.
  *
+ * Prediction (AUTO and POLL): the source learns how long a mark takes, from
+ * the mark (or the delivery of the one before, if later) to the loop seeing
+ * the word, as an EWMA with its mean deviation, and tells the loop when it
+ * expects the oldest outstanding mark (rk_source_ops.expect): the loop sleeps
+ * until shortly before, then spins on the word. Once the predictor is warm,
+ * AUTO marks enqueue no host function (they record the event only); if such
+ * a mark becomes overdue and the loop wants to block, arm() enqueues the host
+ * function then, waiting on the event's latest record (a mark at or after the
+ * oldest outstanding one), so a blocked loop is always woken.
+ *
  * Slots: a ring of RK_GPU_NOTIFY_SLOTS. Slot k % N is busy from mark k until k
  * is delivered and, on the wake path, until its post has run on the loop (a
  * post is owned by the loop from rk_loop_post() until its callback). A mark
@@ -40,8 +50,10 @@ struct slot {
 	struct rk_loop *loop;
 	uint64_t seq;
 	uint64_t cookie;
+	uint64_t t_mark;		/* loop clock at the mark */
 	bool post_inflight;
 };
+
 
 struct rk_gpu_notifier {
 	struct rk_source src;
@@ -67,6 +79,12 @@ struct rk_gpu_notifier {
 	uint64_t *word;
 	CUdeviceptr dword;
 	rk__cu_write_value64_fn write64;
+
+	/* the predictor (loop clock, ns) */
+	struct rk__pred pred;		/* a mark's duration */
+	uint64_t last_deliver;		/* when the last mark was delivered */
+	uint64_t last_look;		/* last poll that saw the oldest mark undone, 0 = none */
+	uint64_t wake_upto;		/* highest mark with a host function enqueued */
 
 	uint64_t issued;		/* marks enqueued: 1..issued */
 	uint64_t delivered;		/* marks whose callback ran (or dropped by destroy) */
@@ -96,6 +114,7 @@ static int deliver(struct rk_gpu_notifier *n, uint64_t upto, bool via_poll)
 		cookie = sl->cookie;
 		/* advance first: the callback may mark again and reuse this slot */
 		n->delivered++;
+		n->last_look = 0;
 		if (via_poll)
 			n->st.via_poll++;
 		else
@@ -108,24 +127,112 @@ static int deliver(struct rk_gpu_notifier *n, uint64_t upto, bool via_poll)
 
 /* ---- the loop source: the fast path -------------------------------------------- */
 
+static void CUDART_CB host_fn(void *p);
+
+static const struct slot *oldest(const struct rk_gpu_notifier *n)
+{
+	return &n->slots[(n->delivered + 1) % RK_GPU_NOTIFY_SLOTS];
+}
+
+/* When the oldest outstanding mark started: its mark, or the delivery before it. */
+static uint64_t oldest_start(const struct rk_gpu_notifier *n)
+{
+	uint64_t t = oldest(n)->t_mark;
+
+	return t > n->last_deliver ? t : n->last_deliver;
+}
+
+/*
+ * Learn from the oldest mark, seen done at @now. A flip seen between two close
+ * looks of a spinning loop is a sample (their midpoint); one seen after the
+ * loop slept, or after a long gap, only bounds the duration from above.
+ */
+static void pred_learn(struct rk_gpu_notifier *n, uint64_t now)
+{
+	uint64_t start = oldest_start(n), d, gap, close;
+
+	if (now <= start) {
+		/* seen in the iteration that marked (the work was that short):
+		 * the iteration's cached time predates the mark */
+		now = rk__loop_clock(n->loop);
+		if (now <= start)
+			now = start + 1;
+	}
+	d = now - start;
+	gap = n->last_look && n->last_look > start ? now - n->last_look : d;
+	close = d / 4 > 10000 ? d / 4 : 10000;
+	if (gap <= close && !rk__loop_after_park(n->loop)) {
+		rk__pred_sample(&n->pred, d - gap / 2);
+	} else {
+		n->st.pred_bounded++;
+		rk__pred_bound(&n->pred, d);
+	}
+}
+
+/*
+ * The loop time by which the oldest outstanding mark should be done, or 0:
+ * nothing outstanding, a host function already covers it, the predictor is
+ * cold, or the prediction is overdue (then arm() must make sure of a wake).
+ */
+static uint64_t predict_at(const struct rk_gpu_notifier *n, uint64_t now)
+{
+	if (!n->use_poll || n->delivered == n->issued || n->wake_upto > n->delivered)
+		return 0;
+	return rk__pred_expect(&n->pred, oldest_start(n), now);
+}
+
 static int src_poll(struct rk_source *s, uint64_t now)
 {
 	struct rk_gpu_notifier *n = s->data;
 	uint64_t w;
+	int busy;
 
-	(void)now;
 	if (!n->use_poll || n->delivered == n->issued)
 		return 0;
 	w = word_load(n);
-	if (w <= n->delivered)
+	if (w <= n->delivered) {
+		n->last_look = now;
 		return 0;
-	return deliver(n, w, true);
+	}
+	pred_learn(n, now);
+	busy = deliver(n, w, true);
+	n->last_deliver = now;
+	return busy;
+}
+
+static uint64_t src_expect(struct rk_source *s, uint64_t now)
+{
+	return predict_at(s->data, now);
+}
+
+/* The wake path for marks already enqueued: a host function after the event's last record. */
+static int arm_wake_now(struct rk_gpu_notifier *n)
+{
+	uint64_t seq = n->issued;
+	struct slot *sl = &n->slots[seq % RK_GPU_NOTIFY_SLOTS];
+	int ret;
+
+	if (sl->post_inflight)
+		return 0;	/* its host function is on the way */
+	ret = RK_CUDA(n->rank, cudaStreamWaitEvent(n->side, n->ev, 0));
+	if (!ret)
+		ret = RK_CUDA(n->rank, cudaLaunchHostFunc(n->side, host_fn, sl));
+	if (ret) {
+		n->broken = true;
+		return ret;
+	}
+	sl->post_inflight = true;
+	n->posts_inflight++;
+	n->wake_upto = seq;
+	n->st.wake_armed_late++;
+	return 0;
 }
 
 /*
- * Before the loop blocks. AUTO: the host functions will post, so only report
- * what the word already shows. POLL: nothing would wake the loop, so keep it
- * from blocking while marks are outstanding (it goes on polling).
+ * Before the loop blocks. Report what the word already shows. A mark with a
+ * host function behind it, or a prediction the loop honours (it sleeps no
+ * longer than that), needs nothing more; an AUTO mark without either gets its
+ * host function now. POLL without a prediction keeps the loop from blocking.
  */
 static int src_arm(struct rk_source *s)
 {
@@ -135,13 +242,20 @@ static int src_arm(struct rk_source *s)
 		return 0;
 	if (word_load(n) > n->delivered)
 		return 1;
-	return n->use_wake ? 0 : 1;
+	if (n->wake_upto > n->delivered)
+		return 0;
+	if (rk_loop_predicts(n->loop) && predict_at(n, rk_loop_now(n->loop)))
+		return 0;
+	if (n->use_wake)
+		return arm_wake_now(n) ? 1 : 0;
+	return 1;
 }
 
 static const struct rk_source_ops notifier_source_ops = {
 	.name = "gpu-notifier",
 	.poll = src_poll,
 	.arm = src_arm,
+	.expect = src_expect,
 };
 
 /* ---- the wake path ------------------------------------------------------------------ */
@@ -169,6 +283,7 @@ static enum rk_activity post_cb(struct rk_post *p)
 {
 	struct slot *sl = p->data;
 	struct rk_gpu_notifier *n = sl->n;
+	int busy;
 
 	sl->post_inflight = false;
 	n->posts_inflight--;
@@ -181,7 +296,9 @@ static enum rk_activity post_cb(struct rk_post *p)
 		n->st.wake_late++;	/* the fast path was first */
 		return RK_IDLE;
 	}
-	return deliver(n, sl->seq, false) ? RK_BUSY : RK_IDLE;
+	busy = deliver(n, sl->seq, false);
+	n->last_deliver = rk_loop_now(n->loop);
+	return busy ? RK_BUSY : RK_IDLE;
 }
 
 /* ---- the API ------------------------------------------------------------------------ */
@@ -190,7 +307,7 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 {
 	uint64_t seq = n->issued + 1;
 	struct slot *sl = &n->slots[seq % RK_GPU_NOTIFY_SLOTS];
-	bool wrote = false;
+	bool wrote = false, hostfn;
 	int ret;
 
 	if (n->broken || n->closing)
@@ -211,11 +328,14 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 			return ret;	/* nothing enqueued */
 		wrote = true;
 	}
+	/* AUTO with a warm predictor: the event only (for a late wake_late()) */
+	hostfn = n->use_wake &&
+		 (!n->use_poll || n->pred.n < RK__PRED_WARM || !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
 		ret = RK_CUDA(n->rank, cudaEventRecord(n->ev, n->stream));
-		if (!ret)
+		if (!ret && hostfn)
 			ret = RK_CUDA(n->rank, cudaStreamWaitEvent(n->side, n->ev, 0));
-		if (!ret)
+		if (!ret && hostfn)
 			ret = RK_CUDA(n->rank, cudaLaunchHostFunc(n->side, host_fn, sl));
 		if (ret) {
 			if (wrote) {
@@ -226,9 +346,15 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 			n->broken = true;
 			return ret;
 		}
-		sl->post_inflight = true;
-		n->posts_inflight++;
+		if (hostfn) {
+			sl->post_inflight = true;
+			n->posts_inflight++;
+			n->wake_upto = seq;
+		} else {
+			n->st.predicted++;
+		}
 	}
+	sl->t_mark = rk__loop_clock(n->loop);
 	n->issued = seq;
 	n->st.marks++;
 	if (n->issued - n->delivered > n->st.max_outstanding)
@@ -250,6 +376,9 @@ void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifi
 {
 	*out = n->st;
 	out->outstanding = (uint32_t)(n->issued - n->delivered);
+	out->pred_mean_ns = n->pred.mean;
+	out->pred_dev_ns = n->pred.dev;
+	out->pred_q_ns = n->pred.q;
 }
 
 /* Make @dev current, remembering the previous device in *@old. */

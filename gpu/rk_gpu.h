@@ -46,8 +46,12 @@ RK_EXPORT int rk_gpu_probe(void);
  * - WAKE: a host function (cudaLaunchHostFunc) on a side stream, ordered after
  *   the mark by an event, posts to the loop (rk_loop_post); it wakes a blocked
  *   loop. Costs a CUDA worker thread hop (~30 us measured).
- * - AUTO: both; whichever sees a mark first delivers it. The loop spins on the
- *   word and may still block when its spin window ends.
+ * - AUTO: both; whichever sees a mark first delivers it. Once the notifier
+ *   can predict how long a mark takes (after a few marks), marks enqueue the
+ *   word only, and the loop sleeps until shortly before the predicted time
+ *   (RK_PREDICT, rk_source_ops.expect) and spins for the rest; a mark that
+ *   becomes overdue gets its host function when the loop wants to block.
+ * POLL predicts too (the loop sleeps as in AUTO, and spins once overdue).
  */
 enum rk_gpu_notify_mode {
 	RK_GPU_NOTIFY_AUTO = 0,
@@ -77,6 +81,12 @@ struct rk_gpu_notifier_stats {
 	uint64_t refused;		/* marks refused with -EAGAIN (all slots in flight) */
 	uint32_t outstanding;		/* marks not yet delivered */
 	uint32_t max_outstanding;
+	uint64_t predicted;		/* AUTO marks enqueued without a host function */
+	uint64_t wake_armed_late;	/* host functions enqueued for an overdue mark */
+	uint64_t pred_bounded;		/* deliveries seen after a gap (upper bounds only) */
+	uint64_t pred_mean_ns;		/* the predictor: a mark's duration, mean */
+	uint64_t pred_dev_ns;		/* ...and mean deviation */
+	uint64_t pred_q_ns;		/* ...and its low quantile: the expected duration */
 };
 
 /**
@@ -180,6 +190,15 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
  */
 RK_EXPORT int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready,
 			     void *arg, struct rk_nccl **out);
+
+/**
+ * rk_nccl_busy() - tell whether collectives of the communicator are in flight.
+ * Once ready, ncclCommGetAsyncError is watched every RK_NCCL_WATCH_MS only
+ * while busy (and once more after), so an idle rank gets no wake-ups from it;
+ * a peer's death while idle still comes through the world (rk_nccl_abort()).
+ * Default: not busy. Loop thread; any state.
+ */
+RK_EXPORT void rk_nccl_busy(struct rk_nccl *n, bool busy);
 
 /** rk_nccl_set_error_cb() - where asynchronous errors go (NULL = only logged). */
 RK_EXPORT void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg);

@@ -50,6 +50,9 @@ enum knob_id {
 	K_TIMED_US,
 	K_TIMED_SLICE_US,
 	K_SPIN_YIELD,
+	K_PREDICT,
+	K_PREDICT_MARGIN_US,
+	K_PREDICT_MIN_US,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -98,6 +101,15 @@ static const struct knob knobs[] = {
 			       "one timed wait, us" },
 	[K_SPIN_YIELD] = { "RK_SPIN_YIELD", "spin_yield", KIND_U64, U(wait.spin_yield), 1,
 			   0, 1000000, "sched_yield() every N empty spin iterations (0 = never)" },
+	[K_PREDICT] = { "RK_PREDICT", "predict", KIND_BOOL, U(wait.predict), 1, 0, 0,
+			"sleep until a source's predicted event less a margin, then spin" },
+	[K_PREDICT_MARGIN_US] = { "RK_PREDICT_MARGIN_US", "predict_margin_us", KIND_U64,
+				  U(wait.predict_margin_ns), NS_PER_US, 0, 1000000,
+				  "wake this long before a predicted event (plus the measured "
+				  "timer lateness), us" },
+	[K_PREDICT_MIN_US] = { "RK_PREDICT_MIN_US", "predict_min_us", KIND_U64,
+			       U(wait.predict_min_ns), NS_PER_US, 1, 1000000,
+			       "no predictive sleep shorter than this, us" },
 	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_BOOL, U(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread" },
 	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, U(wait.sqpoll_cpu), 1,
@@ -172,6 +184,9 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.timed_ns = RK_DEF_TIMED_US * NS_PER_US;
 	cfg->wait.timed_slice_ns = RK_DEF_TIMED_SLICE_US * NS_PER_US;
 	cfg->wait.spin_yield = RK_DEF_SPIN_YIELD;
+	cfg->wait.predict = RK_DEF_PREDICT;
+	cfg->wait.predict_margin_ns = RK_DEF_PREDICT_MARGIN_US * NS_PER_US;
+	cfg->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;
 	cfg->wait.coop_taskrun = true;

@@ -11,6 +11,9 @@
  *   6. before-wait: run queued flushers, so the frames that steps 2-5 queued
  *      leave in one send per link
  *   7. submit SQEs and wait per the policy:
+ *        predict - a source expects its next event at T (rk_source_ops.expect):
+ *                 sleep as 'block' does, but only until T less the margin, then
+ *                 spin for the rest (the spin window does not apply)
  *        spin   - recently busy: one pause instruction, then the next iteration
  *        timed  - a timed wait of one slice (when configured)
  *        block  - publish "sleeping", fence, arm sources and re-check, then wait
@@ -37,6 +40,7 @@
 #include "runtime_int.h"
 
 #define RK_CQE_BATCH 128
+#define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
 
@@ -78,6 +82,12 @@ struct rk_loop {
 	unsigned int spin_run;		/* empty spin iterations since the last yield */
 	enum phase phase;		/* what the time since 'mark' is spent on */
 	uint64_t mark;
+
+	/* predictive waits: see loop_wait() */
+	uint64_t pred_deadline;		/* wake asked by this predictive sleep, 0 = none */
+	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
+	uint64_t late_boost;		/* margin added when late, decays when early */
+	bool after_park;		/* this iteration follows a wait that slept */
 	struct rk_loop_stats stats;
 };
 
@@ -154,6 +164,16 @@ void rk__loop_note(struct rk_loop *loop, enum rk_activity a)
 int rk__loop_rank(const struct rk_loop *loop)
 {
 	return loop->cfg.rank;
+}
+
+uint64_t rk__loop_clock(const struct rk_loop *loop)
+{
+	return loop->clock_fn(loop->clock_arg);
+}
+
+bool rk__loop_after_park(const struct rk_loop *loop)
+{
+	return loop->after_park;
 }
 
 uint64_t rk__loop_refresh(struct rk_loop *loop)
@@ -381,6 +401,11 @@ int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
 	return 0;
 }
 
+bool rk_loop_predicts(const struct rk_loop *loop)
+{
+	return loop->cfg.wait.predict && loop->cfg.wait.mode == RK_WAIT_ADAPTIVE;
+}
+
 int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 {
 	struct rk_source **pp;
@@ -397,9 +422,11 @@ int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 	return -ENOENT;
 }
 
-static void poll_sources(struct rk_loop *loop)
+/* Return the number of busy events the sources handled. */
+static unsigned int poll_sources(struct rk_loop *loop)
 {
 	struct rk_source *s, *next;
+	unsigned int found = 0;
 	int ret;
 
 	for (s = loop->sources; s; s = next) {
@@ -409,10 +436,28 @@ static void poll_sources(struct rk_loop *loop)
 			loop->stats.events += (uint64_t)ret;
 			loop->iter_events += (unsigned int)ret;
 			loop->iter_busy += (unsigned int)ret;
+			found += (unsigned int)ret;
 		} else if (ret < 0) {
 			rk__warn(loop->cfg.rank, "source %s: %s", s->ops->name, rk_strerror(ret));
 		}
 	}
+	return found;
+}
+
+/* The earliest time a source expects its next event at, 0 = none predicted. */
+static uint64_t sources_expect(struct rk_loop *loop)
+{
+	struct rk_source *s;
+	uint64_t t, first = 0;
+
+	for (s = loop->sources; s; s = s->next) {
+		if (!s->ops->expect)
+			continue;
+		t = s->ops->expect(s, loop->now);
+		if (t && (!first || t < first))
+			first = t;
+	}
+	return first;
 }
 
 /* Before blocking: arm each source (or poll it, for sources woken by their
@@ -768,13 +813,17 @@ static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
 	ts->tv_nsec = (long long)(ns % 1000000000ull);
 }
 
+enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT };
+
 /*
  * Park the thread until a CQE, a wake or @timeout_ns. The spin-to-sleep switch
  * publishes 'sleeping' before the last look at the inbox and the sources,
  * with a full fence between (pairs with loop_kick()), so a post either is seen
  * here or finds 'sleeping' set and writes the eventfd whose read is armed.
+ * PARK_PREDICT: @timeout_ns ends shortly before a source's predicted event;
+ * the source's arm() may rely on that (rk_source_ops.expect).
  */
-static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
+static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 {
 	struct __kernel_timespec ts;
 	struct io_uring_cqe *cqe;
@@ -795,11 +844,15 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
 		return;
 	}
 	wake_arm(loop);
-	if (timed)
+	if (how == PARK_TIMED) {
 		loop->stats.timed_waits++;
-	else
+	} else if (how == PARK_PREDICT) {
+		loop->stats.predict_waits++;
+		loop->pred_deadline = loop->now + timeout_ns;
+	} else {
 		loop->stats.blocks++;
-	loop->phase = timed ? PH_TIMED : PH_BLOCK;
+	}
+	loop->phase = how == PARK_TIMED ? PH_TIMED : PH_BLOCK;
 	if (timeout_ns != UINT64_MAX) {
 		ns_to_ts(timeout_ns, &ts);
 		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
@@ -815,48 +868,135 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, bool timed)
 		loop->stats.wakeups++;
 }
 
+/* One empty spin iteration: submit, let the kernel post deferred completions, pause. */
+static void loop_spin(struct rk_loop *loop)
+{
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+
+	if (io_uring_sq_ready(&loop->ring))
+		io_uring_submit(&loop->ring);
+	if (ring_needs_enter(loop))
+		io_uring_get_events(&loop->ring);
+	loop->phase = PH_SPIN;
+	loop->stats.spin_iters++;
+	/* With more runnable threads than cores (a CPU backend's workers,
+	 * several ranks per host) a pure spin starves them: let them run. */
+	if (w->spin_yield && ++loop->spin_run >= w->spin_yield) {
+		loop->spin_run = 0;
+		sched_yield();
+	} else {
+		cpu_relax();
+	}
+}
+
+/*
+ * The margin of a predictive sleep: the configured base, how late timed wakes
+ * have come (a VM's timer wake is tens of us late, ARCHITECTURE.md), and a
+ * boost that grows when a prediction turned out late and decays when early.
+ */
+static uint64_t predict_margin(const struct rk_loop *loop)
+{
+	return loop->cfg.wait.predict_margin_ns + loop->oversleep_avg + loop->late_boost;
+}
+
+/* After a predictive sleep: was it cut short, early (spin now) or late? */
+static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned int found)
+{
+	uint64_t over, base = loop->cfg.wait.predict_margin_ns;
+
+	if (loop->now + 1000 < deadline) {
+		loop->stats.predict_cut++;	/* another event came first */
+		return;
+	}
+	over = loop->now > deadline ? loop->now - deadline : 0;
+	loop->stats.ns_oversleep += over;
+	/*
+	 * Rise fast, fall slowly: an oversleep costs latency, a wide margin only
+	 * CPU. Capped: a thread descheduled for milliseconds says nothing about the
+	 * timer, and a margin wider than the waits would stop every predictive
+	 * sleep, and with them the samples that could narrow it again.
+	 */
+	if (over > PREDICT_OVER_CAP)
+		over = PREDICT_OVER_CAP;
+	if (over > loop->oversleep_avg)
+		loop->oversleep_avg = (loop->oversleep_avg * 3 + over) / 4;
+	else
+		loop->oversleep_avg = (loop->oversleep_avg * 15 + over) / 16;
+	if (found) {
+		loop->stats.predict_late++;
+		loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
+		if (loop->late_boost > PREDICT_OVER_CAP)
+			loop->late_boost = PREDICT_OVER_CAP;
+	} else {
+		loop->stats.predict_early++;
+		loop->late_boost -= loop->late_boost / 32;
+	}
+}
+
+/*
+ * A source predicts its next event at @expect: sleep until @expect less the
+ * margin when that is at least predict_min away, else spin. Return false to
+ * leave the decision to the rest of the policy (a timer is due before the wake).
+ * Adaptive mode only: 'block' and 'spin' keep their one phase.
+ */
+static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
+{
+	uint64_t margin = predict_margin(loop);
+	uint64_t wake = expect > margin ? expect - margin : 0;
+
+	if (wake <= loop->now + loop->cfg.wait.predict_min_ns) {
+		/* due (or too close to sleep): spin; the source stops predicting
+		 * once it is overdue, so this is bounded */
+		loop_spin(loop);
+		return true;
+	}
+	if (wake - loop->now > tmo)
+		return false;
+	loop_park(loop, wake - loop->now, PARK_PREDICT);
+	return true;
+}
+
 static void loop_wait(struct rk_loop *loop)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
 	uint64_t since = loop->now - loop->last_busy;
 	uint64_t tmo = next_timer_in(loop);
+	uint64_t expect;
 
 	if (tmo == 0 || loop->flush_head) {
 		io_uring_submit(&loop->ring);
 		return;
 	}
-	if (w->mode == RK_WAIT_SPIN || (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns)) {
-		if (io_uring_sq_ready(&loop->ring))
-			io_uring_submit(&loop->ring);
-		if (ring_needs_enter(loop))
-			io_uring_get_events(&loop->ring);
-		loop->phase = PH_SPIN;
-		loop->stats.spin_iters++;
-		/* With more runnable threads than cores (a CPU backend's workers,
-		 * several ranks per host) a pure spin starves them: let them run. */
-		if (w->spin_yield && ++loop->spin_run >= w->spin_yield) {
-			loop->spin_run = 0;
-			sched_yield();
-		} else {
-			cpu_relax();
-		}
+	if (w->mode == RK_WAIT_SPIN) {
+		loop_spin(loop);
+		return;
+	}
+	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && loop->sources) {
+		expect = sources_expect(loop);
+		if (expect && predict_wait(loop, expect, tmo))
+			return;
+	}
+	if (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns) {
+		loop_spin(loop);
 		return;
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->timed_ns && since < w->spin_ns + w->timed_ns) {
 		uint64_t slice = w->timed_slice_ns;
 
-		loop_park(loop, tmo < slice ? tmo : slice, true);
+		loop_park(loop, tmo < slice ? tmo : slice, PARK_TIMED);
 		return;
 	}
-	loop_park(loop, tmo, false);
+	loop_park(loop, tmo, PARK_BLOCK);
 }
 
 /* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
 static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 {
+	unsigned int found;
 	uint64_t t;
 
 	loop->now = loop->clock_fn(loop->clock_arg);
+	loop->after_park = loop->phase == PH_BLOCK || loop->phase == PH_TIMED;
 	account(loop, loop->now);
 	loop->iter_busy = 0;
 	loop->iter_events = 0;
@@ -868,8 +1008,11 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 		reap(loop);
 	}
 	drain_inbox(loop);
-	if (loop->sources)
-		poll_sources(loop);
+	found = loop->sources ? poll_sources(loop) : 0;
+	if (loop->pred_deadline) {
+		predict_account(loop, loop->pred_deadline, found);
+		loop->pred_deadline = 0;
+	}
 	if (loop->timers && loop->timers->due <= loop->now)
 		run_timers(loop);
 	run_flushers(loop);
@@ -932,6 +1075,7 @@ uint64_t rk_loop_now(const struct rk_loop *loop)
 void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
 {
 	*out = loop->stats;
+	out->predict_margin_ns = predict_margin(loop);
 }
 
 void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
@@ -941,6 +1085,9 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 	loop->cfg.wait.timed_ns = w->timed_ns;
 	loop->cfg.wait.timed_slice_ns = w->timed_slice_ns ? w->timed_slice_ns : 1000;
 	loop->cfg.wait.spin_yield = w->spin_yield;
+	loop->cfg.wait.predict = w->predict;
+	loop->cfg.wait.predict_margin_ns = w->predict_margin_ns;
+	loop->cfg.wait.predict_min_ns = w->predict_min_ns ? w->predict_min_ns : 1000;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

@@ -51,6 +51,16 @@ struct rk_wait_policy {
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
 	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
 	bool coop_taskrun;		/* RK_COOP_TASKRUN: COOP_TASKRUN|TASKRUN_FLAG ring flags */
+	/*
+	 * Predictive waits (adaptive mode): when a source's expect()
+	 * names the time of its next event, the loop sleeps until that time less
+	 * a margin (a timed wait: any other event still wakes it at once), then
+	 * spins for the rest instead of spinning all the way. The margin in use is
+	 * predict_margin_ns plus the measured lateness of the loop's timed wakes.
+	 */
+	bool predict;			/* RK_PREDICT: honour sources' expect() */
+	uint64_t predict_margin_ns;	/* RK_PREDICT_MARGIN_US: base wake margin */
+	uint64_t predict_min_ns;	/* RK_PREDICT_MIN_US: no predictive sleep shorter */
 };
 
 struct rk_config {
@@ -147,6 +157,13 @@ struct rk_loop_stats {
 	uint64_t ns_timed;		/* time spent in timed waits */
 	uint64_t ns_blocked;		/* time spent blocked */
 	uint64_t ns_run;		/* time spent in handlers */
+	/* predictive waits (rk_source_ops.expect) */
+	uint64_t predict_waits;		/* sleeps until a predicted event less the margin */
+	uint64_t predict_early;		/* ...that woke before the event (then spun) */
+	uint64_t predict_late;		/* ...whose event was already there at the wake */
+	uint64_t predict_cut;		/* ...ended earlier by another event */
+	uint64_t ns_oversleep;		/* sum of how late the timed wakes came */
+	uint64_t predict_margin_ns;	/* the margin in use now (base + measured) */
 };
 
 /**
@@ -290,11 +307,22 @@ struct rk_source;
  *   Return 0 when armed, > 0 when an event is already pending (the loop will not
  *   block), or -errno. May be NULL for a source whose producer calls
  *   rk_loop_wake() or rk_loop_post() after publishing an event.
+ * - expect(): optional: the loop-clock time (ns, as rk_loop_now()) at which
+ *   poll() is expected to find the next event, or 0 for "no prediction".
+ *   Called with the iteration's @now before the loop decides how to wait.
+ *   While it names a time T, the loop (with RK_PREDICT, in adaptive mode)
+ *   never sleeps past T: it sleeps until T less its margin, then spins, even
+ *   inside its spin window. So while its expect() gives a time, a
+ *   source's arm() may return 0 without arming anything; once the prediction
+ *   is overdue it must return 0 from expect() and really arm (or answer > 0).
+ *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
+ *   or switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
  */
 struct rk_source_ops {
 	const char *name;
 	int (*poll)(struct rk_source *src, uint64_t now);
 	int (*arm)(struct rk_source *src);
+	uint64_t (*expect)(struct rk_source *src, uint64_t now);
 };
 
 struct rk_source {
@@ -305,6 +333,13 @@ struct rk_source {
 	struct rk_source *next;
 	struct rk_loop *loop;
 };
+
+/**
+ * rk_loop_predicts() - whether the loop now honours rk_source_ops.expect()
+ * (RK_PREDICT on, wait mode adaptive). A source may answer arm()
+ * with 0 on the strength of its prediction only while this is true. Loop thread.
+ */
+RK_EXPORT bool rk_loop_predicts(const struct rk_loop *loop);
 
 /** rk_loop_add_source() - attach @src. Return: 0, -EALREADY. Loop thread. */
 RK_EXPORT int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src);

@@ -13,6 +13,9 @@
 #define RK_DEF_TIMED_US		0
 #define RK_DEF_TIMED_SLICE_US	50
 #define RK_DEF_SPIN_YIELD	64
+#define RK_DEF_PREDICT		1
+#define RK_DEF_PREDICT_MARGIN_US	20
+#define RK_DEF_PREDICT_MIN_US	20
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
 #define RK_DEF_RX_BUF_COUNT	64
@@ -119,6 +122,96 @@ int rk__loop_rank(const struct rk_loop *loop);
 /* Re-read the clock outside an iteration (the cached time may be stale after
  * a long handler or a blocking call); returns the new rk_loop_now(). */
 uint64_t rk__loop_refresh(struct rk_loop *loop);
+/* The loop's clock now, without touching its cached time. Loop thread. */
+uint64_t rk__loop_clock(const struct rk_loop *loop);
+/* Whether this iteration follows a wait in which the thread slept (a predictive,
+ * timed or blocking wait): what it sees now may have happened a while ago. */
+bool rk__loop_after_park(const struct rk_loop *loop);
+
+/*
+ * A predictor for a source's expect() (rk_source_ops): how long after a known
+ * start an event comes. It tracks q, a low quantile (about the 10th
+ * percentile) of that duration, stochastically: a duration below q moves q
+ * down by 9 steps, one above moves it up by one step (a step is q/256), so
+ * about one event in ten comes before q. That needs only "below or above q",
+ * which a censored observation also gives: an event seen right after the loop
+ * slept happened at most then, so when that bound is below q it counts as
+ * below, and oversleeping can never teach longer sleeps. The mean and mean
+ * deviation (EWMA 1/8, 1/4) of the exact samples bound how long a prediction
+ * stays valid: past max(q, mean + 4 deviations) + slack it is overdue; the
+ * expected time is the earlier of q and mean - 2 deviations.
+ */
+struct rk__pred {
+	uint64_t q;
+	uint64_t mean;
+	uint64_t dev;
+	uint32_t n;
+};
+
+#define RK__PRED_WARM		8		/* samples before predicting */
+#define RK__PRED_MIN_SLACK	20000ull	/* ns past the mean + 4 dev before overdue */
+
+static inline uint64_t rk__pred_step(const struct rk__pred *p)
+{
+	return p->q / 256 > 50 ? p->q / 256 : 50;
+}
+
+static inline void rk__pred_below(struct rk__pred *p)
+{
+	uint64_t down = 9 * rk__pred_step(p);
+
+	p->q = p->q > down ? p->q - down : 0;
+}
+
+/* An exact sample: the event came @d ns after its start. */
+static inline void rk__pred_sample(struct rk__pred *p, uint64_t d)
+{
+	uint64_t dev;
+
+	if (!p->n) {
+		p->q = d;
+		p->mean = d;
+		p->dev = d / 4;
+	} else {
+		if (d < p->q)
+			rk__pred_below(p);
+		else
+			p->q += rk__pred_step(p);
+		dev = d > p->mean ? d - p->mean : p->mean - d;
+		p->dev = (p->dev * 3 + dev) / 4;
+		p->mean = (p->mean * 7 + d) / 8;
+	}
+	if (p->n < UINT32_MAX)
+		p->n++;
+}
+
+/* A censored one: the event came at most @d ns after its start. */
+static inline void rk__pred_bound(struct rk__pred *p, uint64_t d)
+{
+	if (!p->n)
+		rk__pred_sample(p, d);
+	else if (d <= p->q)
+		rk__pred_below(p);
+}
+
+/* When an event that started at @start is expected, or 0 (cold, or overdue at @now). */
+static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start, uint64_t now)
+{
+	uint64_t slack, span, early;
+
+	if (p->n < RK__PRED_WARM)
+		return 0;
+	slack = p->mean / 4 > RK__PRED_MIN_SLACK ? p->mean / 4 : RK__PRED_MIN_SLACK;
+	span = p->mean + 4 * p->dev > p->q ? p->mean + 4 * p->dev : p->q;
+	if (now > start + span + slack)
+		return 0;
+	/* q moves slowly (a step is q/256): while it settles, or after a change
+	 * of pace, mean - 2 deviations (quick) keeps the wake early */
+	early = p->mean > 2 * p->dev ? p->mean - 2 * p->dev : 0;
+	if (p->q < early)
+		early = p->q;
+	return start + (early ? early : 1);
+}
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 

@@ -48,6 +48,15 @@ struct rk_sched {
 	uint64_t *prev_ids, *cur_ids;
 	uint32_t nprev;
 	uint32_t ids_cap;
+	/*
+	 * When the next ROUND should come: rounds follow each other at a steady
+	 * gap after our ROUND_DONE (the leader's host work and the wire), so a
+	 * loop source predicts it (expect()) and the loop sleeps through most of
+	 * that gap instead of spinning. The frame itself wakes the ring.
+	 */
+	struct rk_source src;
+	struct rk__pred gap;			/* ROUND_DONE sent -> next ROUND seen */
+	uint64_t t_done;			/* the last ROUND_DONE, 0 = no ROUND awaited */
 
 	struct rk_sched_stats stats;
 };
@@ -61,6 +70,51 @@ static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_ev
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	s->cfg.trace(s->cfg.trace_arg, round_id, ev,
 		     (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+}
+
+/* ---- follower: predicting the next ROUND ------------------------------------------ */
+
+static int src_poll(struct rk_source *src, uint64_t now)
+{
+	(void)src;
+	(void)now;
+	return 0;	/* the frame comes through the ring */
+}
+
+static int src_arm(struct rk_source *src)
+{
+	(void)src;
+	return 0;	/* nothing to arm: the frame wakes a sleeping loop */
+}
+
+static uint64_t src_expect(struct rk_source *src, uint64_t now)
+{
+	struct rk_sched *s = src->data;
+
+	return s->t_done ? rk__pred_expect(&s->gap, s->t_done, now) : 0;
+}
+
+static const struct rk_source_ops round_source_ops = {
+	.name = "sched-next-round",
+	.poll = src_poll,
+	.arm = src_arm,
+	.expect = src_expect,
+};
+
+/* A ROUND arrived: learn the gap since our ROUND_DONE. */
+static void round_seen(struct rk_sched *s)
+{
+	uint64_t now = rk_loop_now(s->loop);
+
+	if (!s->t_done || now <= s->t_done)
+		goto out;
+	/* after a sleep the frame may have waited: an upper bound only */
+	if (rk__loop_after_park(s->loop))
+		rk__pred_bound(&s->gap, now - s->t_done);
+	else
+		rk__pred_sample(&s->gap, now - s->t_done);
+out:
+	s->t_done = 0;
 }
 
 /* ---- drafting -------------------------------------------------------------------- */
@@ -127,6 +181,11 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		rk_sched_destroy(s);
 		return -ENOMEM;
 	}
+	if (s->rank != 0) {
+		s->src.ops = &round_source_ops;
+		s->src.data = s;
+		rk_loop_add_source(s->loop, &s->src);
+	}
 	*out = s;
 	return 0;
 }
@@ -171,6 +230,8 @@ void rk_sched_destroy(struct rk_sched *s)
 	if (!s)
 		return;
 	fail_all(s, -RK_ESTOPPED);
+	if (s->src.loop)
+		rk_loop_remove_source(s->loop, &s->src);
 	free(s->batch);
 	free(s->streams);
 	free(s->draft_off);
@@ -548,6 +609,8 @@ void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
 		s->stats.ns_round_sum += d.elapsed_ns;
 		if (n > 0)
 			rk_world_send(s->world, 0, RK_FRAME_ROUND_DONE, 0, buf, (uint32_t)n);
+		/* the next ROUND is due in about the usual gap, if streams still run */
+		s->t_done = status || !s->nprev ? 0 : rk__loop_clock(s->loop);
 	}
 }
 
@@ -561,6 +624,7 @@ int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
 	case RK_FRAME_ROUND:
 		if (s->rank == 0 || peer != 0)
 			return -ENOENT;
+		round_seen(s);
 		ret = follower_round(s, h, payload);
 		if (ret) {
 			rk__err(s->rank, "round: %s", rk_strerror(ret));

@@ -117,6 +117,7 @@ if [ "$mode" = policies ]; then
 		echo "== $sname ($sargs), policy $pol (RK_WAIT=$wmode${nopt:+ $nopt}), run $run:" \
 			"exit $rc, $(($(date +%s) - t0)) s"
 		sed 's/^\[r0\] //' "$out" | grep -v '^\[r[0-9]*\] '
+		grep '^\[r[1-9][0-9]*\] notify' "$out"
 		if [ $rc != 0 ]; then
 			bad=1
 			tail -n 20 "$out.err"

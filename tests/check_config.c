@@ -154,6 +154,9 @@ START_TEST(test_print_defaults)
 		"RK_TIMED_US=0\n"
 		"RK_TIMED_SLICE_US=50\n"
 		"RK_SPIN_YIELD=64\n"
+		"RK_PREDICT=1\n"
+		"RK_PREDICT_MARGIN_US=20\n"
+		"RK_PREDICT_MIN_US=20\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
@@ -342,6 +345,9 @@ static const struct {
 	{ "RK_SPIN_US", "60000001" }, { "RK_SPIN_US", "18446744073709551615" },
 	{ "RK_TIMED_US", "60000001" },
 	{ "RK_TIMED_SLICE_US", "0" }, { "RK_TIMED_SLICE_US", "1000001" },
+	{ "RK_PREDICT", "yes please" }, { "RK_PREDICT", "2" },
+	{ "RK_PREDICT_MARGIN_US", "1000001" }, { "RK_PREDICT_MARGIN_US", "-1" },
+	{ "RK_PREDICT_MIN_US", "0" }, { "RK_PREDICT_MIN_US", "20us" },
 	{ "RK_SQPOLL", "2" }, { "RK_SQPOLL", "maybe" }, { "RK_SQPOLL", "yess" },
 	{ "RK_SQPOLL", "y" }, { "RK_SQPOLL", "01" },
 	{ "RK_SQPOLL_CPU", "-2" }, { "RK_SQPOLL_CPU", "4096" },

@@ -2190,6 +2190,317 @@ START_TEST(test_sqpoll)
 }
 END_TEST
 
+/* ---- predictive waits (rk_source_ops.expect) ---------------------------------------- */
+
+/*
+ * A stand-in for a GPU notifier in poll-only mode: nothing can wake the loop
+ * when its event is ready at 'ready_at' (the poll sees it), but it predicts
+ * that time. Its arm() relies on the prediction while it is not overdue and,
+ * like the notifier without a wake path, keeps the loop from blocking after.
+ */
+struct pred_src {
+	struct rk_source src;
+	uint64_t ready_at;	/* CLOCK_MONOTONIC ns; 0 = nothing outstanding */
+	uint64_t seen_at;	/* when poll() delivered it */
+	uint64_t late_after;	/* past ready_at + this the prediction is overdue */
+	bool predict;		/* give expect() at all */
+	unsigned int early_looks;	/* polls that found it not ready yet */
+};
+
+static int pred_poll(struct rk_source *src, uint64_t now)
+{
+	struct pred_src *p = src->data;
+
+	if (!p->ready_at)
+		return 0;
+	if (mono() < p->ready_at) {
+		p->early_looks++;
+		return 0;
+	}
+	p->seen_at = mono();
+	p->ready_at = 0;
+	(void)now;
+	return 1;
+}
+
+static uint64_t pred_expect(struct rk_source *src, uint64_t now)
+{
+	struct pred_src *p = src->data;
+
+	if (!p->predict || !p->ready_at || now > p->ready_at + p->late_after)
+		return 0;
+	return p->ready_at;
+}
+
+static int pred_arm(struct rk_source *src)
+{
+	struct pred_src *p = src->data;
+
+	if (!p->ready_at)
+		return 0;
+	if (mono() >= p->ready_at)
+		return 1;
+	/* the loop will wake by the prediction: nothing to arm */
+	if (rk_loop_predicts(src->loop) && pred_expect(src, rk_loop_now(src->loop)))
+		return 0;
+	return 1;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static const struct rk_source_ops pred_ops = {
+	.name = "predicting", .poll = pred_poll, .arm = pred_arm, .expect = pred_expect };
+
+/* Run until @p's event is delivered; return the loop thread's CPU time for it. */
+static uint64_t pred_run_one(struct rk_loop *loop, struct pred_src *p, uint64_t in_ns)
+{
+	uint64_t cpu0, t_end;
+	struct rk_post kick = { .cb = busy_post_cb };
+	int ran = 0;
+
+	/* a busy event just before: without prediction the spin window is open */
+	kick.data = &ran;
+	rk_loop_post(loop, &kick);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 1);
+	p->seen_at = 0;
+	p->ready_at = mono() + in_ns;
+	cpu0 = thread_cpu_ns();
+	t_end = p->ready_at + 2 * SEC;
+	while (!p->seen_at && mono() < t_end)
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_msg(p->seen_at, "the predicted event was never delivered");
+	return thread_cpu_ns() - cpu0;
+}
+
+/*
+ * The loop sleeps through most of a predicted wait and wakes before the
+ * prediction (then spins on the source): its CPU time is a small part of
+ * the wait, where a loop inside its spin window would burn all of it, and
+ * the event is seen within a bound of its time. Fails without the feature:
+ * with RK_PREDICT=0 (the old policy) the 200 ms spin window spins throughout.
+ */
+START_TEST(test_predict_sleeps)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
+	struct rk_loop_stats s;
+	uint64_t cpu, wait = 30 * MS, worst = 0;
+	unsigned int i, n = 8;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	ck_assert(c.wait.predict);		/* the default */
+	/*
+	 * This 2-vCPU VM wakes 80-350 us late from a 30 ms sleep (deep idle), more
+	 * than the learned part of the margin may grow (100 us): the knob covers
+	 * the rest, as it would on such a machine.
+	 */
+	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MARGIN_US", "400", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.predict_margin_ns, 400 * US);
+	loop = new_loop(&c);
+	ck_assert(rk_loop_predicts(loop));
+	p.src.data = &p;
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+	for (i = 0; i < n; i++) {
+		uint64_t ready = mono() + wait, late;
+
+		cpu = pred_run_one(loop, &p, wait);
+		late = p.seen_at >= ready ? p.seen_at - ready : 0;
+		/* well under the wait: about the margin of spinning, plus the wakes */
+		ck_assert_msg(cpu < wait / 4, "loop CPU %" PRIu64 " us over a %" PRIu64
+			      " us predicted wait", cpu / US, wait / US);
+		if (late > worst)
+			worst = late;
+	}
+	s = stats_of(loop);
+	fprintf(stderr, "predict: waits %" PRIu64 " early %" PRIu64 " late %" PRIu64 " cut %" PRIu64
+		" oversleep avg %" PRIu64 " us, margin %" PRIu64 " us, worst %" PRIu64 " us\n",
+		s.predict_waits, s.predict_early, s.predict_late, s.predict_cut,
+		s.predict_waits ? s.ns_oversleep / s.predict_waits / US : 0,
+		s.predict_margin_ns / US, worst / US);
+	ck_assert_uint_ge(s.predict_waits, n);
+	ck_assert_uint_eq(s.predict_early + s.predict_late + s.predict_cut, s.predict_waits);
+	/* the margin (knob + the timer's learned lateness) wakes it first */
+	ck_assert_uint_ge(s.predict_early, n / 2);
+	ck_assert_uint_ge(s.predict_margin_ns, c.wait.predict_margin_ns);
+	/* mostly well under 1 ms; a 2-vCPU VM running the other suites may deschedule us */
+	ck_assert_msg(worst < 30 * MS, "event seen %" PRIu64 " us after it was ready", worst / US);
+	ck_assert_uint_ge(s.ns_blocked, n * wait / 2);	/* it slept through most of it */
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/* With RK_PREDICT=0 the same wait spins: the control for the test above. */
+START_TEST(test_predict_off_spins)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
+	struct rk_loop_stats s;
+	uint64_t cpu, wait = 20 * MS;
+	char err[128];
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
+	loop = new_loop(&c);
+	ck_assert(!rk_loop_predicts(loop));
+	p.src.data = &p;
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+	cpu = pred_run_one(loop, &p, wait);
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_waits, 0);
+	/* it spun through the wait (its CPU time depends on what else runs: it yields) */
+	ck_assert_uint_ge(s.spin_iters, 200);
+	ck_assert_uint_lt(s.ns_blocked, wait / 4);
+	(void)cpu;
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+struct pred_poster {
+	struct rk_loop *loop;
+	struct rk_post post;
+	uint64_t delay;
+	uint64_t posted_at;
+	int ran;
+};
+
+static void *pred_poster_thread(void *arg)
+{
+	struct pred_poster *pp = arg;
+
+	sleep_ns(pp->delay);
+	pp->posted_at = mono();
+	rk_loop_post(pp->loop, &pp->post);
+	return NULL;
+}
+
+static enum rk_activity pred_post_cb(struct rk_post *p)
+{
+	struct pred_poster *pp = p->data;
+
+	pp->ran = 1;
+	return RK_BUSY;
+}
+
+/*
+ * A predictive sleep is an ordinary wait on the ring with a timeout: another
+ * event (here a post from a thread, as a network frame or a host function
+ * would come) ends it at once, long before the prediction.
+ */
+START_TEST(test_predict_cut_by_event)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
+	struct pred_poster pp = { .delay = 10 * MS };
+	struct rk_loop_stats s;
+	pthread_t th;
+	uint64_t seen = 0;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	loop = new_loop(&c);
+	p.src.data = &p;
+	pp.loop = loop;
+	pp.post = (struct rk_post){ .cb = pred_post_cb, .data = &pp };
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+	p.ready_at = mono() + 500 * MS;
+	ck_assert_int_eq(pthread_create(&th, NULL, pred_poster_thread, &pp), 0);
+	while (!pp.ran)
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	seen = mono();
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_msg(seen - pp.posted_at < 20 * MS, "post seen %" PRIu64 " us after it was made",
+		      (seen - pp.posted_at) / US);
+	s = stats_of(loop);
+	ck_assert_uint_ge(s.predict_waits, 1);
+	ck_assert_uint_ge(s.predict_cut, 1);
+	p.ready_at = 0;
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/* A source that gives no prediction keeps the old policy: spin in the window. */
+START_TEST(test_predict_none_keeps_window)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = false };
+	struct rk_loop_stats s;
+	uint64_t cpu, wait = 20 * MS;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	loop = new_loop(&c);
+	p.src.data = &p;
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+	cpu = pred_run_one(loop, &p, wait);
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_waits, 0);
+	ck_assert_uint_ge(s.spin_iters, 200);
+	ck_assert_uint_lt(s.ns_blocked, wait / 4);
+	(void)cpu;
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/*
+ * The predictor behind expect(): it settles near the 10th percentile of the
+ * durations, a censored bound below it lowers it (a late wake teaches an
+ * earlier one), one above it changes nothing, and it stops predicting once
+ * the event is overdue.
+ */
+START_TEST(test_predictor)
+{
+	struct rk__pred p = { 0 };
+	uint64_t rs = 7, i, d, below = 0, q;
+
+	ck_assert_uint_eq(rk__pred_expect(&p, 1000, 1000), 0);	/* cold */
+	for (i = 0; i < 20000; i++)
+		rk__pred_sample(&p, 100 * US + rng_next(&rs) % (100 * US));	/* 100..200 us */
+	ck_assert_msg(p.q > 100 * US && p.q < 118 * US, "q %" PRIu64 " ns", p.q);
+	ck_assert_uint_ge(p.mean, 140 * US);
+	ck_assert_uint_le(p.mean, 160 * US);
+	for (i = 0; i < 1000; i++) {
+		d = 100 * US + rng_next(&rs) % (100 * US);
+		below += d < p.q;
+		rk__pred_sample(&p, d);
+	}
+	ck_assert_msg(below > 40 && below < 200, "%" PRIu64 " of 1000 below q", below);
+	ck_assert_uint_eq(rk__pred_expect(&p, 5 * SEC, 5 * SEC),
+			  5 * SEC + (p.q < p.mean - 2 * p.dev ? p.q : p.mean - 2 * p.dev));
+	/* overdue past max(q, mean + 4 dev) + slack */
+	ck_assert_uint_eq(rk__pred_expect(&p, 5 * SEC, 5 * SEC + 10 * MS), 0);
+	q = p.q;
+	rk__pred_bound(&p, q + 50 * US);	/* "at most later than q": says nothing */
+	ck_assert_uint_eq(p.q, q);
+	rk__pred_bound(&p, q - 1);		/* it came before q: aim earlier */
+	ck_assert_uint_lt(p.q, q);
+	/* a cold predictor takes a bound as its first guess */
+	memset(&p, 0, sizeof(p));
+	rk__pred_bound(&p, 42 * US);
+	ck_assert_uint_eq(p.q, 42 * US);
+	ck_assert_uint_eq(p.n, 1);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static TCase *tcase(Suite *s, const char *name, int timeout)
@@ -2254,6 +2565,13 @@ static Suite *loop_suite(void)
 	tcase_add_test(tc, test_source_noarm_polled_before_block);
 	tcase_add_test(tc, test_source_prepoll_busy);
 	tcase_add_test(tc, test_source_producer_wake);
+
+	tc = tcase(s, "predict", TIMEOUT_S);
+	tcase_add_test(tc, test_predict_sleeps);
+	tcase_add_test(tc, test_predict_off_spins);
+	tcase_add_test(tc, test_predict_cut_by_event);
+	tcase_add_test(tc, test_predict_none_keeps_window);
+	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "fd_watch", TIMEOUT_S);
 	tcase_add_test(tc, test_fd_watch_fires_once);

@@ -23,6 +23,12 @@
 #   DECODE_S        the decode receipt's time limit (default 240 s, less when the
 #                   budget is short); DECODE_RUNS (3), DECODE_REQUESTS (48),
 #                   DECODE_TOKENS (64), DECODE_IDLE (60 s): its bench-serve.sh knobs
+#   STEPS           which steps run (default "gpulat check_gpu threads decode rest"):
+#                   gpulat, check_gpu, threads (per-thread CPU of both ranks, busy
+#                   under each policy and idle under the default: threads.txt),
+#                   decode, rest (the other tests)
+#   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
+#   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 # NCCL_NVLS_ENABLE=0 is forced for every step (the device README says why).
 # Exit: 0 when the build, the GPU tests and the latency bound all passed.
 
@@ -39,6 +45,13 @@ summary=$OUT/summary.txt
 say()
 {
 	echo "$*" | tee -a "$summary"
+}
+
+steps=${STEPS:-gpulat check_gpu threads decode rest}
+want()
+{
+	case " $steps " in *" $1 "*) return 0 ;; esac
+	return 1
 }
 
 left()
@@ -121,6 +134,8 @@ if [ $brc != 0 ]; then
 fi
 
 # ---- the completion-latency benchmark (first: it is the measurement) -----------------
+lrc=0
+if want gpulat; then
 lat=$OUT/gpulat.txt
 : >"$lat"
 step gpulat 90 "$lat" env RK_BENCH_GPU_LAT=1 RK_BENCH_GPU_ITERS="${RK_BENCH_GPU_ITERS:-5000}" \
@@ -128,15 +143,121 @@ step gpulat 90 "$lat" env RK_BENCH_GPU_LAT=1 RK_BENCH_GPU_ITERS="${RK_BENCH_GPU_
 lrc=$?
 cat "$lat"
 grep GPULAT-VERDICT "$lat" >>"$summary"
+fi
 
 # ---- the GPU test suite ---------------------------------------------------------------
+grc=0
+if want check_gpu; then
 glog=$OUT/check_gpu.log
 : >"$glog"
-step check_gpu 300 "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 tests/check_gpu
+step check_gpu "${CHECK_GPU_S:-300}" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 tests/check_gpu
 grc=$?
 grep -E '^(check_gpu|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 60
 grep -E '^[0-9]+%' "$glog" >>"$summary"
 grep -E ':[EF]:' "$glog" | head -n 20 >>"$summary"
+fi
+
+# ---- per-thread CPU of both ranks (tests/thread-cpu.sh): where the CPU goes ---------
+# One large cell (1 stream, plain) under each policy, sampled every 0.5 s; the busy
+# window is the cell (from the column header to the cell line), then, under the
+# default policy, THREADS_IDLE s idle of which all but 10 s are reported; then two
+# idle jobs that split the idle CPU: rankrt alone (CPU backend), CUDA without NCCL.
+dbackend=cpu
+if [ -x examples/rk-serve ] && examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
+	nvidia-smi -L >/dev/null 2>&1; then
+	dbackend=cuda
+fi
+if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
+	trace=$OUT/threads.txt
+	: >"$trace"
+	tdir=$(mktemp -d)
+	tidle0=${THREADS_IDLE:-40}
+	# tjob NAME LIMIT_S "ENV=.. ..." IDLE_S RK-SERVE-ARGS...   (IDLE_S 0: none)
+	tjob()
+	{
+		tname=$1
+		tlim=$2
+		tenv=$3
+		tidle=$4
+		shift 4
+		[ "$tidle" -gt 0 ] && set -- "$@" --bench-idle "$tidle"
+		t0=$(date +%s)
+		# the machine's steal and total CPU ticks, to see how much a spinner is stolen
+		st0=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+		# shellcheck disable=SC2086
+		env $tenv timeout -k 5 "$tlim" examples/rk-launch -v --hosts "$thosts" -- \
+			examples/rk-serve --bench --bench-runs 1 "$@" \
+			</dev/null >"$tdir/$tname.out" 2>"$tdir/$tname.err" &
+		lp=$!
+		tp=
+		i=0
+		while [ $i -lt 200 ] && [ "$(echo $tp | wc -w)" -lt 2 ] && kill -0 $lp 2>/dev/null; do
+			sleep 0.05
+			i=$((i + 1))
+			tp=$(sed -n 's/^rk-launch: rank [0-9]*: pid \([0-9]*\) .*/\1/p' \
+				"$tdir/$tname.err" | tr '\n' ' ')
+		done
+		THREAD_CPU_LINES="$tdir/$tname.out" sh tests/thread-cpu.sh sample \
+			"$tdir/$tname.s" 0.5 $tp &
+		sp=$!
+		wait $lp
+		trc=$?
+		wait $sp
+		st1=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+		steal=$(echo "$st0 $st1" | awk '{ d = $4 - $2; s = d > 0 ? 100 * ($3 - $1) / d : 0
+			printf "%.1f%%", s }')
+		{
+			echo
+			echo "== threads $tname ($tenv; $*): exit $trc, $(($(date +%s) - t0)) s," \
+				"pids $tp; machine steal $steal of all CPU time"
+			sed 's/^\[r0\] //' "$tdir/$tname.out" | grep -v '^\[r[0-9]*\] '
+			grep '^\[r[1-9][0-9]*\] notify' "$tdir/$tname.out"
+			[ $trc = 0 ] || tail -n 15 "$tdir/$tname.err"
+			# the cell: from the column header ('#' line) to the cell line
+			win=$(awk '$3 == "lines" { t = $1 - $2
+				if ($4 >= 1 && !h) h = t; if ($5 >= 1 && !c) c = t }
+				END { if (h && c) print h, c }' "$tdir/$tname.s")
+			if [ -n "$win" ]; then
+				echo "busy (the cell, ${win% *} .. ${win#* } s after the start):"
+				sh tests/thread-cpu.sh report "$tdir/$tname.s" $win tid
+			fi
+			if [ "$tidle" -gt 0 ]; then
+				end=$(awk '$3 != "lines" { t = $1 - $2 } END { print t }' "$tdir/$tname.s")
+				from=$(awk -v e="$end" -v i="$tidle" 'BEGIN { print e - i + 4 }')
+				to=$(awk -v f="$from" -v i="$tidle" 'BEGIN { print f + i - 10 }')
+				echo "idle ($((tidle - 10)) s: $from .. $to s after the start):"
+				sh tests/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to" tid
+			fi
+			echo "whole job:"
+			sh tests/thread-cpu.sh report "$tdir/$tname.s" 0 100000
+		} >>"$trace" 2>&1
+	}
+	t0t=$(date +%s)
+	targs="--vocab 4096 --hidden 32768 --bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 160 --bench-max-tokens 64"
+	thosts=localhost,localhost
+	# shellcheck disable=SC2086
+	tjob default 120 "RK_WAIT=adaptive" "$tidle0" --backend=cuda --notify=auto $targs
+	# shellcheck disable=SC2086
+	tjob spin 60 "RK_WAIT=spin" 0 --backend=cuda --notify=poll $targs
+	# shellcheck disable=SC2086
+	tjob block 60 "RK_WAIT=block" 0 --backend=cuda --notify=wake $targs
+	sargs="--vocab 256 --hidden 1024 --bench-streams 1 --bench-modes greedy --bench-draft plain"
+	# shellcheck disable=SC2086
+	tjob default-small 60 "RK_WAIT=adaptive" 0 --backend=cuda --notify=auto $sargs \
+		--bench-requests 160
+	# whose is the idle CPU: rankrt alone (the CPU backend), CUDA without NCCL (TP1)
+	# shellcheck disable=SC2086
+	tjob idle-cpu-backend 60 "RK_WAIT=adaptive" 30 --backend=cpu --hidden 1024 \
+		--bench-streams 1 --bench-modes greedy --bench-draft plain --bench-requests 8
+	thosts=localhost
+	# shellcheck disable=SC2086
+	tjob idle-cuda-tp1 60 "RK_WAIT=adaptive" 30 --backend=cuda --notify=auto $sargs \
+		--bench-requests 8
+	say "== threads: $(($(date +%s) - t0t)) s (threads.txt)"
+	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r' "$trace" | tee -a "$summary"
+	tar -C "$tdir" -czf "$OUT/threads-raw.tar.gz" . 2>/dev/null
+	rm -rf "$tdir"
+fi
 
 # ---- TP2 decode receipt: rk-serve --bench under three wait policies ------------------------
 # default (RK_WAIT=adaptive, --notify=auto) against pure blocking (block, wake) and
@@ -145,12 +266,7 @@ grep -E ':[EF]:' "$glog" | head -n 20 >>"$summary"
 # The machine has 32 CPUs for 2 ranks: no pinning.
 drc=skipped
 dlog=$OUT/decode-tp2.txt
-if [ -x examples/rk-serve ]; then
-	dbackend=cpu
-	if examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
-		nvidia-smi -L >/dev/null 2>&1; then
-		dbackend=cuda
-	fi
+if want decode && [ -x examples/rk-serve ]; then
 	: >"$dlog"
 	dlim=$(($(left) - 60))
 	[ "$dlim" -gt "${DECODE_S:-240}" ] && dlim=${DECODE_S:-240}
@@ -165,7 +281,7 @@ if [ -x examples/rk-serve ]; then
 	else
 		say "decode-tp2: no time left ($(left) s)"
 	fi
-else
+elif want decode; then
 	say "decode-tp2: examples/rk-serve was not built"
 fi
 
@@ -174,7 +290,7 @@ alog=$OUT/check-all.log
 rem=$(left)
 others=$(printf 'print-tests:\n\t@echo $(TESTS)\n' | make -s -f Makefile -f - print-tests 2>/dev/null |
 	tr ' ' '\n' | grep -v -e check_gpu -e gpu-lat | tr '\n' ' ')
-if [ "$rem" -gt 90 ] && [ -n "$others" ]; then
+if want rest && [ "$rem" -gt 90 ] && [ -n "$others" ]; then
 	: >"$alog"
 	step make-check $((rem - 30)) "$alog" make -j"$(nproc)" -k check TESTS="$others"
 	grep -E '^(# |PASS|FAIL|SKIP|XFAIL|ERROR)' "$alog" | tee -a "$summary"
