@@ -23,10 +23,11 @@
 #   DECODE_S        the decode receipt's time limit (default 240 s, less when the
 #                   budget is short); DECODE_RUNS (3), DECODE_REQUESTS (48),
 #                   DECODE_TOKENS (64), DECODE_IDLE (60 s): its bench-serve.sh knobs
-#   STEPS           which steps run (default "gpulat check_gpu threads decode rest"):
+#   STEPS           which steps run (default "gpulat check_gpu threads decode bcast rest"):
 #                   gpulat, check_gpu, threads (per-thread CPU of both ranks, busy
 #                   under each policy and idle under the default: threads.txt),
-#                   decode, rest (the other tests)
+#                   decode, bcast (the round-broadcast overhead, tests/bench-bcast.sh:
+#                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 # NCCL_NVLS_ENABLE=0 is forced for every step (the device README says why).
@@ -47,7 +48,7 @@ say()
 	echo "$*" | tee -a "$summary"
 }
 
-steps=${STEPS:-gpulat check_gpu threads decode rest}
+steps=${STEPS:-gpulat check_gpu threads decode bcast rest}
 want()
 {
 	case " $steps " in *" $1 "*) return 0 ;; esac
@@ -283,6 +284,19 @@ if want decode && [ -x examples/rk-serve ]; then
 	fi
 elif want decode; then
 	say "decode-tp2: examples/rk-serve was not built"
+fi
+
+# ---- the round-broadcast overhead (tests/bench-bcast.sh): CUDA at TP2, CPU at TP2 and TP4 --
+if want bcast && [ -x examples/rk-serve ]; then
+	blog=$OUT/bcast.txt
+	: >"$blog"
+	if [ "$dbackend" = cuda ]; then
+		step bcast-cuda 90 "$blog" env BACKEND=cuda builddir=. sh tests/bench-bcast.sh 2 \
+			"${BCAST_RUNS:-3}" 16
+	fi
+	step bcast-cpu 90 "$blog" env BACKEND=cpu builddir=. sh tests/bench-bcast.sh "2 4" \
+		"${BCAST_RUNS:-3}" 16
+	grep -v '^host:' "$blog" | tee -a "$summary"
 fi
 
 # ---- the rest of the suite (not the GPU tests again), for information, in the time left --
