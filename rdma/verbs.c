@@ -235,11 +235,20 @@ int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk_
 
 static void vb_free_resources(struct verbs_link *v)
 {
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	/* No completion, so no event, after the QP is gone. ibv_destroy_cq()
+	 * waits until every event the kernel reported was acknowledged, also
+	 * one still queued on the channel and never read: read and ack them. */
+	if (v->qp)
+		ibv_destroy_qp(v->qp);
+	if (v->ch)
+		while (ibv_get_cq_event(v->ch, &cq, &cq_ctx) == 0)
+			v->unacked++;
 	if (v->cq && v->unacked)
 		ibv_ack_cq_events(v->cq, v->unacked);
 	v->unacked = 0;
-	if (v->qp)
-		ibv_destroy_qp(v->qp);
 	if (v->tx_mr)
 		ibv_dereg_mr(v->tx_mr);
 	if (v->rx_mr)
@@ -705,6 +714,9 @@ static void vb_flush(struct rk_link *l)
 		if (v->credits < 2 || sq_full(v)) {
 			if (v->credits < 2)
 				l->stats.credit_stalls++;
+			rk__dbg(l->rank, "roce: flush stalls: %lld credits, %llu sends in flight",
+				(long long)v->credits,
+				(unsigned long long)(v->sq_posted - v->sq_done));
 			v->stalled = true; /* the CQ handler flushes again */
 			return;
 		}
@@ -861,6 +873,10 @@ static void vb_try_release(struct verbs_link *v)
 		/* ends the side channel's recv; the peer sees EOF after our last frame */
 		shutdown(v->fd, SHUT_RDWR);
 	}
+	if (!v->fd_shut)
+		rk__dbg(v->link.rank, "roce: link to rank %d: releasing (CQ watch %s, recv %s)",
+			v->link.peer, rk_fd_watch_busy(&v->cq_watch) ? "armed" : "idle",
+			v->recv_armed ? "armed" : "idle");
 	v->fd_shut = true;
 	if (rk_fd_watch_busy(&v->cq_watch)) {
 		rk_fd_watch_stop(&v->cq_watch); /* completes on a later iteration */
@@ -947,6 +963,8 @@ static void vb_shutdown(struct rk_link *l)
 
 	/* The side channel is shut and the verbs resources' op ends in the
 	 * source's poll (vb_try_release), after a last send in flight left. */
+	rk__dbg(l->rank, "roce: link to rank %d: shutdown (%s, draining %d)", l->peer,
+		rk_strerror(l->err), v->draining);
 	rk_timer_stop(&v->eof_timer);
 	v->closing_since = rk_loop_now(l->loop);
 	if (v->connecting) {
@@ -963,6 +981,7 @@ static void vb_destroy(struct rk_link *l)
 {
 	struct verbs_link *v = vl_of(l);
 
+	rk__dbg(l->rank, "roce: link to rank %d: freed", l->peer);
 	rk_timer_stop(&v->eof_timer);
 	vb_free_resources(v);
 	if (v->fd >= 0)
