@@ -239,8 +239,8 @@ static void vb_free_resources(struct verbs_link *v)
 	void *cq_ctx;
 
 	/* No completion, so no event, after the QP is gone. ibv_destroy_cq()
-	 * waits until every event the kernel reported was acknowledged, also
-	 * one still queued on the channel and never read: read and ack them. */
+	 * waits until every event read from the channel was acknowledged: ack
+	 * the batch in hand, and events still queued with it (a clean slate). */
 	if (v->qp)
 		ibv_destroy_qp(v->qp);
 	if (v->ch)
@@ -860,15 +860,16 @@ static int vb_poll_cq(struct verbs_link *v, int *busy)
 /* ---- the loop source: spin polls, arm before blocking --------------------------- */
 
 /* After shutdown: once the channel watch is gone, detach and let the link go.
- * Only from the source's poll (never inside a link callback: this may free). */
-static void vb_try_release(struct verbs_link *v)
+ * Only from the source's poll (never inside a link callback: this may free).
+ * Return: true when the link was let go (v may be freed). */
+static bool vb_try_release(struct verbs_link *v)
 {
 	uint64_t now = rk_loop_now(v->link.loop);
 
 	if (v->released || v->link.in_dispatch)
-		return;
+		return false;
 	if (v->draining && v->sq_done <= v->drain_seq && now - v->closing_since < VB_DRAIN_NS)
-		return; /* BYE/ERROR still on its way: the peer reads it first */
+		return false; /* BYE/ERROR still on its way: the peer reads it first */
 	if (!v->fd_shut && v->fd >= 0) {
 		/* ends the side channel's recv; the peer sees EOF after our last frame */
 		shutdown(v->fd, SHUT_RDWR);
@@ -880,12 +881,13 @@ static void vb_try_release(struct verbs_link *v)
 	v->fd_shut = true;
 	if (rk_fd_watch_busy(&v->cq_watch)) {
 		rk_fd_watch_stop(&v->cq_watch); /* completes on a later iteration */
-		return;
+		return false;
 	}
 	rk_loop_remove_source(v->link.loop, &v->src);
 	v->src_added = false;
 	v->released = true;
 	rk__link_op_done(&v->link); /* may free v */
+	return true;
 }
 
 static int vb_src_poll(struct rk_source *src, uint64_t now)
@@ -899,8 +901,11 @@ static int vb_src_poll(struct rk_source *src, uint64_t now)
 		if (ret < 0)
 			return ret;
 	}
-	if (v->link.state == RK_LINK_CLOSED)
-		vb_try_release(v); /* v may be gone: nothing after this */
+	/* Letting the link go is an event: its owner (rk_world_destroy() running
+	 * the loop once at a time) must see the iteration end, not block on a ring
+	 * that has nothing left of this link to complete. */
+	if (v->link.state == RK_LINK_CLOSED && vb_try_release(v))
+		return 1; /* v may be gone: nothing after this */
 	return busy;
 }
 
@@ -986,6 +991,7 @@ static void vb_destroy(struct rk_link *l)
 	vb_free_resources(v);
 	if (v->fd >= 0)
 		close(v->fd);
+	rk__dbg(l->rank, "roce: link to rank %d: resources released", l->peer);
 	free(v);
 }
 
