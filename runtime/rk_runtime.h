@@ -428,7 +428,8 @@ struct rk_world_ops {
  * cfg->leader and accepts world_size - 1 followers; a follower connects to the
  * leader (retrying until connect_timeout) and sends HELLO.
  * Return: 0 and *@out, -RK_ECONFIG (rank/size/leader missing or invalid),
- * -errno from socket setup (-EADDRINUSE...). Loop thread.
+ * -errno from socket setup (-EADDRINUSE...); for a roce:// leader also
+ * -ENODEV, -ENOENT, -EOPNOTSUPP (see rk_rdma.h). Loop thread.
  */
 RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *arg,
 			      struct rk_world **out);
