@@ -5,6 +5,8 @@
  *
  *   rk-pingpong --local                 both ranks on this host (forks rank 1)
  *   RK_RANK=0 RK_WORLD_SIZE=2 RK_LEADER=host:port rk-pingpong   (and rank 1)
+ *   rk-pingpong --leader='roce://10.91.1.1:18000?dev=rxeA&gid=1'  (RDMA; rank 1 on
+ *       another device also sets RK_RDMA_DEV=rxeB RK_RDMA_GID=1; needs --with-verbs)
  *
  * Rank 0 drives: for each wait mode it tells rank 1 the mode (a USER frame),
  * both switch, then it sends PING frames one at a time and times each answer.
@@ -355,7 +357,11 @@ static void usage(FILE *f)
 		"  --idle=S           after the traffic, stay idle S seconds on the default\n"
 		"                     policy and report each rank's CPU seconds (default 0)\n"
 		"  --pin              pin rank r to CPU r\n"
-		"  --leader=ADDR      leader address (else RK_LEADER; --local picks a free port)\n"
+		"  --leader=ADDR      leader address (else RK_LEADER; --local picks a free port):\n"
+		"                     tcp://host:port, or roce://host:port?dev=rxe0&gid=1 for\n"
+		"                     RDMA links (host:port is the TCP side channel; a rank on\n"
+		"                     another device sets RK_RDMA_DEV/RK_RDMA_GID; a build\n"
+		"                     without verbs refuses roce:// with 'built without verbs')\n"
 		"  -h, --help         this text\n\n"
 		"Ranks, world size and every wait knob also come from RK_* variables\n"
 		"(see README.md); a malformed one is refused by name.\n");
@@ -539,6 +545,9 @@ int main(int argc, char **argv)
 	ret = rk_world_create(p.loop, &pp_ops, &p, &p.world);
 	if (ret) {
 		fprintf(stderr, "rk-pingpong[r%d]: world: %s\n", p.rank, rk_strerror(ret));
+		if (ret == -EOPNOTSUPP)
+			fprintf(stderr, "rk-pingpong: roce:// needs a rankrt built with verbs "
+					"(./configure --with-verbs, libibverbs-dev); use tcp://\n");
 		rk_loop_destroy(p.loop);
 		return 1;
 	}

@@ -38,6 +38,7 @@ enum knob_kind {
 	KIND_LEADER,	/* an address rk__addr_parse() accepts */
 	KIND_SESSION,	/* u64, decimal or 0x-hex */
 	KIND_LOG,	/* error | warn | info | debug, or 0..3 */
+	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
 };
 
 enum knob_id {
@@ -67,6 +68,8 @@ enum knob_id {
 	K_HANDSHAKE_MS,
 	K_LOG,
 	K_SIGNALS,
+	K_RDMA_DEV,
+	K_RDMA_GID,
 	K__COUNT,
 };
 
@@ -141,6 +144,10 @@ static const struct knob knobs[] = {
 		    "log threshold: error, warn, info, debug (or 0..3)" },
 	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, U(catch_signals), 1, 0, 0,
 			"stop the loop on SIGINT/SIGTERM" },
+	[K_RDMA_DEV] = { "RK_RDMA_DEV", "rdma_dev", KIND_DEVNAME, U(rdma_dev), 1, 0, 0,
+			 "this rank's RDMA device for roce:// links (default: the address's dev=)" },
+	[K_RDMA_GID] = { "RK_RDMA_GID", "rdma_gid", KIND_INT, U(rdma_gid), 1, 0, 255,
+			 "this rank's GID index for roce:// links (default: the address's gid=)" },
 };
 _Static_assert(ARRAY_SIZE(knobs) == K__COUNT, "every knob needs a table entry");
 
@@ -201,6 +208,8 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
 	cfg->log_level = RK_LOG_WARN;
 	cfg->catch_signals = false;
+	cfg->rdma_dev[0] = '\0';
+	cfg->rdma_gid = -1;
 }
 
 const char *rk_wait_mode_name(enum rk_wait_mode mode)
@@ -401,6 +410,42 @@ int rk__addr_parse(const char *s, struct rk__addr *out)
 	return 0;
 }
 
+int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid)
+{
+	const char *p = query, *amp, *eq;
+	char val[64];
+	uint64_t v;
+	size_t klen, vlen;
+
+	while (p && *p) {
+		amp = strchr(p, '&');
+		eq = strchr(p, '=');
+		if (!eq || (amp && eq > amp))
+			return -RK_ECONFIG;
+		klen = (size_t)(eq - p);
+		vlen = amp ? (size_t)(amp - eq - 1) : strlen(eq + 1);
+		if (vlen == 0 || vlen >= sizeof(val))
+			return -RK_ECONFIG;
+		memcpy(val, eq + 1, vlen);
+		val[vlen] = '\0';
+		if (klen == 3 && !strncmp(p, "dev", 3)) {
+			if (!name_ok(val, vlen) || vlen >= devlen)
+				return -RK_ECONFIG;
+			memcpy(dev, val, vlen + 1);
+		} else if (klen == 3 && !strncmp(p, "gid", 3)) {
+			if (rk__parse_u64(val, 0, 255, &v))
+				return -RK_ECONFIG;
+			*gid = (int)v;
+		} else {
+			return -RK_ECONFIG;
+		}
+		p = amp ? amp + 1 : NULL;
+		if (p && !*p)
+			return -RK_ECONFIG;	/* a trailing '&' */
+	}
+	return 0;
+}
+
 uint64_t rk__fnv1a64(const void *p, size_t n)
 {
 	const unsigned char *b = p;
@@ -472,7 +517,7 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 	case KIND_LEADER:
 		seterr(err, errlen,
 		       "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
-		       "roce://host:port?query)", k->env, value);
+		       "roce://host:port?dev=NAME&gid=N)", k->env, value);
 		break;
 	case KIND_SESSION:
 		seterr(err, errlen,
@@ -482,6 +527,11 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 	case KIND_LOG:
 		seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
 		       k->env, value);
+		break;
+	case KIND_DEVNAME:
+		seterr(err, errlen,
+		       "%s='%.64s': not a device name (letters, digits, '-', '_', '.', < %zu chars)",
+		       k->env, value, k->size);
 		break;
 	}
 }
@@ -525,6 +575,20 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		return 0;
 	case KIND_LEADER:
 		if (strlen(value) >= k->size || rk__addr_parse(value, &addr))
+			return -RK_ECONFIG;
+		if (!strcmp(addr.scheme, "roce")) {
+			char dev[RK_RDMA_DEV_MAX];
+			int gid;
+
+			if (rk__roce_query_parse(addr.query, dev, sizeof(dev), &gid))
+				return -RK_ECONFIG;
+		} else if (addr.query[0]) {
+			return -RK_ECONFIG;	/* tcp takes no options */
+		}
+		strcpy(field(cfg, k), value);
+		return 0;
+	case KIND_DEVNAME:
+		if (strlen(value) >= k->size || !name_ok(value, strlen(value)))
 			return -RK_ECONFIG;
 		strcpy(field(cfg, k), value);
 		return 0;
@@ -751,6 +815,7 @@ void rk_config_print(const struct rk_config *cfg, void *f)
 				rk_wait_mode_name(*(const enum rk_wait_mode *)p));
 			break;
 		case KIND_LEADER:
+		case KIND_DEVNAME:
 			if (*(const char *)p)
 				fprintf(out, "%s=%.*s\n", k->env, (int)k->size, (const char *)p);
 			else

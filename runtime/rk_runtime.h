@@ -28,6 +28,8 @@ struct rk_world;
 
 /* ---- configuration ------------------------------------------------------- */
 
+#define RK_RDMA_DEV_MAX 64	/* an RDMA device name, with its NUL */
+
 enum rk_wait_mode {
 	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
 	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
@@ -67,7 +69,8 @@ struct rk_config {
 	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
 	int rank;			/* -1 = not set */
 	int world_size;			/* 0 = not set */
-	char leader[256];		/* "tcp://host:port" or "host:port" */
+	char leader[256];		/* "tcp://host:port", "host:port" or
+					 * "roce://host:port?dev=rxe0&gid=1" */
 	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
 	struct rk_wait_policy wait;
@@ -87,6 +90,12 @@ struct rk_config {
 
 	int log_level;			/* RK_LOG: error=0 warn=1 info=2 debug=3 */
 	bool catch_signals;		/* RK_SIGNALS: the loop stops on SIGINT/SIGTERM */
+
+	/* roce:// links: this rank's own device and GID index. Empty / -1 take
+	 * the leader address's dev= / gid= (so one address serves every rank
+	 * that shares a device; a rank on another device sets these). */
+	char rdma_dev[RK_RDMA_DEV_MAX];	/* RK_RDMA_DEV, e.g. "rxe0", "mlx5_0" */
+	int rdma_gid;			/* RK_RDMA_GID: 0..255, -1 = not set */
 };
 
 /**
@@ -388,6 +397,15 @@ struct rk_link_stats {
 	uint64_t tx_flushes;		/* send operations submitted (frames are batched) */
 	uint64_t heartbeats_tx, heartbeats_rx;
 	uint64_t tx_queued_max;		/* high-water mark of unsent bytes */
+	/* roce:// links only (zero on tcp): the verbs transport below the frames */
+	uint64_t tx_sends;		/* SEND work requests posted (frames chunked/batched) */
+	uint64_t tx_inline;		/* of them, inline sends */
+	uint64_t tx_credit_msgs;	/* of them, credit-only messages (no data) */
+	uint64_t credit_stalls;		/* flushes that stopped for want of peer receive credits */
+	uint64_t cq_polls;		/* CQ polls that found completions */
+	uint64_t cq_events;		/* completion-channel events (the loop had blocked) */
+	uint64_t rnr_errors;		/* receiver-not-ready completions: must stay 0 */
+	int64_t credits_min;		/* lowest send-credit count seen: never below 0 */
 };
 
 /**
@@ -445,7 +463,8 @@ struct rk_world_ops {
  * cfg->leader and accepts world_size - 1 followers; a follower connects to the
  * leader (retrying until connect_timeout) and sends HELLO.
  * Return: 0 and *@out, -RK_ECONFIG (rank/size/leader missing or invalid),
- * -errno from socket setup (-EADDRINUSE...). Loop thread.
+ * -errno from socket setup (-EADDRINUSE...); for a roce:// leader also
+ * -ENODEV, -ENOENT, -EOPNOTSUPP (see rk_rdma.h). Loop thread.
  */
 RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *arg,
 			      struct rk_world **out);

@@ -55,6 +55,9 @@ struct rk__addr {
 	char query[96];
 };
 int rk__addr_parse(const char *s, struct rk__addr *out);
+/* A roce:// query: "dev=NAME&gid=N" (either, both, any order; nothing else).
+ * Sets *@dev / *@gid only for the keys present. Return: 0 or -RK_ECONFIG. */
+int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid);
 /* 64-bit FNV-1a. */
 uint64_t rk__fnv1a64(const void *p, size_t n);
 
@@ -66,6 +69,7 @@ int rk__grow(void **p, size_t *cap, size_t need, size_t elem, size_t min);
 
 /* ---- the loop's internal interface (loop.c), used by links and transports ---- */
 #include <liburing.h>
+#include <sys/socket.h>
 
 /*
  * Every SQE the runtime submits carries a pointer to one of these as its
@@ -331,3 +335,29 @@ int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_own
  * oops->failed() reports the connect error (e.g. -ECONNREFUSED). */
 int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 		    const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
+/* getaddrinfo() for @a (passive: for bind). Return: 0 or -RK_ECONFIG (logged). */
+int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
+		    socklen_t *len);
+
+/* ---- the verbs transport (rdma/verbs.c; rdma/rdma.c stubs without verbs) ---- */
+/* This rank's end of a roce:// link. */
+struct rk__verbs_opts {
+	char dev[RK_RDMA_DEV_MAX];
+	int gid;			/* GID index */
+	int port;			/* device port, 1 */
+};
+/* Resolve this rank's device and GID index (RK_RDMA_DEV/RK_RDMA_GID over the
+ * address's dev=/gid=) and check that the device opens and has that GID.
+ * Loop thread, before any link. Return: 0; -RK_ECONFIG (malformed or missing,
+ * logged by name); -ENODEV; -EOPNOTSUPP (built without verbs, logged). */
+int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk__verbs_opts *o);
+/* As rk__tcp_link_from_fd(), for a roce:// link: @fd is the accepted TCP side
+ * channel; the QP description is exchanged on it, then frames go over the QP.
+ * The link owns @fd on success only. */
+int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_opts *o,
+			   const struct rk__link_owner_ops *oops, void *owner,
+			   struct rk_link **out);
+/* As rk__tcp_connect(), for a roce:// link. */
+int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
+		      const struct rk__verbs_opts *o, const struct rk__link_owner_ops *oops,
+		      void *owner, struct rk_link **out);

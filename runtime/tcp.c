@@ -263,8 +263,8 @@ static void tcp_connect_done(struct rk__op *op, int res, unsigned int flags)
 	rk__link_op_done(l);
 }
 
-static int resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
-		   socklen_t *len)
+int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
+		    socklen_t *len)
 {
 	struct addrinfo hints, *res;
 	char port[8];
@@ -299,7 +299,7 @@ int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 		struct sockaddr_storage ss;
 		socklen_t len;
 
-		ret = resolve(a, false, &ss, &len);
+		ret = rk__tcp_resolve(a, false, &ss, &len);
 		if (ret)
 			return ret;
 		fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -374,7 +374,7 @@ int rk__tcp_listen(struct rk_loop *loop, const struct rk__addr *a,
 	socklen_t len;
 	int one = 1, ret;
 
-	ret = resolve(a, true, &ss, &len);
+	ret = rk__tcp_resolve(a, true, &ss, &len);
 	if (ret)
 		return ret;
 	ls = calloc(1, sizeof(*ls));

@@ -28,6 +28,8 @@ struct rk_world {
 	void *arg;
 	int rank, size;
 	struct rk__addr addr;
+	bool roce;			/* links are verbs QPs behind a TCP side channel */
+	struct rk__verbs_opts vopts;	/* this rank's device end of them */
 	struct rk_link **links;		/* [size]: links that are up */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
@@ -267,7 +269,8 @@ static void world_accept(struct rk__listener *ls, int fd)
 		close(fd);
 		return;
 	}
-	if (rk__tcp_link_from_fd(w->loop, fd, &world_link_ops, w, RK_LINK_ACCEPTED, &l)) {
+	if (w->roce ? rk__verbs_link_from_fd(w->loop, fd, &w->vopts, &world_link_ops, w, &l) :
+		      rk__tcp_link_from_fd(w->loop, fd, &world_link_ops, w, RK_LINK_ACCEPTED, &l)) {
 		close(fd);
 		return;
 	}
@@ -284,7 +287,10 @@ static void world_retry_connect(struct rk_world *w)
 	struct rk_link *l;
 	int ret;
 
-	ret = rk__tcp_connect(w->loop, &w->addr, &world_link_ops, w, &l);
+	if (w->roce)
+		ret = rk__verbs_connect(w->loop, &w->addr, &w->vopts, &world_link_ops, w, &l);
+	else
+		ret = rk__tcp_connect(w->loop, &w->addr, &world_link_ops, w, &l);
 	if (ret) {
 		report_peer(w, 0, ret);
 		return;
@@ -386,7 +392,14 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 		ret = rk__addr_parse(cfg->leader, &w->addr);
 		if (ret)
 			goto err_free_links;
-		if (strcmp(w->addr.scheme, "tcp") != 0) {
+		if (!strcmp(w->addr.scheme, "roce")) {
+			/* the TCP address is the side channel; the device is checked
+			 * here, once, so a wrong one fails at start, by name */
+			w->roce = true;
+			ret = rk__verbs_prepare(loop, &w->addr, &w->vopts);
+			if (ret)
+				goto err_free_links;
+		} else if (strcmp(w->addr.scheme, "tcp") != 0) {
 			rk__err(w->rank, "world: transport '%s' is not available in this build",
 				w->addr.scheme);
 			ret = -EOPNOTSUPP;

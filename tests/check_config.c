@@ -170,7 +170,9 @@ START_TEST(test_print_defaults)
 		"RK_CONNECT_TIMEOUT_MS=30000\n"
 		"RK_HANDSHAKE_MS=5000\n"
 		"RK_LOG=warn\n"
-		"RK_SIGNALS=0\n";
+		"RK_SIGNALS=0\n"
+		"# RK_RDMA_DEV unset\n"
+		"# RK_RDMA_GID unset\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);
 
@@ -194,6 +196,7 @@ START_TEST(test_print_roundtrip)
 		{ "RK_HEARTBEAT_MS", "100" }, { "RK_PEER_TIMEOUT_MS", "1000" },
 		{ "RK_CONNECT_TIMEOUT_MS", "2000" }, { "RK_HANDSHAKE_MS", "300" },
 		{ "RK_LOG", "debug" }, { "RK_SIGNALS", "true" },
+		{ "RK_RDMA_DEV", "mlx5_0" }, { "RK_RDMA_GID", "3" },
 	};
 	struct rk_config a = defaults(), b = defaults();
 	char err[256], *out, *line, *save = NULL;
@@ -229,6 +232,12 @@ static const struct {
 	{ "RK_LEADER", "tcp://10.1.2.3:1", "RK_LEADER=tcp://10.1.2.3:1" },
 	{ "RK_LEADER", "[::1]:65535", "RK_LEADER=[::1]:65535" },
 	{ "leader", "roce://h-1.x:9?dev=rxe0&gid=1", "RK_LEADER=roce://h-1.x:9?dev=rxe0&gid=1" },
+	{ "RK_LEADER", "roce://h:9?gid=0&dev=rxeB", "RK_LEADER=roce://h:9?gid=0&dev=rxeB" },
+	{ "RK_LEADER", "roce://h:9", "RK_LEADER=roce://h:9" },
+	{ "RK_RDMA_DEV", "rxeB", "RK_RDMA_DEV=rxeB" },
+	{ "rdma_dev", "mlx5_0.x-1", "RK_RDMA_DEV=mlx5_0.x-1" },
+	{ "RK_RDMA_GID", "0", "RK_RDMA_GID=0" },
+	{ "rdma_gid", "255", "RK_RDMA_GID=255" },
 	{ "RK_SESSION", "0", "RK_SESSION=0x0" },
 	{ "RK_SESSION", "18446744073709551615", "RK_SESSION=0xffffffffffffffff" },
 	{ "RK_SESSION", "0xABCdef0123456789", "RK_SESSION=0xabcdef0123456789" },
@@ -298,7 +307,7 @@ static const char *const all_knobs[] = {
 	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
-	"RK_LOG", "RK_SIGNALS",
+	"RK_LOG", "RK_SIGNALS", "RK_RDMA_GID",
 };
 
 /* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
@@ -376,11 +385,32 @@ static const struct {
 	{ "RK_LEADER", "h:80?" },
 	{ "RK_LEADER", "ho st:80" }, { "RK_LEADER", "h/x:80" }, { "RK_LEADER", "h:80:81" },
 	{ "RK_LEADER", "roce://h:1?dev=rxe0 gid=1" }, { "RK_LEADER", "user@h:80" },
+	{ "RK_RDMA_DEV", "" }, { "RK_RDMA_DEV", "rxe 0" }, { "RK_RDMA_DEV", "rxe/0" },
+	{ "RK_RDMA_DEV", "0123456789012345678901234567890123456789012345678901234567890123" },
+	{ "RK_RDMA_GID", "-1" }, { "RK_RDMA_GID", "256" }, { "RK_RDMA_GID", "1x" },
+	{ "RK_RDMA_GID", "" },
 };
 
 START_TEST(test_set_bad)
 {
 	assert_refused(bad[_i].name, bad[_i].value);
+}
+END_TEST
+
+/* Addresses the parser splits but the knob refuses: a roce:// query takes
+ * dev= and gid= only, each well formed; tcp takes none. */
+static const char *const bad_query[] = {
+	"roce://h:1?dev=rxe0&gid=256", "roce://h:1?gid=x", "roce://h:1?dev=",
+	"roce://h:1?dev=rxe0&", "roce://h:1?port=1", "roce://h:1?dev", "roce://h:1?&dev=a",
+	"roce://h:1?dev=a:b", "roce://h:1?gid=1=2", "tcp://h:1?dev=rxe0", "h:1?gid=1",
+};
+
+START_TEST(test_set_bad_query)
+{
+	struct rk__addr a;
+
+	ck_assert_int_eq(rk__addr_parse(bad_query[_i], &a), 0);
+	assert_refused("RK_LEADER", bad_query[_i]);
 }
 END_TEST
 
@@ -516,7 +546,7 @@ START_TEST(test_env_unknown)
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(!strncmp(err, "unknown variable RK_SPINUS (known: RK_RANK ", 43), "%s",
 		      err);
-	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_SIGNALS)"), "%s", err);
+	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_RDMA_GID)"), "%s", err);
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);	/* nothing applied */
 
 	/* short names are for rk_config_set() only; RK_ alone is unknown too */
@@ -869,6 +899,16 @@ START_TEST(test_addr_lengths)
 	s[236] = '\0';
 	ck_assert_int_eq(rk__addr_parse(s, &a), 0);
 	ck_assert_uint_eq(strlen(a.query), 95);
+	/* the parser splits it; the knob refuses a query that is not dev=/gid= */
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", s, NULL, 0), -RK_ECONFIG);
+	memcpy(s + 141, "dev=", 4);
+	memset(s + 145, 'd', 63);
+	memcpy(s + 208, "&gid=255&dev=a&gid=", 19);
+	memset(s + 227, '9', 9);
+	s[236] = '\0';
+	ck_assert_int_eq(rk__addr_parse(s, &a), 0);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", s, NULL, 0), -RK_ECONFIG); /* gid */
+	memcpy(s + 227, "1&dev=abc", 9);
 	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", s, NULL, 0), 0);
 	ck_assert_str_eq(c.leader, s);
 	strcpy(s + 236, "q");
@@ -1147,6 +1187,7 @@ static Suite *config_suite(void)
 	tcase_add_loop_test(tc, test_set_bad_generic, 0,
 			    ARRAY_SIZE(all_knobs) * ARRAY_SIZE(generic_bad));
 	tcase_add_loop_test(tc, test_set_bad, 0, ARRAY_SIZE(bad));
+	tcase_add_loop_test(tc, test_set_bad_query, 0, ARRAY_SIZE(bad_query));
 	tcase_add_test(tc, test_set_units);
 	tcase_add_test(tc, test_set_messages);
 
