@@ -436,31 +436,37 @@ boot()
 	qemu-system-x86_64 "${args[@]}" </dev/null >"$WORK/console$node" 2>&1 &
 	QEMU_PIDS+=($!)
 	if [ -n "$node" ]; then
-		tail -n +1 -f --pid=$! "$WORK/console$node" | tr -d '\r' | sed -u "s/^/[node$node] /" &
+		tail -n +1 -f --pid=$! "$WORK/console$node" | sed -u "s/\r\$//; s/^/[node$node] /" &
 	else
-		tail -n +1 -f --pid=$! "$WORK/console$node" | tr -d '\r' &
+		tail -n +1 -f --pid=$! "$WORK/console$node" | sed -u 's/\r$//' &
 	fi
 	TAIL_PIDS+=($!)
 }
 
-main()
+stop_guests()
 {
-	local n nodes t0 deadline alive p i rc r qrc
+	local p
 
-	mkdir -p "$CACHE"
-	exec 9>"$CACHE/lock"
-	flock -w 900 9 || die "$CACHE/lock is held by another run"
-	fetch_kernel
-	build_base
-	exec 9>&-
-	WORK=$(mktemp -d "${TMPDIR:-/tmp}/softroce.XXXXXX")
-	ACCEL=$(pick_accel)
-	if [ "$NODES" = 1 ]; then nodes=(""); else nodes=(0 1); fi
-	for n in "${nodes[@]}"; do
-		build_initrd "$n" "$WORK/initrd$n"
+	for p in "${QEMU_PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
 	done
+	sleep 1
+	for p in "${QEMU_PIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null || true
+	done
+}
+
+# run_guests: boot, wait for power-off or the deadline; HUNG=1 when a guest
+# never reached its script (a TCG boot that stalls early: boot once more)
+run_guests()
+{
+	local n t0 deadline ready alive p i
+
+	HUNG=0
+	rm -f "$WORK/wire"
 	t0=$(date +%s.%N)
 	deadline=$(( $(date +%s) + TIMEOUT ))
+	ready=$(( $(date +%s) + ${RK_SOFTROCE_BOOT_S:-90} ))
 	for n in "${nodes[@]}"; do
 		boot "$n" "$WORK/initrd$n"
 		if [ "$n" = 0 ]; then
@@ -478,20 +484,20 @@ main()
 		[ $alive = 0 ] && break
 		if [ "$(date +%s)" -ge "$deadline" ]; then
 			say "TIMEOUT after ${TIMEOUT} s: stopping the guest(s)"
-			for p in "${QEMU_PIDS[@]}"; do
-				kill -TERM "$p" 2>/dev/null || true
+			stop_guests
+		elif [ "$ready" != 0 ] && [ "$(date +%s)" -ge "$ready" ]; then
+			ready=0
+			for n in "${nodes[@]}"; do
+				grep -q 'softroce-guest:' "$WORK/console$n" || HUNG=1
 			done
-			sleep 1
-			for p in "${QEMU_PIDS[@]}"; do
-				kill -KILL "$p" 2>/dev/null || true
-			done
+			if [ $HUNG = 1 ]; then
+				say "a guest did not come up in ${RK_SOFTROCE_BOOT_S:-90} s: stopping it"
+				stop_guests
+			fi
 		fi
 		sleep 0.2
 	done
-	for p in "${QEMU_PIDS[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	for p in "${TAIL_PIDS[@]}"; do
+	for p in "${QEMU_PIDS[@]}" "${TAIL_PIDS[@]}"; do
 		wait "$p" 2>/dev/null || true
 	done
 	QEMU_PIDS=()
@@ -499,11 +505,37 @@ main()
 	say "accel=$ACCEL kernel=$KVER nodes=$NODES:" \
 	    "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" \
 	    "from qemu start to power-off"
+	TIMED_OUT=0
+	[ "$(date +%s)" -ge "$deadline" ] && TIMED_OUT=1
+	return 0
+}
+
+main()
+{
+	local n rc r try
+
+	mkdir -p "$CACHE"
+	exec 9>"$CACHE/lock"
+	flock -w 900 9 || die "$CACHE/lock is held by another run"
+	fetch_kernel
+	build_base
+	exec 9>&-
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/softroce.XXXXXX")
+	ACCEL=$(pick_accel)
+	if [ "$NODES" = 1 ]; then nodes=(""); else nodes=(0 1); fi
+	for n in "${nodes[@]}"; do
+		build_initrd "$n" "$WORK/initrd$n"
+	done
+	for try in 1 2; do
+		run_guests
+		[ $HUNG = 1 ] && [ $try = 1 ] && say "booting again" && continue
+		break
+	done
 	rc=
 	for n in "${nodes[@]}"; do
 		r=$(tr -d '\r' <"$WORK/console$n" | sed -n 's/^@@SOFTROCE_RC=\([0-9]*\)@@$/\1/p' | tail -1)
 		if [ -z "$r" ]; then
-			if [ "$(date +%s)" -ge "$deadline" ]; then
+			if [ $TIMED_OUT = 1 ] || [ $HUNG = 1 ]; then
 				r=124
 			else
 				say "guest${n:+ $n} stopped without a result"
