@@ -430,7 +430,7 @@ boot()
 	if [ -n "$node" ]; then
 		# qemu 7.2's stream netdev has no reconnect: node 0 listens first.
 		args+=(-netdev "stream,id=w,server=$([ "$node" = 0 ] && echo on || echo off),addr.type=unix,addr.path=$WORK/wire"
-		       -device "virtio-net-pci,netdev=w,mac=52:54:00:91:02:0$((node + 1))")
+		       -device "virtio-net-pci,netdev=w,romfile=,mac=52:54:00:91:02:0$((node + 1))")
 	fi
 	: >"$WORK/console$node"
 	qemu-system-x86_64 "${args[@]}" </dev/null >"$WORK/console$node" 2>&1 &
