@@ -161,7 +161,10 @@ copy_file()
 	ldd "$f" 2>/dev/null | grep -q 'not found' &&
 		say "warning: $f: $(ldd "$f" | grep 'not found' | tr -s ' \t' ' ')"
 	for dep in $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*' | sort -u); do
-		[ -f "$dep" ] && copy_file "$root" "$(canon "$dep")"
+		[ -f "$dep" ] || continue
+		copy_file "$root" "$(canon "$dep")"
+		# the guest has no ld.so.cache for, say, /usr/local/cuda/lib
+		echo "$(dirname "$(canon "$dep")")" >>"$root/.libdirs"
 	done
 	return 0
 }
@@ -368,6 +371,11 @@ build_initrd()	# NODE OUT
 	for p in "${ADDS[@]+"${ADDS[@]}"}"; do
 		copy_path "$r" "$p"
 	done
+	if [ -f "$r/.libdirs" ]; then
+		e=$(sort -u "$r/.libdirs" | paste -sd:)
+		echo "export LD_LIBRARY_PATH=\${LD_LIBRARY_PATH:+\$LD_LIBRARY_PATH:}$e" >>"$r/guest/env"
+		rm "$r/.libdirs"
+	fi
 	(cd "$r" && find . -print0 | cpio --null -o -H newc --quiet) >"$WORK/run$1.cpio"
 	cat "$BASE" "$WORK/run$1.cpio" >"$2"
 	rm -rf "$r"
