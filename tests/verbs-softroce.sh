@@ -6,6 +6,7 @@
 #   pingpong-roce      rk-pingpong, leader roce:// on rxeA, follower on rxeB
 #   pingpong-tcp       rk-pingpong over tcp:// between the same addresses
 #   ib_send_lat        perftest on the same devices: the verbs floor
+#   check_loop@6.1, check_world@6.1   the runtime's suites on the guest's kernel
 # and the medians with the ratios rk-pingpong/ib_send_lat (both as RTT).
 # Two guests wired by a virtual cable (a true two-node RoCEv2 run):
 #   2node-roce, 2node-tcp   rk-pingpong, rank 0 on node 0, rank 1 on node 1
@@ -37,15 +38,23 @@ real_prog()
 
 pingpong=$(real_prog "$b/examples/rk-pingpong") || { echo "FAIL: no rk-pingpong in $b"; exit 99; }
 check_verbs=$(real_prog "$b/tests/check_verbs") || check_verbs=
+# The runtime's own suites on the guest's 6.1 kernel: the oldest one it runs
+# on, with fewer io_uring features than the host's.
+runtime_checks=
+for t in check_loop check_world; do
+	p=$(real_prog "$b/tests/$t") && runtime_checks="$runtime_checks $p"
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # librankrt.so is found in $b/.libs by the harness's ldd and by the guest.
 export LD_LIBRARY_PATH=$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 adds=(--add "$pingpong")
-[ -n "$check_verbs" ] && adds+=(--add "$check_verbs")
+for p in $check_verbs $runtime_checks; do
+	adds+=(--add "$p")
+done
 envs=(--env "LD_LIBRARY_PATH=$b/.libs" --env "SR_PINGPONG=$pingpong"
-      --env "SR_CHECK_VERBS=$check_verbs")
+      --env "SR_CHECK_VERBS=$check_verbs" --env "SR_RUNTIME_CHECKS=$runtime_checks")
 
 cat >"$tmp/guest.sh" <<'EOF'
 # Runs in the guest(s); reports '@@STEP name pass|fail|skip detail' and
@@ -160,6 +169,17 @@ if [ -z "${SOFTROCE_NODE:-}" ]; then
 		"$SOFTROCE_B_GID" "$SOFTROCE_A_IP"
 	echo "veth vA counters (RoCE frames that crossed the wire):"
 	ip -s link show vA | sed -n '3,6p'
+	for t in $SR_RUNTIME_CHECKS; do
+		CK_TIMEOUT_MULTIPLIER=10 timeout 300 "$t" >/tmp/check.out 2>&1
+		rc=$?
+		grep -E '^[0-9]+%: Checks' /tmp/check.out
+		if [ $rc = 0 ]; then
+			step "$(basename "$t")@$(uname -r | cut -d. -f1,2)" pass
+		else
+			grep -vE ':P:|Passed' /tmp/check.out | tail -n 20
+			step "$(basename "$t")@$(uname -r | cut -d. -f1,2)" fail "exit status $rc"
+		fi
+	done
 else
 	# Both guests have the same layout: rank 0's device and GID index are ours.
 	roce="roce://10.91.2.1:7321?dev=$SOFTROCE_DEV&gid=$SOFTROCE_GID"
