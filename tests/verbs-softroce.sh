@@ -221,18 +221,31 @@ fi
 [ $fails = 0 ]
 EOF
 
-# boot LOG ARGS...: one softroce.sh run, its output shown and kept
+# boot LOG ARGS...: one softroce.sh run, its output shown and kept. It runs
+# in the background so that a signal to this script reaches it (it then
+# stops its guests) instead of waiting behind a foreground pipeline.
+child=
 boot()
 {
-	local log=$1 rc
+	local log=$1 rc=0
 
 	shift
-	set +e
-	"$softroce" --script "$tmp/guest.sh" "${adds[@]}" "${envs[@]}" "$@" 2>&1 | tee "$log"
-	rc=${PIPESTATUS[0]}
-	set -e
+	"$softroce" --script "$tmp/guest.sh" "${adds[@]}" "${envs[@]}" "$@" >"$log" 2>&1 &
+	child=$!
+	tail -n +1 -f --pid=$child "$log" &
+	wait $child || rc=$?
+	child=
+	wait $! || true
 	return $rc
 }
+
+on_signal()
+{
+	[ -n "$child" ] && kill -TERM "$child" 2>/dev/null && wait "$child"
+	exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM HUP
 
 rc1=0
 boot "$tmp/one.log" --nodes 1 --timeout 300 || rc1=$?
