@@ -89,7 +89,7 @@ pp_verdict()
 		else
 			step "$name" pass
 		fi
-	elif [ "$roce" = 1 ] && grep -qE "not available in this build|Operation not supported|unknown variable RK_RDMA" "$@"; then
+	elif [ "$roce" = 1 ] && grep -qE "built without verbs|not available in this build|Operation not supported|unknown variable RK_RDMA" "$@"; then
 		step "$name" skip "rk-pingpong has no roce:// transport in this build"
 	else
 		step "$name" fail "exit status $rc"
@@ -146,14 +146,34 @@ send_lat_verdict()
 	step "$1" pass "t_typical $t us one-way"
 }
 
+# barrier: two guests start each step together, so that a rank slow to exit
+# fails its own step only (its peer would give up connecting meanwhile).
+barrier()
+{
+	local i
+
+	if [ "$SOFTROCE_NODE" = 0 ]; then
+		for i in $(seq 150); do
+			echo go | nc -w 2 "$SOFTROCE_PEER_IP" 7399 2>/dev/null && return 0
+			sleep 1
+		done
+		echo "barrier: node 1 never listened"
+	else
+		timeout 200 nc -l -p 7399 >/dev/null || echo "barrier: node 0 never came"
+	fi
+}
+
 if [ -z "${SOFTROCE_NODE:-}" ]; then
 	A=$SOFTROCE_A_DEV,$SOFTROCE_A_GID,$SOFTROCE_A_IP
 	B=$SOFTROCE_B_DEV,$SOFTROCE_B_GID,$SOFTROCE_B_IP
 	echo "rdma A=$A B=$B, kernel $(uname -r)"
 	if [ -n "$SR_CHECK_VERBS" ]; then
+		# setsid: Check answers SIGTERM (our timeout) by killing its
+		# whole process group, which would include this script.
 		RK_TEST_RDMA_A=$A RK_TEST_RDMA_B=$B CK_TIMEOUT_MULTIPLIER=10 \
-			timeout 240 "$SR_CHECK_VERBS"
+			timeout 240 setsid "$SR_CHECK_VERBS" >/tmp/check.out 2>&1
 		rc=$?
+		cat /tmp/check.out
 		case $rc in
 		0) step check_verbs pass ;;
 		77) step check_verbs skip "check_verbs skipped itself" ;;
@@ -170,7 +190,7 @@ if [ -z "${SOFTROCE_NODE:-}" ]; then
 	echo "veth vA counters (RoCE frames that crossed the wire):"
 	ip -s link show vA | sed -n '3,6p'
 	for t in $SR_RUNTIME_CHECKS; do
-		CK_TIMEOUT_MULTIPLIER=10 timeout 300 "$t" >/tmp/check.out 2>&1
+		CK_TIMEOUT_MULTIPLIER=10 timeout 300 setsid "$t" >/tmp/check.out 2>&1
 		rc=$?
 		grep -E '^[0-9]+%: Checks' /tmp/check.out
 		if [ $rc = 0 ]; then
@@ -188,8 +208,10 @@ else
 	if [ "$SOFTROCE_NODE" = 0 ]; then
 		RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$roce" $PPARGS >/tmp/r0 2>&1
 		pp_verdict "2node-roce@$me" 1 $? /tmp/r0
+		barrier
 		RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS >/tmp/r0 2>&1
 		pp_verdict "2node-tcp@$me" 0 $? /tmp/r0
+		barrier
 		timeout 90 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 3000 -F -p 18516 \
 			>/tmp/isl 2>&1
 		rc=$?
@@ -203,8 +225,10 @@ else
 		RK_RANK=1 RK_WORLD_SIZE=2 RK_RDMA_DEV=$SOFTROCE_DEV RK_RDMA_GID=$SOFTROCE_GID \
 			timeout 150 "$PP" --leader="$roce" $PPARGS >/tmp/r1 2>&1
 		pp_verdict "2node-roce@$me" 1 $? /tmp/r1
+		barrier
 		RK_RANK=1 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS >/tmp/r1 2>&1
 		pp_verdict "2node-tcp@$me" 0 $? /tmp/r1
+		barrier
 		for i in 1 2 3 4 5 6; do	# until node 0's server listens
 			sleep 1
 			timeout 90 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 3000 -F \
