@@ -10,13 +10,14 @@
 # and the medians with the ratios rk-pingpong/ib_send_lat (both as RTT).
 # Two guests wired by a virtual cable (a true two-node RoCEv2 run):
 #   2node-roce, 2node-tcp   rk-pingpong, rank 0 on node 0, rank 1 on node 1
+#   2node-ib_send_lat       the floor for those two
 #
 # A step whose program is not built (check_verbs without libibverbs) or that
 # reports that this build has no roce:// transport is skipped, not passed.
 # Exit 0 when every step that could run passed, 77 when the guests cannot
 # run here (softroce.sh says why), 1 otherwise. Run from the build directory
 # (tests/Makefile.inc sets builddir); about 1-2 minutes on 2 TCG cores, plus
-# ~20 s to fetch and unpack the kernel on the first run. RK_SOFTROCE_ONLY=1
+# ~15 s to fetch and unpack the kernel on the first run. RK_SOFTROCE_ONLY=1
 # or 2 runs only the one-guest or the two-guest boot (debugging).
 set -eu
 
