@@ -2300,12 +2300,14 @@ START_TEST(test_predict_sleeps)
 	c.wait.spin_ns = 200 * MS;
 	ck_assert(c.wait.predict);		/* the default */
 	/*
-	 * This 2-vCPU VM wakes 80-350 us late from a 30 ms sleep (deep idle), more
-	 * than the learned part of the margin may grow (100 us): the knob covers
-	 * the rest, as it would on such a machine.
+	 * A 2-vCPU VM wakes 80-350 us late from a 30 ms sleep (deep idle), a qemu
+	 * TCG guest (tests/verbs-softroce.sh runs this suite on one) 600-900 us:
+	 * more than the learned part of the margin may grow (100 us). The knob
+	 * covers the rest, as it would on such a machine; spinning 2 ms of a 30 ms
+	 * wait still keeps the CPU bound below.
 	 */
-	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MARGIN_US", "400", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.predict_margin_ns, 400 * US);
+	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MARGIN_US", "2000", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.predict_margin_ns, 2000 * US);
 	loop = new_loop(&c);
 	ck_assert(rk_loop_predicts(loop));
 	p.src.data = &p;
