@@ -2317,8 +2317,12 @@ START_TEST(test_predict_sleeps)
 
 		cpu = pred_run_one(loop, &p, wait);
 		late = p.seen_at >= ready ? p.seen_at - ready : 0;
-		/* well under the wait: about the margin of spinning, plus the wakes */
-		ck_assert_msg(cpu < wait / 4, "loop CPU %" PRIu64 " us over a %" PRIu64
+		/*
+		 * Under the wait: about the margin of spinning, plus the wakes. Half
+		 * of it, not less: a TCG guest's emulated wakes cost milliseconds of
+		 * CPU; the control (RK_PREDICT=0) spins all of it.
+		 */
+		ck_assert_msg(cpu < wait / 2, "loop CPU %" PRIu64 " us over a %" PRIu64
 			      " us predicted wait", cpu / US, wait / US);
 		if (late > worst)
 			worst = late;
