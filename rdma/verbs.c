@@ -139,6 +139,13 @@ static bool vl_closed(const struct verbs_link *v)
 	return v->link.state == RK_LINK_CLOSED || v->link.state == RK_LINK_FAILED;
 }
 
+/* I/O is shut down. A FAILED link still drains: it sends its last frames
+ * (ERROR, BYE), so it keeps reposting receives and returning credits. */
+static bool vl_down(const struct verbs_link *v)
+{
+	return v->link.state == RK_LINK_CLOSED;
+}
+
 static bool tx_pending(const struct rk_link *l)
 {
 	return l->out.off < l->out.len || l->q.len;
@@ -447,7 +454,9 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 		return -RK_ERESERVED;
 	}
 	if (!qpn || qpn > 0xffffff || psn > 0xffffff || mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 ||
-	    depth < 2 || depth > 65536 || bufsz < 64 || bufsz > (1u << 24)) {
+	    depth < RK_VB_CREDIT_BATCH + 2 || depth > 65536 || bufsz < 64 || bufsz > (1u << 24)) {
+		/* (a shallower ring could strand a one-way sender at its last
+		 * credit while the peer owes fewer than a credit-only batch) */
 		rk__warn(l->rank,
 			 "roce side channel: QP description out of range (qpn %u psn %u "
 			 "mtu %u depth %u bufsize %u)",
@@ -565,8 +574,12 @@ static void sc_recv_done(struct rk__op *op, int res, unsigned int flags)
 	(void)flags;
 	v->recv_armed = false;
 	l->in_dispatch++;
-	if (vl_closed(v)) {
+	if (vl_down(v)) {
 		/* shut down: the recv ended, nothing more to do */
+	} else if (vl_closed(v)) {
+		/* draining our last frames, and the peer's side ends (or says
+		 * more than the protocol allows): it is gone, stop now */
+		rk__link_abort(l);
 	} else if (res > 0) {
 		v->sc_have += (size_t)res;
 		ret = sc_consume(v);
@@ -745,7 +758,7 @@ static void vb_return_credits(struct verbs_link *v)
 {
 	struct rk_link *l = &v->link;
 
-	if (v->owed < RK_VB_CREDIT_BATCH || !v->peer_ready || vl_closed(v))
+	if (v->owed < RK_VB_CREDIT_BATCH || !v->peer_ready || vl_down(v))
 		return;
 	if (tx_pending(l) && v->credits >= 2 && !sq_full(v))
 		return; /* the flush carries them */
@@ -787,8 +800,13 @@ static int vb_wc(struct verbs_link *v, const struct ibv_wc *wc)
 			v->sq_done = wc->wr_id + 1; /* errors complete every WR */
 		if (wc->status == IBV_WC_RNR_RETRY_EXC_ERR)
 			l->stats.rnr_errors++;
-		if (vl_closed(v))
+		if (vl_down(v))
 			return 0; /* flushed by the teardown */
+		if (vl_closed(v)) {
+			/* the last frames cannot go: stop draining */
+			rk__link_abort(l);
+			return 0;
+		}
 		ret = wc_errno(wc->status);
 		rk__warn(l->rank,
 			 "link to rank %d (roce): %s completion failed: %s (vendor "
@@ -809,7 +827,7 @@ static int vb_wc(struct verbs_link *v, const struct ibv_wc *wc)
 	}
 	if (wc->byte_len && !vl_closed(v))
 		rk__link_rx(l, v->rx_mem + (size_t)idx * RK_VB_BUF_SIZE, wc->byte_len);
-	if (vl_closed(v))
+	if (vl_down(v))
 		return wc->byte_len ? 1 : 0;
 	/* the buffer is free once rk__link_rx returns: partial frames were copied */
 	ret = vb_post_recv(v, idx);
@@ -848,7 +866,8 @@ static int vb_poll_cq(struct verbs_link *v, int *busy)
 			*busy += vb_wc(v, &wc[i]);
 		total += n;
 	} while (n == VB_CQ_BATCH && total < VB_CQ_MAX);
-	if (total && !vl_closed(v)) {
+	if (total && !vl_down(v)) {
+		/* a draining (FAILED) link too: its last frames wait for these */
 		vb_return_credits(v);
 		if (v->stalled && tx_pending(l))
 			rk__loop_queue_flush(l->loop, &l->flusher);
@@ -944,14 +963,19 @@ static int vb_src_arm(struct rk_source *src)
 	if (!v->notify_armed) {
 		ret = vb_ret(ibv_req_notify_cq(v->cq, 0));
 		if (ret)
-			return ret;
+			goto cannot_arm;
 		v->notify_armed = true;
 	}
 	ret = rk_fd_watch_start(v->link.loop, &v->cq_watch, POLLIN);
 	if (ret)
-		return ret;
+		goto cannot_arm;
 	/* A completion that landed before the request raised no event: look again. */
 	return vb_poll_cq(v, &busy);
+cannot_arm:
+	/* Blocking now could miss a completion: keep the loop polling instead. */
+	rk__warn(v->link.rank, "link to rank %d (roce): cannot arm the CQ: %s", v->link.peer,
+		 rk_strerror(ret));
+	return 1;
 }
 
 static const struct rk_source_ops vb_source_ops = {

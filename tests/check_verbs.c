@@ -85,6 +85,7 @@ struct node {
 	uint64_t tx_target; /* frames to send */
 	uint32_t tx_size;   /* fixed payload size, 0 = varying 1..200 */
 	bool quiet_done;    /* the peer-death follower: never finish */
+	bool leave_at_once; /* destroy the world right after queueing the frames */
 
 	/* state */
 	struct rk_loop *loop;
@@ -286,6 +287,8 @@ static void *node_main(void *arg)
 		if (n->done_sent && n->acked && n->peer_done)
 			break; /* both streams checked by their receivers */
 		node_send_some(n);
+		if (n->leave_at_once && n->tx_n == n->tx_target)
+			break; /* what is queued must still leave, then BYE */
 		/* with frames left to send, never block: the loop's own wait is
 		 * exercised while waiting for the peer's frames and ACK */
 		ret = rk_loop_run(n->loop, more ? RK_RUN_NOWAIT : RK_RUN_ONCE);
@@ -441,6 +444,33 @@ START_TEST(test_burst)
 		(unsigned long long)a.rx_n, (unsigned long long)a.rx_hash,
 		(unsigned long long)b.st.tx_sends, (unsigned long long)b.st.credit_stalls,
 		(long long)b.st.credits_min, (unsigned long long)b.st.rnr_errors);
+}
+END_TEST
+
+/*
+ * A rank that queues a 1 MiB frame (more chunks than send slots) and leaves at
+ * once: the closing link drains the frame, then BYE, so the peer gets both,
+ * not a reset. Fails when a FAILED (closing) link stops restarting its stalled
+ * flush on send completions and returned credits.
+ */
+START_TEST(test_leave_after_big_frame)
+{
+	struct node a, b;
+
+	pair_init(&a, &b, RK_WAIT_ADAPTIVE);
+	b.tx_target = 1;
+	b.tx_size = 1u << 20;
+	b.quiet_done = true;
+	b.leave_at_once = true;
+	pair_run(&a, &b);
+	ck_assert_int_eq(b.ret, 0);
+	ck_assert_uint_eq(a.rx_n, 1);
+	ck_assert_uint_eq(a.rx_bytes, 1u << 20);
+	ck_assert_uint_eq(a.rx_hash, b.tx_hash);
+	ck_assert_msg(a.peer_err == -RK_EPEERBYE, "the leader saw %s, not the follower's BYE",
+		      rk_errname(a.peer_err));
+	fprintf(stderr, "leave after 1 MiB: frame intact (hash %016llx), then %s\n",
+		(unsigned long long)a.rx_hash, rk_errname(a.peer_err));
 }
 END_TEST
 
@@ -608,6 +638,7 @@ static Suite *verbs_suite(void)
 	tcase_add_loop_test(tc, test_frames_both_ways, 0, ARRAY_SIZE(modes));
 	tcase_add_test(tc, test_big_frame);
 	tcase_add_test(tc, test_burst);
+	tcase_add_test(tc, test_leave_after_big_frame);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("failures");
