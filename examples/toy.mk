@@ -13,7 +13,7 @@ EXTRA_DIST += examples/TOY.md
 if HAVE_CHECK
 check_PROGRAMS += tests/check_toy
 TESTS += tests/check_toy
-tests_check_toy_SOURCES = tests/check_toy.c
+tests_check_toy_SOURCES = tests/check_toy.c tests/rk_test.h
 tests_check_toy_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/examples
 tests_check_toy_CFLAGS = $(RK_TEST_CFLAGS)
 tests_check_toy_LDADD = examples/libtoy.la $(RK_TEST_LIBS)

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "rk_test.h"
 #include "toy.h"
 #include "toy_cuda.h"
 
@@ -75,13 +76,6 @@ static void log_quiet(int level, int rank, const char *msg, void *arg)
 
 #ifdef RK_HAVE_CUDA
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int g_ndev;	/* CUDA devices, probed in a child before any test forks */
 
@@ -135,13 +129,13 @@ static struct rk_loop *make_loop(enum rk_wait_mode mode)
 /* Destroy a loop once the notifiers' last posts have drained. */
 static void loop_drain_destroy(struct rk_loop *loop)
 {
-	uint64_t deadline = now_ns() + 5000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 5000 * MS;
 	int ret;
 
 	do {
 		rk_loop_run(loop, RK_RUN_NOWAIT);
 		ret = rk_loop_destroy(loop);
-	} while (ret == -EBUSY && now_ns() < deadline);
+	} while (ret == -EBUSY && rk_test_now_ns() < deadline);
 	ck_assert_int_eq(ret, 0);
 }
 
@@ -179,7 +173,7 @@ static enum rk_activity ncb(struct rk_gpu_notifier *n, uint64_t cookie, void *ar
 
 static bool run_until(struct rk_loop *loop, uint64_t deadline, const uint64_t *v, uint64_t want)
 {
-	while (*v < want && now_ns() < deadline)
+	while (*v < want && rk_test_now_ns() < deadline)
 		if (rk_loop_run(loop, RK_RUN_ONCE) < 0)
 			break;
 	return *v >= want;
@@ -195,7 +189,7 @@ START_TEST(test_notify_order)
 	struct rk_gpu_notifier_stats st;
 	struct rk_loop_stats ls;
 	struct ntest t = { 0 };
-	uint64_t *src, *dst, rs = 42 + (uint64_t)_i, i, deadline = now_ns() + 50000 * MS;
+	uint64_t *src, *dst, rs = 42 + (uint64_t)_i, i, deadline = rk_test_now_ns() + 50000 * MS;
 	size_t cap = 16 << 20;
 	cudaStream_t s;
 	void *dbuf, *dval;
@@ -221,7 +215,7 @@ START_TEST(test_notify_order)
 			CK_CUDA(busy_work(s, dbuf, cap, 5));
 		/* its data slot is mark i - RING's: wait until that one is delivered */
 		while (rk_gpu_notifier_outstanding(n) >= RING) {
-			ck_assert_uint_lt(now_ns(), deadline);
+			ck_assert_uint_lt(rk_test_now_ns(), deadline);
 			rk_loop_run(loop, RK_RUN_ONCE);
 		}
 		/* a value through device memory into pinned memory, then the mark */
@@ -231,7 +225,7 @@ START_TEST(test_notify_order)
 		CK_CUDA(cudaMemcpyAsync(&dst[i % RING], (char *)dval + (i % RING) * 8, 8,
 					cudaMemcpyDeviceToHost, s));
 		while ((ret = rk_gpu_notifier_mark(n, cookie_of(i))) == -EAGAIN) {
-			ck_assert_uint_lt(now_ns(), deadline);
+			ck_assert_uint_lt(rk_test_now_ns(), deadline);
 			rk_loop_run(loop, RK_RUN_ONCE);
 		}
 		ck_assert_int_eq(ret, 0);
@@ -305,7 +299,7 @@ START_TEST(test_notify_errors)
 	struct rk_loop *loop = make_loop(RK_WAIT_ADAPTIVE);
 	struct rk_gpu_notifier *n = NULL;
 	struct rk_gpu_notifier_stats st;
-	uint64_t got = 0, i, deadline = now_ns() + 20000 * MS;
+	uint64_t got = 0, i, deadline = rk_test_now_ns() + 20000 * MS;
 	pthread_t th;
 	cudaStream_t s;
 
@@ -370,23 +364,6 @@ END_TEST
 #ifdef RK_HAVE_NCCL
 /* ---- worlds of threads over loopback --------------------------------------------- */
 
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd, port = -EADDRNOTAVAIL;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-	    !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 struct gworld;
 
 struct grank {
@@ -441,7 +418,7 @@ struct gworld {
 #define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
 #define RUN_UNTIL(t, deadline, cond)						\
 	({									\
-		while (!(cond) && now_ns() < (deadline))			\
+		while (!(cond) && rk_test_now_ns() < (deadline))			\
 			if (rk_loop_run((t)->loop, RK_RUN_ONCE) < 0)		\
 				break;						\
 		(bool)(cond);							\
@@ -502,45 +479,19 @@ static const struct rk_world_ops world_ops = {
 static int node_create(struct grank *t, uint64_t deadline)
 {
 	struct rk_config c;
-	int ret, port = 1, tries = 0;
 
-	for (;;) {
-		rk_config_init(&c);
-		c.rank = t->rank;
-		c.world_size = t->gw->size;
-		c.session_id = SESSION;
-		c.peer_timeout_ns = 5000 * MS;
-		c.connect_timeout_ns = 20000 * MS;
-		if (t->rank == 0) {
-			port = free_port();
-			if (port < 0)
-				return port;
-		} else {
-			while (!(port = atomic_load(&t->gw->port)) && now_ns() < deadline)
-				usleep(1000);
-			if (!port)
-				return -ETIMEDOUT;
-		}
-		snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
-		ret = rk_loop_create(&c, &t->loop);
-		if (ret)
-			return ret;
-		ret = rk_world_create(t->loop, &world_ops, t, &t->w);
-		if (!ret)
-			break;
-		rk_loop_destroy(t->loop);
-		t->loop = NULL;
-		if (t->rank != 0 || ret != -EADDRINUSE || ++tries == 10)
-			return ret;
-	}
-	if (t->rank == 0)
-		atomic_store(&t->gw->port, port);
-	return 0;
+	rk_config_init(&c);
+	c.rank = t->rank;
+	c.world_size = t->gw->size;
+	c.session_id = SESSION;
+	c.peer_timeout_ns = 5000 * MS;
+	c.connect_timeout_ns = 20000 * MS;
+	return rk_test_join(&c, &t->gw->port, deadline, &world_ops, t, &t->loop, &t->w);
 }
 
 static void node_destroy(struct grank *t)
 {
-	uint64_t deadline = now_ns() + 5000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 5000 * MS;
 	int ret;
 
 	if (t->w)
@@ -551,7 +502,7 @@ static void node_destroy(struct grank *t)
 	do {
 		rk_loop_run(t->loop, RK_RUN_NOWAIT);
 		ret = rk_loop_destroy(t->loop);
-	} while (ret == -EBUSY && now_ns() < deadline);
+	} while (ret == -EBUSY && rk_test_now_ns() < deadline);
 	if (ret && !t->line) {
 		t->line = __LINE__;
 		t->err = ret;
@@ -580,7 +531,7 @@ static void run_ranks(struct gworld *gw, void *(*fn)(void *))
 
 static void wait_stage(struct gworld *gw, int stage, uint64_t deadline)
 {
-	while (atomic_load(&gw->stage) < stage && now_ns() < deadline)
+	while (atomic_load(&gw->stage) < stage && rk_test_now_ns() < deadline)
 		usleep(200);
 }
 
@@ -618,9 +569,9 @@ static enum rk_activity mark_cb(struct rk_gpu_notifier *n, uint64_t cookie, void
 static int allreduce_i32(ncclComm_t comm, int32_t *d, size_t count, cudaStream_t s)
 {
 	ncclResult_t r = ncclAllReduce(d, d, count, ncclInt32, ncclSum, comm, s), as;
-	uint64_t deadline = now_ns() + 30000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 30000 * MS;
 
-	while (r == ncclInProgress && now_ns() < deadline) {
+	while (r == ncclInProgress && rk_test_now_ns() < deadline) {
 		if (ncclCommGetAsyncError(comm, &as) != ncclSuccess)
 			return -EIO;
 		if (as != ncclInProgress)
@@ -638,7 +589,7 @@ static void *nccl_rank(void *arg)
 {
 	struct grank *t = arg;
 	struct gworld *gw = t->gw;
-	uint64_t deadline = now_ns() + 90000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 90000 * MS;
 	struct rk_gpu_notifier *nt = NULL;
 	int32_t *d = NULL, *h = NULL;
 	cudaStream_t s = NULL;
@@ -723,7 +674,7 @@ static void *nccl_rank(void *arg)
 			if (!RUN_UNTIL(t, deadline, t->peer_errs > 0))
 				T_FAIL(t, -ETIMEDOUT);
 			/* peer_error aborted the communicator: the stream drains */
-			if (!RUN_UNTIL(t, now_ns() + 20000 * MS, t->marks_done == 2))
+			if (!RUN_UNTIL(t, rk_test_now_ns() + 20000 * MS, t->marks_done == 2))
 				T_FAIL(t, -ETIMEDOUT);
 			/*
 			 * Aborted by peer_error (-ECONNRESET), or first by the async-error
@@ -839,7 +790,7 @@ START_TEST(test_toy_logits)
 	struct toy_round r = { 0 };
 	struct rk_wire_stream st[6];
 	uint32_t tok[512], ids_live[6], n_live = 0, pos[6] = { 0 }, x;
-	uint64_t rs = 99 + (uint64_t)_i, deadline = now_ns() + 60000 * MS, round;
+	uint64_t rs = 99 + (uint64_t)_i, deadline = rk_test_now_ns() + 60000 * MS, round;
 	int32_t *cpu;
 	uint32_t i, j, ntok, n;
 
@@ -1009,7 +960,7 @@ static void *toy_rank(void *arg)
 	struct gworld *gw = t->gw;
 	struct rk_sched_config sc = { .max_batch = 8, .draft_k = gw->draft_k,
 				      .draft = gw->draft_k ? ref_draft : NULL, .draft_arg = gw };
-	uint64_t deadline = now_ns() + 100000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 100000 * MS;
 	uint8_t quit[8];
 	int ret, i, done;
 
@@ -1054,7 +1005,7 @@ static void *toy_rank(void *arg)
 				done += gw->s[i].n_done;
 			if (done == gw->nstreams)
 				break;
-			if (now_ns() > deadline)
+			if (rk_test_now_ns() > deadline)
 				T_FAIL(t, -ETIMEDOUT);
 			if (rk_loop_run(t->loop, RK_RUN_ONCE) < 0)
 				T_FAIL(t, -EIO);
@@ -1074,7 +1025,7 @@ static void *toy_rank(void *arg)
 	}
 out:
 	if (t->b) {
-		RUN_UNTIL(t, now_ns() + 10000 * MS, !toy_cuda_busy(t->b));
+		RUN_UNTIL(t, rk_test_now_ns() + 10000 * MS, !toy_cuda_busy(t->b));
 		toy_cuda_stats(t->b, &t->stats);
 		ret = toy_cuda_destroy(t->b);
 		if (ret && !t->line) {
@@ -1087,7 +1038,7 @@ out:
 		rk_sched_destroy(t->sched);
 	t->sched = NULL;
 	if (t->rank == 0 && gw->size > 1 && !t->line)
-		RUN_UNTIL(t, now_ns() + 10000 * MS, t->peer_errs == gw->size - 1);	/* BYE */
+		RUN_UNTIL(t, rk_test_now_ns() + 10000 * MS, t->peer_errs == gw->size - 1);	/* BYE */
 	node_destroy(t);
 	return NULL;
 }
@@ -1191,7 +1142,7 @@ static enum rk_activity bench_cb(struct rk_gpu_notifier *n, uint64_t cookie, voi
 
 	(void)n;
 	if (cookie == c->want) {
-		c->t1 = now_ns();
+		c->t1 = rk_test_now_ns();
 		rk_loop_stop(c->loop);
 	}
 	return RK_BUSY;
@@ -1297,25 +1248,25 @@ static int bench(void)
 			}
 			for (k = 0; k < chunk && cnt[m] < iters; k++) {
 				seq++;
-				t0 = now_ns();
+				t0 = rk_test_now_ns();
 				empty_work(s, dbuf);
 				switch (m) {
 				case M_WORD:
 					wv((CUstream)s, (CUdeviceptr)(uintptr_t)dword, seq, 0);
 					while (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seq)
 						;
-					lat[m][cnt[m]++] = now_ns() - t0;
+					lat[m][cnt[m]++] = rk_test_now_ns() - t0;
 					break;
 				case M_QUERY:
 					cudaEventRecord(ev, s);
 					while (cudaEventQuery(ev) == cudaErrorNotReady)
 						;
-					lat[m][cnt[m]++] = now_ns() - t0;
+					lat[m][cnt[m]++] = rk_test_now_ns() - t0;
 					break;
 				case M_BLOCKSYNC:
 					cudaEventRecord(evb, s);
 					cudaEventSynchronize(evb);
-					lat[m][cnt[m]++] = now_ns() - t0;
+					lat[m][cnt[m]++] = rk_test_now_ns() - t0;
 					break;
 				default:
 					ctx[m].want = seq;

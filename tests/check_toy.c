@@ -32,19 +32,13 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "rk_test.h"
 #include "toy.h"
 
 #define TIMEOUT_S	60
 #define MS		1000000ull
 #define SESSION		0x746f790000000001ull
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The test's own generator (not the model's hash, so the two stay independent). */
 static uint64_t rng_next(uint64_t *s)
@@ -767,7 +761,7 @@ struct tworld {
 #define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
 #define RUN_UNTIL(t, deadline, cond)						\
 	({									\
-		while (!(cond) && now_ns() < (deadline))			\
+		while (!(cond) && rk_test_now_ns() < (deadline))			\
 			if (rk_loop_run((t)->loop, RK_RUN_ONCE) < 0)		\
 				break;						\
 		(bool)(cond);							\
@@ -841,61 +835,18 @@ static void on_complete(void *arg, uint64_t round_id, int status)
 	t->done_status = status;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd, port = -EADDRNOTAVAIL;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-	    !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 static int node_create(struct trank *t, uint64_t deadline)
 {
 	struct rk_config c;
-	int ret, port = 1, tries = 0;
 
-	for (;;) {
-		rk_config_init(&c);
-		c.rank = t->rank;
-		c.world_size = t->tw->size;
-		c.session_id = SESSION;
-		c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
-		c.peer_timeout_ns = 5000 * MS;
-		c.connect_timeout_ns = 10000 * MS;
-		if (t->rank == 0) {
-			port = free_port();
-			if (port < 0)
-				return port;
-		} else {
-			while (!(port = atomic_load(&t->tw->port)) && now_ns() < deadline)
-				usleep(1000);
-			if (!port)
-				return -ETIMEDOUT;
-		}
-		snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
-		ret = rk_loop_create(&c, &t->loop);
-		if (ret)
-			return ret;
-		ret = rk_world_create(t->loop, &world_ops, t, &t->w);
-		if (!ret)
-			break;
-		rk_loop_destroy(t->loop);
-		t->loop = NULL;
-		if (t->rank != 0 || ret != -EADDRINUSE || ++tries == 10)
-			return ret;
-	}
-	if (t->rank == 0)
-		atomic_store(&t->tw->port, port);
-	return 0;
+	rk_config_init(&c);
+	c.rank = t->rank;
+	c.world_size = t->tw->size;
+	c.session_id = SESSION;
+	c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
+	c.peer_timeout_ns = 5000 * MS;
+	c.connect_timeout_ns = 10000 * MS;
+	return rk_test_join(&c, &t->tw->port, deadline, &world_ops, t, &t->loop, &t->w);
 }
 
 /* The test's scheduler: drafts from the reference, some deliberately wrong. */
@@ -1060,7 +1011,7 @@ static int leader_sched(struct trank *t, uint64_t deadline)
 			done += tw->s[i].n_done;
 		if (done == NSTREAM)
 			break;
-		if (now_ns() > deadline)
+		if (rk_test_now_ns() > deadline)
 			return -ETIMEDOUT;
 		if (rk_loop_run(t->loop, RK_RUN_ONCE) < 0)
 			return -EIO;
@@ -1074,7 +1025,7 @@ static void *rank_thread(void *arg)
 	struct tworld *tw = t->tw;
 	struct toy_params p;
 	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K };
-	uint64_t deadline = now_ns() + 40000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 40000 * MS;
 	uint8_t quit[8];
 	int ret;
 
@@ -1125,7 +1076,7 @@ static void *rank_thread(void *arg)
 	}
 out:
 	if (t->b) {
-		RUN_UNTIL(t, now_ns() + 5000 * MS, !toy_cpu_busy(t->b));
+		RUN_UNTIL(t, rk_test_now_ns() + 5000 * MS, !toy_cpu_busy(t->b));
 		toy_cpu_stats(t->b, &t->stats);
 		ret = toy_cpu_destroy(t->b);
 		if (ret && !t->line) {
@@ -1240,7 +1191,7 @@ START_TEST(test_backend_errors)
 	struct rk_wire_round view;
 	struct rk_wire_hdr h = { .type = RK_FRAME_USER };
 	uint8_t user[8 + 16];
-	uint64_t deadline = now_ns() + 10000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 10000 * MS;
 	int64_t len;
 
 	tw->size = 1;

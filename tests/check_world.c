@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "rk_test.h"
 #include "rk_rdma.h"
 
 #define TIMEOUT_S	30
@@ -45,13 +46,6 @@ enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT,
 
 #define BURST_FRAMES 10000
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- log capture ---------------------------------------------------------------- */
 
@@ -200,7 +194,7 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 	if (n->nerr < MAX_ERRS) {
 		n->errs[n->nerr].rank = rank;
 		n->errs[n->nerr].err = err;
-		n->errs[n->nerr].t = now_ns();
+		n->errs[n->nerr].t = rk_test_now_ns();
 	}
 	n->nerr++;
 }
@@ -246,23 +240,6 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 }
 
 /* A port the kernel just handed out (nothing listens on it once we return). */
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd, port = -EADDRNOTAVAIL;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (!bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
-	    !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 /*
  * Create the loop and the world of @n from @tmpl. A leader (rank 0) configured
  * on "127.0.0.1:0" takes a free port instead, and another one if a concurrent
@@ -277,7 +254,7 @@ static int node_create(struct node *n, const struct rk_config *tmpl)
 	n->rank = c.rank;
 	for (;;) {
 		if (c.rank == 0 && c.world_size > 1 && !strcmp(c.leader, "127.0.0.1:0")) {
-			port = free_port();
+			port = rk_test_free_port();
 			if (port < 0)
 				return port;
 			snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
@@ -358,8 +335,8 @@ static void pump_once(struct node **ns, size_t nn)
 #define PUMP_UNTIL(ms, cond, ...)						\
 	({									\
 		struct node *ns_[] = { __VA_ARGS__ };				\
-		uint64_t dl_ = now_ns() + (uint64_t)(ms) * MS;			\
-		while (!(cond) && now_ns() < dl_)				\
+		uint64_t dl_ = rk_test_now_ns() + (uint64_t)(ms) * MS;			\
+		while (!(cond) && rk_test_now_ns() < dl_)				\
 			pump_once(ns_, ARRAY_SIZE(ns_));			\
 		(bool)(cond);							\
 	})
@@ -375,7 +352,7 @@ static int start_world(struct node *n, int nreal, const struct rk_config *tmpl)
 {
 	struct node *ns[8];
 	struct rk_config c = *tmpl;
-	uint64_t deadline = now_ns() + 5000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 5000 * MS;
 	int i, port, all;
 
 	ck_assert_int_le(nreal, 8);
@@ -397,7 +374,7 @@ static int start_world(struct node *n, int nreal, const struct rk_config *tmpl)
 			all = all && n[i].ready;
 		if (all)
 			break;
-		ck_assert_msg(now_ns() < deadline, "world not ready after 5 s");
+		ck_assert_msg(rk_test_now_ns() < deadline, "world not ready after 5 s");
 		pump_once(ns, (size_t)nreal);
 	}
 	return port;
@@ -569,7 +546,7 @@ static int raw_pop(struct raw *r, struct rk_wire_hdr *h, uint8_t *pl, size_t cap
 static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 		    struct rk_wire_hdr *h, uint8_t *pl, size_t cap)
 {
-	uint64_t deadline = now_ns() + ms * MS;
+	uint64_t deadline = rk_test_now_ns() + ms * MS;
 
 	for (;;) {
 		if (raw_pop(r, h, pl, cap)) {
@@ -579,7 +556,7 @@ static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 		}
 		if (r->eof)
 			return 0;
-		ck_assert_msg(now_ns() < deadline, "raw: no frame and no EOF within %u ms", ms);
+		ck_assert_msg(rk_test_now_ns() < deadline, "raw: no frame and no EOF within %u ms", ms);
 		pump_once(ns, nn);
 	}
 }
@@ -587,15 +564,15 @@ static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 /* Pump until the leader closes @r (discarding what arrives). Return the ms it took. */
 static uint64_t raw_wait_eof(struct raw *r, struct node **ns, size_t nn, unsigned int ms)
 {
-	uint64_t t0 = now_ns(), deadline = t0 + ms * MS;
+	uint64_t t0 = rk_test_now_ns(), deadline = t0 + ms * MS;
 
 	for (;;) {
 		raw_poll(r);
 		r->discarded += r->len;
 		r->len = 0;
 		if (r->eof)
-			return (now_ns() - t0) / MS;
-		ck_assert_msg(now_ns() < deadline, "raw: the leader kept the socket open %u ms",
+			return (rk_test_now_ns() - t0) / MS;
+		ck_assert_msg(rk_test_now_ns() < deadline, "raw: the leader kept the socket open %u ms",
 			      ms);
 		pump_once(ns, nn);
 	}
@@ -1068,7 +1045,7 @@ struct tworld {
 
 #define RUN_UNTIL(n, deadline, cond)						\
 	({									\
-		while (!(cond) && now_ns() < (deadline))			\
+		while (!(cond) && rk_test_now_ns() < (deadline))			\
 			if (rk_loop_run((n)->loop, RK_RUN_ONCE) < 0)		\
 				break;						\
 		(bool)(cond);							\
@@ -1080,13 +1057,13 @@ static void *rank_thread(void *arg)
 	struct trank *t = arg;
 	struct node *n = &t->n;
 	struct rk_config c;
-	uint64_t deadline = now_ns() + 15000 * MS;
+	uint64_t deadline = rk_test_now_ns() + 15000 * MS;
 	int ret, port, i;
 
 	cfg_base(&c, t->rank, 4, 0);
 	c.peer_timeout_ns = 2000 * MS;
 	if (t->rank) {
-		while (!(port = atomic_load(&t->tw->port)) && now_ns() < deadline)
+		while (!(port = atomic_load(&t->tw->port)) && rk_test_now_ns() < deadline)
 			usleep(1000);
 		if (!port)
 			T_FAIL(t, -ETIMEDOUT);
@@ -1306,7 +1283,7 @@ static void give_port(int fd, int port)
 /* Pump until @pid exits; its wait status. */
 static int reap_child(pid_t pid, struct node **ns, size_t nn, unsigned int ms)
 {
-	uint64_t deadline = now_ns() + ms * MS;
+	uint64_t deadline = rk_test_now_ns() + ms * MS;
 	int st;
 	pid_t r;
 
@@ -1315,7 +1292,7 @@ static int reap_child(pid_t pid, struct node **ns, size_t nn, unsigned int ms)
 		if (r == pid)
 			return st;
 		ck_assert_int_eq(r, 0);
-		ck_assert_msg(now_ns() < deadline, "child %d still running after %u ms", pid, ms);
+		ck_assert_msg(rk_test_now_ns() < deadline, "child %d still running after %u ms", pid, ms);
 		pump_once(ns, nn);
 	}
 }
@@ -1397,7 +1374,7 @@ START_TEST(test_peer_closes)
 	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[2].ready, &n[0], &n[2]));
 	ping_pong(&n[0], &n[2]);
 
-	t0 = now_ns();
+	t0 = rk_test_now_ns();
 	if (_i == 0)
 		ck_assert_int_eq(send_user(&n[0], 1, TAG_DIE, NULL, 0), 0);
 	else
@@ -1446,7 +1423,7 @@ START_TEST(test_peer_silent)
 	PUMP_FOR(500, &n);
 	ck_assert_int_eq(n.nerr, 0);
 
-	t0 = now_ns();
+	t0 = rk_test_now_ns();
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
 	ck_assert(PUMP_UNTIL(3000, n.nerr, &n));
 	el = (n.errs[0].t - t0) / MS;
@@ -1518,7 +1495,7 @@ START_TEST(test_garbage)
 	dropped = log_dropped();
 
 	raw_connect(&r, port, 0);
-	t_conn = now_ns();
+	t_conn = rk_test_now_ns();
 	switch (g->kind) {
 	case G_RANDOM:
 		pattern(f, 64, 99);
@@ -1556,7 +1533,7 @@ START_TEST(test_garbage)
 		raw_wait_eof(&r, NODES(&n[0], &n[1]), 3000);
 		ck_assert_uint_eq(r.discarded, 0);	/* closed without a word */
 	}
-	el = (now_ns() - t_conn) / MS;
+	el = (rk_test_now_ns() - t_conn) / MS;
 	if (g->kind == G_SILENT)
 		ck_assert_msg(el >= 250, "a silent socket was dropped after %llu ms",
 			      (unsigned long long)el);
@@ -1591,7 +1568,7 @@ START_TEST(test_pending_flood)
 	port = start_world(n, 2, &c);
 	r = calloc(FLOOD, sizeof(*r));
 	ck_assert_ptr_nonnull(r);
-	t0 = now_ns();
+	t0 = rk_test_now_ns();
 	for (i = 0; i < FLOOD; i++)
 		raw_connect(&r[i], port, 0);
 #define COUNT_CLOSED()								\
@@ -1605,7 +1582,7 @@ START_TEST(test_pending_flood)
 	})
 	/* the surplus is refused at once, long before the handshake timeout */
 	ck_assert(PUMP_UNTIL(1000, COUNT_CLOSED() >= FLOOD - 64, &n[0], &n[1]));
-	ck_assert_uint_lt(now_ns() - t0, 1500 * MS);
+	ck_assert_uint_lt(rk_test_now_ns() - t0, 1500 * MS);
 	ck_assert_int_lt(closed, FLOOD);
 	ping_pong(&n[0], &n[1]);
 	/* the rest when their handshake time is up */
@@ -1816,9 +1793,9 @@ START_TEST(test_destroy_cuts_flushing_link)
 	ck_assert_int_eq(n.errs[0].err, -RK_ESEQ);
 	ck_assert_ptr_null(rk_world_link(n.w, 1));
 
-	t0 = now_ns();
+	t0 = rk_test_now_ns();
 	node_stop(&n);		/* must not wait for the peer to read */
-	ck_assert_uint_lt((now_ns() - t0) / MS, 2000);
+	ck_assert_uint_lt((rk_test_now_ns() - t0) / MS, 2000);
 	raw_close(&r);
 }
 END_TEST
@@ -1830,7 +1807,7 @@ START_TEST(test_follower_first)
 {
 	struct node n[2] = { 0 };
 	struct rk_config c;
-	int port = free_port();
+	int port = rk_test_free_port();
 
 	ck_assert_int_gt(port, 0);
 	cfg_base(&c, 1, 2, port);
@@ -1859,7 +1836,7 @@ START_TEST(test_no_leader)
 	struct node n = { 0 };
 	struct rk_config c;
 	uint64_t t0, el;
-	int port = free_port(), ret;
+	int port = rk_test_free_port(), ret;
 
 	ck_assert_int_gt(port, 0);
 	cfg_base(&c, 1, 2, port);
@@ -1868,9 +1845,9 @@ START_TEST(test_no_leader)
 	if (c.handshake_timeout_ns < c.heartbeat_ns)
 		c.handshake_timeout_ns = c.heartbeat_ns;
 	node_start(&n, &c);
-	t0 = now_ns();
+	t0 = rk_test_now_ns();
 	ret = rk_world_wait_ready(n.w);
-	el = (now_ns() - t0) / MS;
+	el = (rk_test_now_ns() - t0) / MS;
 	ck_assert_msg(ret == -RK_ETIMEOUT, "wait_ready: %s", rk_errname(ret));
 	ck_assert_msg(el >= 150 && el < 3000, "gave up after %llu ms", (unsigned long long)el);
 	ck_assert_int_eq(rk_world_failed(n.w), -RK_ETIMEOUT);
