@@ -6,5 +6,5 @@ examples_rk_launch_CFLAGS = $(AM_CFLAGS)
 
 ## Its tests: scripts run from the build directory; each exits 77 to skip.
 TESTS += tests/launch-basic.sh tests/launch-kill.sh tests/launch-netns.sh tests/launch-mpi.sh
-EXTRA_DIST += tests/mpi-probe.sh tests/launch-basic.sh tests/launch-kill.sh tests/launch-netns.sh \
-	tests/launch-mpi.sh
+EXTRA_DIST += tests/mpi-probe.sh tests/netns-common.sh tests/launch-basic.sh \
+	tests/launch-kill.sh tests/launch-netns.sh tests/launch-mpi.sh

@@ -10,29 +10,7 @@ b=${builddir:-.}
 launch=$b/examples/rk-launch
 pingpong=$b/examples/rk-pingpong
 [ -x "$launch" ] && [ -x "$pingpong" ] || { echo "no $launch or $pingpong"; exit 99; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: --netns needs root"; exit 77; }
-command -v ip >/dev/null || { echo "SKIP: no ip (iproute2)"; exit 77; }
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
-probe=rkl-probe-$$
-if ! ip netns add "$probe" 2>/dev/null; then
-	echo "SKIP: 'ip netns add' is not permitted here"
-	exit 77
-fi
-ip netns delete "$probe"
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-cleanup()
-{
-	if [ -n "$lpid" ]; then
-		kill -KILL "$lpid" 2>/dev/null
-		for ns in $(ip netns list | sed -n "s/^\(rkl$lpid-[^ ]*\).*/\1/p"); do
-			ip netns delete "$ns"
-		done
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/netns-common.sh"
 
 fail()
 {
