@@ -234,6 +234,8 @@ struct toy_cpu;
  * call back into the backend (token(), launch()).
  */
 typedef void (*toy_complete_fn)(void *arg, uint64_t round_id, int status);
+/** toy_sched_complete() - a toy_complete_fn that calls rk_sched_complete(@arg, ...). */
+void toy_sched_complete(void *arg, uint64_t round_id, int status);
 
 struct toy_cpu_stats {
 	uint64_t rounds;	/* rounds computed on this rank */

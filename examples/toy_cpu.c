@@ -540,14 +540,9 @@ err_free:
 	return ret;
 }
 
-static void sched_complete(void *arg, uint64_t round_id, int status)
-{
-	rk_sched_complete(arg, round_id, status);
-}
-
 void toy_cpu_set_sched(struct toy_cpu *b, struct rk_sched *s)
 {
-	toy_cpu_set_complete(b, s ? sched_complete : NULL, s);
+	toy_cpu_set_complete(b, s ? toy_sched_complete : NULL, s);
 }
 
 void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg)

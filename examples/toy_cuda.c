@@ -742,14 +742,9 @@ int toy_cuda_ready(const struct toy_cuda *b)
 	return b->size > 1 ? rk_nccl_state(b->nccl) : 1;
 }
 
-static void sched_complete(void *arg, uint64_t round_id, int status)
-{
-	rk_sched_complete(arg, round_id, status);
-}
-
 void toy_cuda_set_sched(struct toy_cuda *b, struct rk_sched *s)
 {
-	toy_cuda_set_complete(b, s ? sched_complete : NULL, s);
+	toy_cuda_set_complete(b, s ? toy_sched_complete : NULL, s);
 }
 
 void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg)
