@@ -470,6 +470,15 @@ static void print_notify(const struct server *srv)
 	       srv->rank, rk_gpu_notify_mode_name(srv->opt.notify), n->marks, n->via_poll,
 	       n->via_wake, n->predicted, n->wake_armed_late, n->pred_bounded,
 	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3, n->pred_q_ns / 1e3);
+	if (cs.enqueues) {
+		double k = 1e3 * (double)cs.enqueues;
+
+		printf("enqueue r%d: %" PRIu64 " rounds, host us per round: upload %.1f kernels %.1f"
+		       " allreduce %.1f copy %.1f mark %.1f (ncclInProgress %" PRIu64 ")\n",
+		       srv->rank, cs.enqueues, (double)cs.ns_upload / k, (double)cs.ns_kernels / k,
+		       (double)cs.ns_allreduce / k, (double)cs.ns_copy / k, (double)cs.ns_mark / k,
+		       cs.nccl_inprogress);
+	}
 	fflush(stdout);
 }
 

@@ -404,6 +404,7 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 {
 	const struct toy_round *r = &job->r;
 	size_t nlog = (size_t)r->n_out * b->V, ks_len;
+	uint64_t t0 = now_ns(), t1, t2, t3, t4;
 	int ret;
 
 	ret = CU(b, cudaSetDevice(b->dev));
@@ -420,19 +421,29 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 	ks_len = (size_t)r->n_streams * sizeof(struct toy_cuda_kstream);
 	ret = CU(b, cudaMemcpyAsync(b->din, job->in_h, job->in_len, cudaMemcpyHostToDevice,
 				    b->stream));
+	t1 = now_ns();
 	if (!ret)
 		ret = CU(b, toy_cuda_k_round(b->stream, b->din, r->n_streams,
 					     (const uint32_t *)((const uint8_t *)b->din + ks_len),
 					     b->dstate, b->dE, b->dh0, b->df, b->n, b->lo));
 	if (!ret)
 		ret = CU(b, toy_cuda_k_logits(b->stream, b->dW, b->df, b->dlog, r->n_out, b->V, b->n));
+	t2 = now_ns();
 	if (!ret && b->size > 1)
 		ret = allreduce(b, nlog);
+	t3 = now_ns();
 	if (!ret && b->rank == 0)
 		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
+	t4 = now_ns();
 	if (!ret)
 		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+	b->stats.enqueues++;
+	b->stats.ns_upload += t1 - t0;
+	b->stats.ns_kernels += t2 - t1;
+	b->stats.ns_allreduce += t3 - t2;
+	b->stats.ns_copy += t4 - t3;
+	b->stats.ns_mark += now_ns() - t4;
 	return ret;
 }
 

@@ -36,6 +36,13 @@ struct toy_cuda_stats {
 	uint64_t ns_round;		/* launch() to the completion callback, summed */
 	uint64_t waited;		/* rounds that waited for the NCCL bootstrap */
 	uint64_t nccl_inprogress;	/* collectives that returned ncclInProgress (waited for) */
+	/* host time of the enqueue, summed over the rounds (where a round's CPU goes) */
+	uint64_t enqueues;		/* rounds enqueued */
+	uint64_t ns_upload;		/* buffers, cudaMemcpyAsync of the plan */
+	uint64_t ns_kernels;		/* the fold and logits kernels */
+	uint64_t ns_allreduce;		/* ncclAllReduce (and any ncclInProgress wait) */
+	uint64_t ns_copy;		/* leader: the logits' copy to the host */
+	uint64_t ns_mark;		/* rk_gpu_notifier_mark() */
 	struct rk_gpu_notifier_stats notify;
 };
 

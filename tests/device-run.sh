@@ -212,7 +212,7 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 			echo "== threads $tname ($tenv; $*): exit $trc, $(($(date +%s) - t0)) s," \
 				"pids $tp; machine steal $steal of all CPU time"
 			sed 's/^\[r0\] //' "$tdir/$tname.out" | grep -v '^\[r[0-9]*\] '
-			grep '^\[r[1-9][0-9]*\] notify' "$tdir/$tname.out"
+			grep -E '^\[r[1-9][0-9]*\] (notify|enqueue)' "$tdir/$tname.out"
 			[ $trc = 0 ] || tail -n 15 "$tdir/$tname.err"
 			# the cell: from the column header ('#' line) to the cell line
 			win=$(awk '$3 == "lines" { t = $1 - $2
@@ -255,7 +255,7 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	tjob idle-cuda-tp1 60 "RK_WAIT=adaptive" 30 --backend=cuda --notify=auto $sargs \
 		--bench-requests 8
 	say "== threads: $(($(date +%s) - t0t)) s (threads.txt)"
-	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r' "$trace" | tee -a "$summary"
+	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r|enqueue r' "$trace" | tee -a "$summary"
 	tar -C "$tdir" -czf "$OUT/threads-raw.tar.gz" . 2>/dev/null
 	rm -rf "$tdir"
 fi
