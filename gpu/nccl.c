@@ -9,12 +9,26 @@
  *   WAIT_ID     follower: waiting for the leader's NCCL_ID frame
  *   INIT        ncclCommInitRankConfig(blocking = 0) returned; polling
  *               ncclCommGetAsyncError until it leaves ncclInProgress
- *   READY       the async-error watch, only while the owner says collectives are
- *               in flight (rk_nccl_busy): an idle rank gets no timer wake-ups
+ *   SPLIT       the parent is up; ncclCommSplit (also non-blocking: it runs under
+ *               the parent's config) makes the child with config.blocking = 1,
+ *               polled the same way
+ *   READY       collectives go to the child; the async-error watch runs only while
+ *               the owner says collectives are in flight (rk_nccl_busy): an idle
+ *               rank gets no timer wake-ups
  *   FAILED      the communicator is aborted (or never existed)
  * A world failure (rk_world_failed) in any state before READY aborts the
  * bring-up, so a rank never waits for a dead peer; once READY, the owner calls
  * rk_nccl_abort() from peer_error.
+ *
+ * Why two communicators: on a non-blocking communicator every collective is
+ * launched by a thread that NCCL creates for it, and answers ncclInProgress
+ * until that thread is done; nothing more may go on the stream before then.
+ * That costs a thread and a wait of the caller in every round. The child is a
+ * blocking communicator, so a collective is enqueued inline, but it is made
+ * by a split of the non-blocking parent and so is still brought up without
+ * blocking the loop. Its connections exist once the split completes only
+ * with NCCL_RUNTIME_CONNECT=0 (else the first collective connects, and that
+ * blocks until every rank has issued it: docs/GPU.md).
  */
 #include "config.h"
 
@@ -36,7 +50,7 @@
 
 _Static_assert(sizeof(ncclUniqueId) == RK_WIRE_NCCL_ID_LEN, "NCCL_ID frame carries the id");
 
-enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_READY, NS_FAILED };
+enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_SPLIT, NS_READY, NS_FAILED };
 
 struct rk_nccl {
 	struct rk_world *w;
@@ -46,7 +60,8 @@ struct rk_nccl {
 	int err;			/* NS_FAILED: why */
 	ncclUniqueId id;
 	bool have_id;
-	ncclComm_t comm;		/* INIT, READY */
+	ncclComm_t parent;		/* non-blocking: INIT and later */
+	ncclComm_t comm;		/* the blocking child: SPLIT (coming up), READY */
 	rk_nccl_ready_cb ready;
 	void *ready_arg;
 	rk_nccl_error_cb on_error;
@@ -62,7 +77,7 @@ static int nccl_check(const struct rk_nccl *n, ncclResult_t r, const char *what)
 	if (r == ncclSuccess)
 		return 0;
 	rk__err(n->rank, "%s: %s (%s)", what, ncclGetErrorString(r),
-		ncclGetLastError(n->comm));
+		ncclGetLastError(n->comm ? n->comm : n->parent));
 	return -EIO;
 }
 
@@ -74,18 +89,25 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Abort the child, then the parent (either may be absent). */
 static int comm_abort(struct rk_nccl *n)
 {
-	ncclComm_t c = n->comm;
-	int ret, r;
+	int ret = 0, r;
 
-	if (!c)
+	if (!n->comm && !n->parent)
 		return 0;
-
 	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
-	r = nccl_check(n, ncclCommAbort(c), "ncclCommAbort");
-	n->comm = NULL;
-	return r ? r : ret;
+	if (n->comm) {
+		r = nccl_check(n, ncclCommAbort(n->comm), "ncclCommAbort (child)");
+		ret = ret ? ret : r;
+		n->comm = NULL;
+	}
+	if (n->parent) {
+		r = nccl_check(n, ncclCommAbort(n->parent), "ncclCommAbort");
+		ret = ret ? ret : r;
+		n->parent = NULL;
+	}
+	return ret;
 }
 
 /* Enter FAILED with @err; a bring-up that has not reported yet reports it. */
@@ -115,7 +137,7 @@ static int start_init(struct rk_nccl *n)
 		return ret;
 	}
 	cfg.blocking = 0;	/* returns at once; progress is polled from the loop */
-	r = ncclCommInitRankConfig(&n->comm, n->size, n->id, n->rank, &cfg);
+	r = ncclCommInitRankConfig(&n->parent, n->size, n->id, n->rank, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress) {
 		ret = nccl_check(n, r, "ncclCommInitRankConfig");
 		fail(n, ret);
@@ -125,6 +147,57 @@ static int start_init(struct rk_nccl *n)
 	n->t0 = mono_ms();
 	rk__dbg(n->rank, "nccl: init started (%d ranks, device %d)", n->size, n->dev);
 	return 0;
+}
+
+/* The parent is up: split the blocking child off it (non-blocking too). */
+static int start_split(struct rk_nccl *n)
+{
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	ncclResult_t r;
+	int ret;
+
+	cfg.blocking = 1;	/* the child's collectives enqueue inline */
+	cfg.splitShare = 1;	/* and share the parent's channels and buffers */
+	r = ncclCommSplit(n->parent, 0, n->rank, &n->comm, &cfg);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		ret = nccl_check(n, r, "ncclCommSplit");
+		fail(n, ret);
+		return ret;
+	}
+	n->st = NS_SPLIT;
+	rk__dbg(n->rank, "nccl: parent up after %llu ms, split started",
+		(unsigned long long)(mono_ms() - n->t0));
+	return 0;
+}
+
+/* Poll @c's async state in a bring-up state. Return RK_IDLE while in progress. */
+static enum rk_activity poll_up(struct rk_nccl *n, ncclComm_t c, const char *what, int werr,
+				bool *done)
+{
+	ncclResult_t as = ncclSuccess;
+	int ret;
+
+	*done = false;
+	ret = nccl_check(n, ncclCommGetAsyncError(c, &as), "ncclCommGetAsyncError");
+	if (ret) {
+		fail(n, ret);
+		return RK_BUSY;
+	}
+	if (as == ncclInProgress) {
+		if (werr) {
+			rk__err(n->rank, "nccl: world failed during %s: %s", what,
+				rk_strerror(werr));
+			fail(n, werr);
+			return RK_BUSY;
+		}
+		return RK_IDLE;
+	}
+	if (as != ncclSuccess) {
+		fail(n, nccl_check(n, as, what));
+		return RK_BUSY;
+	}
+	*done = true;
+	return RK_BUSY;
 }
 
 static bool followers_up(struct rk_nccl *n)
@@ -145,7 +218,9 @@ static enum rk_activity step(struct rk_nccl *n)
 {
 	uint8_t buf[RK_WIRE_NCCL_ID_LEN];
 	ncclResult_t as = ncclSuccess;
+	enum rk_activity act;
 	int ret, werr;
+	bool done;
 
 	werr = rk_world_failed(n->w);
 	switch (n->st) {
@@ -171,21 +246,21 @@ static enum rk_activity step(struct rk_nccl *n)
 			fail(n, werr);
 		return werr ? RK_BUSY : RK_IDLE;
 	case NS_INIT:
-		ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as), "ncclCommGetAsyncError");
-		if (ret) {
-			fail(n, ret);
-			return RK_BUSY;
-		}
-		if (as == ncclInProgress) {
-			if (werr) {
-				rk__err(n->rank, "nccl: world failed during init: %s", rk_strerror(werr));
-				fail(n, werr);
-				return RK_BUSY;
-			}
-			return RK_IDLE;
-		}
-		if (as != ncclSuccess) {
-			fail(n, nccl_check(n, as, "ncclCommInitRankConfig (async)"));
+		act = poll_up(n, n->parent, "ncclCommInitRankConfig (async)", werr, &done);
+		if (done)
+			start_split(n);
+		return act;
+	case NS_SPLIT:
+		/*
+		 * The split runs as a job of the parent: its state is the parent's,
+		 * and NCCL sets the child's handle only once the split is complete.
+		 */
+		act = poll_up(n, n->parent, "ncclCommSplit (async)", werr, &done);
+		if (!done)
+			return act;
+		if (!n->comm) {
+			rk__err(n->rank, "nccl: ncclCommSplit completed without a communicator");
+			fail(n, -EIO);
 			return RK_BUSY;
 		}
 		n->st = NS_READY;
@@ -229,7 +304,7 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 		   struct rk_nccl **out)
 {
 	struct rk_nccl *n;
-	const char *nvls;
+	const char *nvls, *rc;
 	int ret;
 
 	if (!w || !out || cuda_device < 0)
@@ -255,6 +330,10 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	if (!nvls || strcmp(nvls, "0"))
 		rk__warn(n->rank, "nccl: NCCL_NVLS_ENABLE is not 0: NVLink SHARP (multicast) may be "
 			 "used (docs/GPU.md says why it should be off)");
+	rc = getenv("NCCL_RUNTIME_CONNECT");
+	if (!rc || strcmp(rc, "0"))
+		rk__warn(n->rank, "nccl: NCCL_RUNTIME_CONNECT is not 0: the first collective may "
+			 "block until every rank has issued it (docs/GPU.md)");
 	if (n->rank == 0) {
 		ret = nccl_check(n, ncclGetUniqueId(&n->id), "ncclGetUniqueId");
 		if (ret)
@@ -354,46 +433,55 @@ int rk_nccl_abort(struct rk_nccl *n)
 	return ret;
 }
 
+/*
+ * Finalize and destroy *@c: a non-blocking communicator's finalize is polled
+ * for at most FINALIZE_MS; the blocking child's returns once its own work is
+ * flushed (its owner has synchronized the stream). On failure *@c stays for
+ * comm_abort(). Return: 0 or -EIO (logged).
+ */
+static int finalize(struct rk_nccl *n, ncclComm_t *c, const char *name)
+{
+	ncclResult_t as = ncclInProgress, r;
+	uint64_t until;
+	int ret;
+
+	r = ncclCommFinalize(*c);
+	ret = r == ncclInProgress ? 0 : nccl_check(n, r, "ncclCommFinalize");
+	until = mono_ms() + FINALIZE_MS;
+	while (!ret && mono_ms() < until) {
+		ret = nccl_check(n, ncclCommGetAsyncError(*c, &as), "ncclCommGetAsyncError");
+		if (ret || as != ncclInProgress)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
+	}
+	if (ret)
+		return ret;
+	if (as != ncclSuccess) {
+		rk__warn(n->rank, "nccl: finalize of the %s %s: aborting", name,
+			 as == ncclInProgress ? "timed out" : ncclGetErrorString(as));
+		return -EIO;
+	}
+	ret = nccl_check(n, ncclCommDestroy(*c), "ncclCommDestroy");
+	*c = NULL;
+	return ret;
+}
+
 int rk_nccl_destroy(struct rk_nccl *n)
 {
-	ncclResult_t as = ncclInProgress;
-	uint64_t until;
-	int ret = 0;
+	int ret = 0, r;
 
 	if (!n)
 		return 0;
 	rk_timer_stop(&n->timer);
 	if (n->comm && n->st == NS_READY) {
 		ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
-		if (!ret) {
-			/* non-blocking comm: finalize answers ncclInProgress and
-			 * completes asynchronously, polled below */
-			ncclResult_t r = ncclCommFinalize(n->comm);
-
-			ret = r == ncclInProgress ? 0 : nccl_check(n, r, "ncclCommFinalize");
-		}
-		until = mono_ms() + FINALIZE_MS;
-		while (!ret && mono_ms() < until) {
-			ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as),
-					 "ncclCommGetAsyncError");
-			if (ret || as != ncclInProgress)
-				break;
-			nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
-		}
-		if (!ret && as == ncclSuccess) {
-			ret = nccl_check(n, ncclCommDestroy(n->comm), "ncclCommDestroy");
-			n->comm = NULL;
-		} else if (!ret) {
-			rk__warn(n->rank, "nccl: finalize %s: aborting",
-				 as == ncclInProgress ? "timed out" : ncclGetErrorString(as));
-			ret = -EIO;
-		}
+		if (!ret)
+			ret = finalize(n, &n->comm, "child");
+		if (!ret && n->parent)
+			ret = finalize(n, &n->parent, "parent");
 	}
-	if (n->comm) {
-		int r = comm_abort(n);
-
-		ret = ret ? ret : r;
-	}
+	r = comm_abort(n);	/* what is left: not ready, or a finalize failed */
+	ret = ret ? ret : r;
 	free(n);
 	return ret;
 }

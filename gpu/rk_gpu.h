@@ -180,7 +180,12 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
  * broadcasts it in an NCCL_ID frame; a follower waits for that frame (pass it
  * in with rk_nccl_on_frame()). Every rank then starts a non-blocking
  * ncclCommInitRankConfig (config.blocking = 0) which a loop timer polls with
- * ncclCommGetAsyncError until it leaves ncclInProgress; the loop never stalls.
+ * ncclCommGetAsyncError until it leaves ncclInProgress, then splits a child
+ * communicator with config.blocking = 1 off it, polled the same way; the loop
+ * never stalls. Collectives go to the child (rk_nccl_comm()): they enqueue
+ * inline instead of on a thread NCCL creates per call. Requires
+ * NCCL_RUNTIME_CONNECT=0, so that no collective connects (and blocks) at
+ * first use.
  * @ready (may be NULL) reports the outcome. May be called before the world is
  * ready (a frame of the leader may arrive with the WELCOME); a world that
  * fails before the communicator is up fails it too.
@@ -228,7 +233,10 @@ RK_EXPORT int rk_nccl_state(const struct rk_nccl *n);
  */
 RK_EXPORT int rk_nccl_progress(struct rk_nccl *n);
 
-/** rk_nccl_comm() - the ncclComm_t (as void *) while ready, else NULL. */
+/**
+ * rk_nccl_comm() - the ncclComm_t (as void *) for collectives while ready,
+ * else NULL: the blocking child, whose collectives return once enqueued.
+ */
 RK_EXPORT void *rk_nccl_comm(const struct rk_nccl *n);
 /** rk_nccl_device() - the CUDA device of the communicator. */
 RK_EXPORT int rk_nccl_device(const struct rk_nccl *n);
@@ -244,8 +252,10 @@ RK_EXPORT int rk_nccl_device(const struct rk_nccl *n);
 RK_EXPORT int rk_nccl_abort(struct rk_nccl *n);
 
 /**
- * rk_nccl_destroy() - a ready communicator is finalized (ncclCommFinalize,
- * polled for at most 10 s: this is the one place that blocks) and destroyed;
+ * rk_nccl_destroy() - a ready communicator is finalized (ncclCommFinalize:
+ * the child's returns once its work is flushed, so synchronize the stream of
+ * its collectives first; the parent's is polled for at most 5 s: this is the
+ * one place that blocks) and destroyed;
  * anything else is aborted. No callback runs. NULL is a no-op.
  * Return: 0 or -EIO (logged; everything is released anyway). Loop thread.
  */

@@ -565,19 +565,25 @@ static enum rk_activity mark_cb(struct rk_gpu_notifier *n, uint64_t cookie, void
 	return RK_BUSY;
 }
 
-/* An allreduce on a non-blocking communicator: wait out ncclInProgress (NCCL's rule). */
+/*
+ * An allreduce; ncclInProgress is waited out (NCCL's rule) but is an error:
+ * rk_nccl_comm() is the blocking child, whose collectives enqueue inline.
+ */
 static int allreduce_i32(ncclComm_t comm, int32_t *d, size_t count, cudaStream_t s)
 {
 	ncclResult_t r = ncclAllReduce(d, d, count, ncclInt32, ncclSum, comm, s), as;
 	uint64_t deadline = rk_test_now_ns() + 30000 * MS;
+	bool inprogress = r == ncclInProgress;
 
 	while (r == ncclInProgress && rk_test_now_ns() < deadline) {
 		if (ncclCommGetAsyncError(comm, &as) != ncclSuccess)
 			return -EIO;
 		if (as != ncclInProgress)
-			return as == ncclSuccess ? 0 : -EIO;
+			return as != ncclSuccess ? -EIO : -EINPROGRESS;
 		usleep(50);
 	}
+	if (inprogress)
+		return r == ncclInProgress ? -ETIMEDOUT : -EINPROGRESS;
 	return r == ncclSuccess ? 0 : -EIO;
 }
 
@@ -1381,6 +1387,7 @@ int main(void)
 {
 	/* every GPU run of this project keeps NVLink SHARP off (docs/GPU.md) */
 	setenv("NCCL_NVLS_ENABLE", "0", 1);
+	setenv("NCCL_RUNTIME_CONNECT", "0", 1);	/* rk_nccl_create() warns otherwise */
 	rk_log_set_handler(log_quiet, NULL);
 #ifndef RK_HAVE_CUDA
 	/* the stubs answer -EOPNOTSUPP, and that is all there is to test */
