@@ -87,6 +87,7 @@ struct rk_loop {
 	uint64_t pred_deadline;		/* wake asked by this predictive sleep, 0 = none */
 	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
 	uint64_t late_boost;		/* margin added when late, decays when early */
+	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
 	bool after_park;		/* this iteration follows a wait that slept */
 	struct rk_loop_stats stats;
 };
@@ -941,12 +942,25 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned in
  */
 static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 {
+	const struct rk_wait_policy *w = &loop->cfg.wait;
 	uint64_t margin = predict_margin(loop);
 	uint64_t wake = expect > margin ? expect - margin : 0;
 
-	if (wake <= loop->now + loop->cfg.wait.predict_min_ns) {
-		/* due (or too close to sleep): spin; the source stops predicting
-		 * once it is overdue, so this is bounded */
+	if (wake <= loop->now + w->predict_min_ns) {
+		/*
+		 * Due (or too close to sleep): spin; the source stops predicting
+		 * once it is overdue, so this is bounded. When only the learned
+		 * part of the margin stands in the way, let it fade a step, once
+		 * per prediction, as an early wake would: else a margin grown in
+		 * one bad stretch stops every later sleep, and with them the
+		 * samples that could narrow it again.
+		 */
+		if (expect > loop->now + w->predict_margin_ns + w->predict_min_ns &&
+		    expect != loop->skip_expect) {
+			loop->skip_expect = expect;
+			loop->late_boost -= loop->late_boost / 32;
+			loop->oversleep_avg -= loop->oversleep_avg / 16;
+		}
 		loop_spin(loop);
 		return true;
 	}

@@ -2441,6 +2441,108 @@ START_TEST(test_predict_cut_by_event)
 }
 END_TEST
 
+/* ---- the learned margin fades when it alone stops predictive sleeps ----------------- */
+
+/* A predicting source on the fake clock: ready when the test says, never armed. */
+struct fpred {
+	struct rk_source src;
+	uint64_t expect;	/* fake ns; 0 = no prediction */
+	bool ready;
+};
+
+static int fpred_poll(struct rk_source *src, uint64_t now)
+{
+	struct fpred *p = src->data;
+
+	(void)now;
+	if (!p->ready)
+		return 0;
+	p->ready = false;
+	p->expect = 0;
+	return 1;
+}
+
+static uint64_t fpred_expect(struct rk_source *src, uint64_t now)
+{
+	(void)now;
+	return ((struct fpred *)src->data)->expect;
+}
+
+static int fpred_arm(struct rk_source *src)
+{
+	return ((struct fpred *)src->data)->ready ? 1 : 0;
+}
+
+static const struct rk_source_ops fpred_ops = {
+	.name = "fake-predicting", .poll = fpred_poll, .arm = fpred_arm, .expect = fpred_expect };
+
+/*
+ * Grow the learned margin with late predictions, then predict waits that only
+ * that learned part keeps the loop from sleeping through: the margin must fade
+ * until it sleeps again. Before the fix it faded only after a sleep, so once
+ * it was too wide no sleep came and the loop spun through every such wait.
+ * Everything runs on a fake clock: a predictive sleep is ~1 ms of real time.
+ */
+START_TEST(test_predict_margin_fades)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc = { .t = 1000 * SEC };
+	struct fpred p = { .src = { .ops = &fpred_ops } };
+	struct rk_loop_stats s0, s1;
+	uint64_t base, margin, grown;
+	unsigned int i;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;		/* only the prediction decides */
+	c.wait.timed_ns = 0;
+	ck_assert(c.wait.predict);
+	base = c.wait.predict_margin_ns;
+	loop = new_loop(&c);
+	rk_loop_set_clock(loop, fake_now, &fc);
+	p.src.data = &p;
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+
+	/* 1: late predictions: woken exactly at the deadline, the event already in */
+	for (i = 0; i < 40; i++) {
+		s0 = stats_of(loop);
+		p.expect = fc.t + 1 * MS;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* parks ~1 ms */
+		s1 = stats_of(loop);
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+		fc.t = p.expect - s0.predict_margin_ns;		/* the deadline: no oversleep */
+		p.ready = true;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* delivers it */
+		ck_assert(!p.ready);
+		fc.t += 10 * MS;
+	}
+	s0 = stats_of(loop);
+	grown = s0.predict_margin_ns;
+	ck_assert_uint_ge(s0.predict_late, 40);
+	ck_assert_uint_ge(grown, base + 50 * US);	/* the learned part grew */
+
+	/* 2: waits the grown margin says to spin through, but the base would sleep in */
+	for (i = 0; i < 100; i++) {
+		p.expect = fc.t + base + c.wait.predict_min_ns + (grown - base) / 2;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		fc.t = p.expect;
+		p.ready = true;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		fc.t += 10 * MS;
+	}
+	s1 = stats_of(loop);
+	margin = s1.predict_margin_ns;
+	fprintf(stderr, "predict margin: base %" PRIu64 " us, grown %" PRIu64 " us, after %" PRIu64
+		" us; predictive sleeps in part 2: %" PRIu64 "\n", base / US, grown / US, margin / US,
+		s1.predict_waits - s0.predict_waits);
+	ck_assert_uint_lt(margin, grown);
+	ck_assert_uint_ge(s1.predict_waits, s0.predict_waits + 1);	/* it sleeps again */
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
 /* A source that gives no prediction keeps the old policy: spin in the window. */
 START_TEST(test_predict_none_keeps_window)
 {
@@ -2577,6 +2679,7 @@ static Suite *loop_suite(void)
 	tcase_add_test(tc, test_predict_off_spins);
 	tcase_add_test(tc, test_predict_cut_by_event);
 	tcase_add_test(tc, test_predict_none_keeps_window);
+	tcase_add_test(tc, test_predict_margin_fades);
 	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "fd_watch", TIMEOUT_S);
