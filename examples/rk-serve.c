@@ -120,6 +120,8 @@ struct options {
 	bool demo;
 	enum backend_kind backend;
 	enum rk_gpu_notify_mode notify;
+	bool graphs;			/* cuda: a CUDA graph per round shape */
+	bool graphs_set;
 	bool notify_set;
 	int device; /* -1: rank % device count */
 
@@ -371,9 +373,15 @@ static const char *backend_name(enum backend_kind k)
 
 static int be_create(struct server *srv)
 {
-	if (srv->opt.backend == BACKEND_CUDA)
-		return toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
-				       srv->opt.notify, &srv->cuda);
+	int ret;
+
+	if (srv->opt.backend == BACKEND_CUDA) {
+		ret = toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
+				      srv->opt.notify, &srv->cuda);
+		if (!ret)
+			toy_cuda_set_graphs(srv->cuda, srv->opt.graphs);
+		return ret;
+	}
 	return toy_cpu_create(srv->world, &srv->opt.model, &srv->cpu);
 }
 
@@ -473,11 +481,12 @@ static void print_notify(const struct server *srv)
 	if (cs.enqueues) {
 		double k = 1e3 * (double)cs.enqueues;
 
-		printf("enqueue r%d: %" PRIu64 " rounds, host us per round: upload %.1f kernels %.1f"
-		       " allreduce %.1f copy %.1f mark %.1f (ncclInProgress %" PRIu64 ")\n",
-		       srv->rank, cs.enqueues, (double)cs.ns_upload / k, (double)cs.ns_kernels / k,
-		       (double)cs.ns_allreduce / k, (double)cs.ns_copy / k, (double)cs.ns_mark / k,
-		       cs.nccl_inprogress);
+		printf("enqueue r%d: %" PRIu64 " rounds, host us per round: upload %.1f"
+		       " kernels+allreduce %.1f copy %.1f mark %.1f (ncclInProgress %" PRIu64
+		       ", graphs: %" PRIu64 " captured, %" PRIu64 " rounds)\n",
+		       srv->rank, cs.enqueues, (double)cs.ns_upload / k, (double)cs.ns_compute / k,
+		       (double)cs.ns_copy / k, (double)cs.ns_mark / k, cs.nccl_inprogress,
+		       cs.graph_captures, cs.graph_launches);
 	}
 	fflush(stdout);
 }
@@ -2284,8 +2293,8 @@ static int bench_run(struct server *srv)
 
 	printf("rk-serve bench: TP%d, backend %s", srv->size, backend_name(o->backend));
 	if (o->backend == BACKEND_CUDA)
-		printf(" (notify %s, device %d on r0)", rk_gpu_notify_mode_name(o->notify),
-		       toy_cuda_device(srv->cuda));
+		printf(" (notify %s, graphs %s, device %d on r0)", rk_gpu_notify_mode_name(o->notify),
+		       o->graphs ? "on" : "off", toy_cuda_device(srv->cuda));
 	printf(", wait %s (spin_us %" PRIu64 "), toy model V=%" PRIu32 " H=%" PRIu32
 	       " seed=%" PRIu64 ", max_batch %" PRIu32 ", %" PRIu32 " requests x %" PRIu32
 	       " tokens per cell, prompt set %s, draft_k %" PRIu32 ", %" PRIu32 " run%s\n",
@@ -2420,6 +2429,8 @@ static void usage(FILE *f)
 		"  --notify=MODE      cuda: how the loop learns that a round's GPU work is done:\n"
 		"                     auto (default: both), poll (a host word the loop reads\n"
 		"                     while it spins) or wake (a CUDA host function wakes it)\n"
+		"  --cuda-graphs=on|off  cuda: run each round's kernels and allreduce as one\n"
+		"                     CUDA graph per round shape (default on)\n"
 		"  --device=N         cuda: the GPU (default: rank %% the GPU count)\n"
 		"  --vocab=V          vocabulary size (default %u; 1..%u)\n"
 		"  --hidden=H         hidden size: the work per output (default %u; 1..%u,\n"
@@ -2497,6 +2508,7 @@ bad:
 enum {
 	OPT_BACKEND = 256,
 	OPT_NOTIFY,
+	OPT_GRAPHS,
 	OPT_DEVICE,
 	OPT_BENCH,
 	OPT_B_STREAMS,
@@ -2525,6 +2537,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "draft-k", required_argument, NULL, 'k' },
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
+		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "bench", no_argument, NULL, OPT_BENCH },
 		{ "bench-streams", required_argument, NULL, OPT_B_STREAMS },
@@ -2555,6 +2568,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	snprintf(o->http, sizeof(o->http), "127.0.0.1:8800");
 	o->backend = BACKEND_CPU;
 	o->notify = RK_GPU_NOTIFY_AUTO;
+	o->graphs = true;
 	o->device = -1;
 	o->b_streams[0] = 1;
 	o->b_streams[1] = 4;
@@ -2645,6 +2659,15 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->notify = (enum rk_gpu_notify_mode)mode;
 			o->notify_set = true;
 			break;
+		case OPT_GRAPHS:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, PROG ": --cuda-graphs='%s': expected on or off\n",
+					optarg);
+				return 2;
+			}
+			o->graphs = !strcmp(optarg, "on");
+			o->graphs_set = true;
+			break;
 		case OPT_DEVICE:
 			if (cli_u32(PROG, "device", optarg, 0, 1023, &dev))
 				return 2;
@@ -2733,8 +2756,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 		fprintf(stderr, PROG ": --http, --demo and --bench exclude each other\n");
 		return 2;
 	}
-	if (o->backend != BACKEND_CUDA && (o->notify_set || o->device >= 0)) {
-		fprintf(stderr, PROG ": --notify and --device apply to --backend=cuda only\n");
+	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->device >= 0)) {
+		fprintf(stderr, PROG ": --notify, --cuda-graphs and --device apply to "
+			"--backend=cuda only\n");
 		return 2;
 	}
 #ifndef RK_HAVE_SERVE_HTTP

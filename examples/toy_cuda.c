@@ -35,6 +35,20 @@
 
 #define NO_TOKEN	TOY_CUDA_NO_TOKEN
 #define INPROGRESS_S	30	/* bound of the wait for an ncclInProgress collective */
+#define GRAPH_SLOTS	16	/* round shapes with a CUDA graph (least recently used goes) */
+
+/*
+ * A round shape (streams, outputs): the kernels' grids and arguments and the
+ * allreduce's count depend on nothing else, so one captured graph serves
+ * every round of that shape until a device buffer moves.
+ */
+struct gslot {
+	uint32_t n_streams, n_out;
+	uint32_t seen;		/* rounds of this shape so far */
+	bool failed;		/* capture failed: this shape runs eagerly */
+	cudaGraphExec_t exec;
+	uint64_t used;		/* LRU tick */
+};
 
 struct entry {
 	uint64_t id;
@@ -92,6 +106,11 @@ struct toy_cuda {
 	uint32_t next_row;
 	uint64_t seq;
 
+	/* CUDA graphs of the round shapes seen twice (toy_cuda_set_graphs) */
+	bool graphs;
+	struct gslot gs[GRAPH_SLOTS];
+	uint64_t gtick;
+
 	/* jobs */
 	struct job *free_jobs;
 	struct job *wait_head, *wait_tail;	/* planned, waiting for NCCL */
@@ -135,6 +154,19 @@ static void report(struct toy_cuda *b, uint64_t round_id, int status)
 
 /* ---- memory ------------------------------------------------------------------------ */
 
+/* A device buffer moved: every graph holds the old address. */
+static void graphs_drop(struct toy_cuda *b)
+{
+	unsigned int i;
+
+	for (i = 0; i < GRAPH_SLOTS; i++) {
+		/* an exec still in flight is freed once it completes (CUDA's rule) */
+		if (b->gs[i].exec)
+			cudaGraphExecDestroy(b->gs[i].exec);
+		b->gs[i] = (struct gslot){ 0 };
+	}
+}
+
 /* Grow a device buffer in stream order (the old one is freed after its last use). */
 static int dgrow(struct toy_cuda *b, void **p, size_t *cap, size_t need)
 {
@@ -152,6 +184,7 @@ static int dgrow(struct toy_cuda *b, void **p, size_t *cap, size_t need)
 		cudaFreeAsync(*p, b->stream);
 	*p = q;
 	*cap = c;
+	graphs_drop(b);
 	return 0;
 }
 
@@ -181,6 +214,7 @@ static int state_reserve(struct toy_cuda *b, uint32_t rows)
 	}
 	b->dstate = q;
 	b->state_cap = cap;
+	graphs_drop(b);
 	return 0;
 }
 
@@ -399,12 +433,86 @@ static int allreduce(struct toy_cuda *b, size_t count)
 			   "ncclAllReduce");
 }
 
+/* The fold and logits kernels, and the allreduce: the part of a round a graph can hold. */
+static int compute(struct toy_cuda *b, const struct toy_round *r, size_t nlog)
+{
+	size_t ks_len = (size_t)r->n_streams * sizeof(struct toy_cuda_kstream);
+	int ret;
+
+	ret = CU(b, toy_cuda_k_round(b->stream, b->din, r->n_streams,
+				     (const uint32_t *)((const uint8_t *)b->din + ks_len),
+				     b->dstate, b->dE, b->dh0, b->df, b->n, b->lo));
+	if (!ret)
+		ret = CU(b, toy_cuda_k_logits(b->stream, b->dW, b->df, b->dlog, r->n_out, b->V, b->n));
+	if (!ret && b->size > 1)
+		ret = allreduce(b, nlog);
+	return ret;
+}
+
+/*
+ * The graph slot of @r's shape: NULL on its first round (most shapes of a
+ * prefill never come back) and for a shape whose capture failed; else the
+ * slot, with an exec captured now if it has none yet. Captured with the
+ * stream in thread-local capture mode: nothing runs, the round's work is
+ * recorded; a failure ends the capture and that shape stays eager.
+ */
+static struct gslot *graph_for(struct toy_cuda *b, const struct toy_round *r, size_t nlog)
+{
+	struct gslot *g = NULL, *lru = &b->gs[0];
+	enum cudaStreamCaptureStatus cs;
+	cudaGraph_t graph = NULL;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < GRAPH_SLOTS; i++) {
+		if (b->gs[i].seen && b->gs[i].n_streams == r->n_streams &&
+		    b->gs[i].n_out == r->n_out) {
+			g = &b->gs[i];
+			break;
+		}
+		if (b->gs[i].used < lru->used)
+			lru = &b->gs[i];
+	}
+	if (!g) {
+		if (lru->exec)
+			cudaGraphExecDestroy(lru->exec);
+		*lru = (struct gslot){ .n_streams = r->n_streams, .n_out = r->n_out };
+		g = lru;
+	}
+	g->used = ++b->gtick;
+	if (g->seen++ == 0 || g->failed)
+		return NULL;
+	if (g->exec)
+		return g;
+	ret = CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+	if (!ret) {
+		ret = compute(b, r, nlog);
+		/* ends the capture whatever happened inside it */
+		if (CU(b, cudaStreamEndCapture(b->stream, &graph)) && !ret)
+			ret = -EIO;
+	}
+	if (!ret)
+		ret = CU(b, cudaGraphInstantiate(&g->exec, graph, 0));
+	if (graph)
+		cudaGraphDestroy(graph);
+	if (ret || cudaStreamIsCapturing(b->stream, &cs) || cs != cudaStreamCaptureStatusNone) {
+		fprintf(stderr, "toy_cuda[r%u]: no graph for %u streams, %u outputs: eager\n",
+			b->rank, r->n_streams, r->n_out);
+		g->failed = true;
+		g->exec = NULL;
+		return NULL;
+	}
+	b->stats.graph_captures++;
+	return g;
+}
+
 /* Enqueue a planned round: upload, fold + features, logits, allreduce, copy, mark. */
 static int enqueue(struct toy_cuda *b, struct job *job)
 {
 	const struct toy_round *r = &job->r;
-	size_t nlog = (size_t)r->n_out * b->V, ks_len;
+	size_t nlog = (size_t)r->n_out * b->V;
 	uint64_t t0 = now_ns(), t1, t2, t3, t4;
+	struct gslot *g = NULL;
 	int ret;
 
 	ret = CU(b, cudaSetDevice(b->dev));
@@ -418,20 +526,19 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 		ret = hgrow(b, (void **)&job->logits_h, &job->logits_cap, nlog * sizeof(int32_t));
 	if (ret)
 		return ret;
-	ks_len = (size_t)r->n_streams * sizeof(struct toy_cuda_kstream);
 	ret = CU(b, cudaMemcpyAsync(b->din, job->in_h, job->in_len, cudaMemcpyHostToDevice,
 				    b->stream));
 	t1 = now_ns();
-	if (!ret)
-		ret = CU(b, toy_cuda_k_round(b->stream, b->din, r->n_streams,
-					     (const uint32_t *)((const uint8_t *)b->din + ks_len),
-					     b->dstate, b->dE, b->dh0, b->df, b->n, b->lo));
-	if (!ret)
-		ret = CU(b, toy_cuda_k_logits(b->stream, b->dW, b->df, b->dlog, r->n_out, b->V, b->n));
-	t2 = now_ns();
-	if (!ret && b->size > 1)
-		ret = allreduce(b, nlog);
-	t3 = now_ns();
+	if (!ret && b->graphs && r->n_streams && r->n_out && (b->size == 1 || rk_nccl_comm(b->nccl)))
+		g = graph_for(b, r, nlog);
+	if (!ret && g) {
+		ret = CU(b, cudaGraphLaunch(g->exec, b->stream));
+		if (!ret)
+			b->stats.graph_launches++;
+	} else if (!ret) {
+		ret = compute(b, r, nlog);
+	}
+	t2 = t3 = now_ns();
 	if (!ret && b->rank == 0)
 		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
@@ -440,8 +547,7 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
 	b->stats.enqueues++;
 	b->stats.ns_upload += t1 - t0;
-	b->stats.ns_kernels += t2 - t1;
-	b->stats.ns_allreduce += t3 - t2;
+	b->stats.ns_compute += t2 - t1;
 	b->stats.ns_copy += t4 - t3;
 	b->stats.ns_mark += now_ns() - t4;
 	return ret;
@@ -732,6 +838,7 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 			goto err_notif;
 		rk_nccl_set_error_cb(b->nccl, on_nccl_error, b);
 	}
+	b->graphs = true;
 	*out = b;
 	return 0;
 err_notif:
@@ -762,6 +869,13 @@ void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg)
 {
 	b->complete = fn;
 	b->complete_arg = arg;
+}
+
+void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
+{
+	if (!on)
+		graphs_drop(b);
+	b->graphs = on;
 }
 
 int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
@@ -816,6 +930,7 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	if (b->inflight)
 		return -EBUSY;
 	cudaSetDevice(b->dev);
+	graphs_drop(b);
 	ret = rk_gpu_notifier_destroy(b->notif, false);
 	r = CU(b, cudaStreamSynchronize(b->stream));
 	ret = ret ? ret : r;
@@ -889,6 +1004,12 @@ int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
 void toy_cuda_abort(struct toy_cuda *b)
 {
 	(void)b;
+}
+
+void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
+{
+	(void)b;
+	(void)on;
 }
 
 bool toy_cuda_busy(const struct toy_cuda *b)

@@ -39,10 +39,12 @@ struct toy_cuda_stats {
 	/* host time of the enqueue, summed over the rounds (where a round's CPU goes) */
 	uint64_t enqueues;		/* rounds enqueued */
 	uint64_t ns_upload;		/* buffers, cudaMemcpyAsync of the plan */
-	uint64_t ns_kernels;		/* the fold and logits kernels */
-	uint64_t ns_allreduce;		/* ncclAllReduce (and any ncclInProgress wait) */
+	uint64_t ns_compute;		/* the kernels and ncclAllReduce, or their graph (and
+					 * any ncclInProgress wait or capture) */
 	uint64_t ns_copy;		/* leader: the logits' copy to the host */
 	uint64_t ns_mark;		/* rk_gpu_notifier_mark() */
+	uint64_t graph_captures;	/* round shapes captured into a CUDA graph */
+	uint64_t graph_launches;	/* rounds whose compute ran as a graph */
 	struct rk_gpu_notifier_stats notify;
 };
 
@@ -71,6 +73,16 @@ int toy_cuda_ready(const struct toy_cuda *b);
 void toy_cuda_set_sched(struct toy_cuda *b, struct rk_sched *s);
 /** toy_cuda_set_complete() - completions go to @fn(@arg, ...). Loop thread. */
 void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg);
+
+/**
+ * toy_cuda_set_graphs() - run a round's kernels and allreduce as one CUDA
+ * graph per round shape (streams, outputs), captured the second time a shape
+ * comes (default on; off: every round enqueues them one by one, as before).
+ * Up to 16 shapes keep a graph; a device buffer that grows drops them all.
+ * The upload, the leader's copy and the mark stay outside the graph (their
+ * host buffers and sequence numbers change every round). Loop thread.
+ */
+void toy_cuda_set_graphs(struct toy_cuda *b, bool on);
 
 /**
  * toy_cuda_on_frame() - give the backend a frame from the world's frame

@@ -903,13 +903,39 @@ START_TEST(test_toy_logits)
 				      "round %llu output %u differs", (unsigned long long)round, j);
 		ck_assert_uint_eq(toy_cuda_streams(t->b), tab.count);
 	}
-	if (n_live) {
-		toy_cuda_ops.retire(t->b, ids_live[0]);
-		ck_assert_uint_eq(toy_cuda_streams(t->b), n_live - 1);
+	/*
+	 * Steady decode: three new streams, then rounds of one shape (3 streams,
+	 * 9 outputs), which run as a CUDA graph from their second round on.
+	 */
+	for (round = 100; round < 116; round++) {
+		ntok = 0;
+		for (i = 0; i < 3; i++) {
+			uint32_t k = round == 100 ? 4 : 1;
+
+			st[i] = (struct rk_wire_stream){ .stream_id = 7000 + i,
+							 .position = round == 100 ? 0 : 4 + (uint32_t)(round - 101),
+							 .n_tokens = k, .n_draft = 2 };
+			for (j = 0; j < k + 2; j++)
+				tok[ntok++] = (uint32_t)(rng_next(&rs) % V);
+		}
+		t->round_done = false;
+		ck_assert_int_eq(launch_round(t->b, round, st, 3, tok, &r, V), 0);
+		ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+		ck_assert_int_eq(t->done_status, 0);
+		ck_assert_uint_eq(r.n_out, 9);
+		ck_assert_int_eq(toy_table_exec(&tab, &r, cpu), 0);
+		for (j = 0; j < r.n_out; j++)
+			ck_assert_msg(!memcmp(toy_cuda_logits(t->b, j), cpu + (size_t)j * V, V * 4),
+				      "steady round %llu output %u differs", (unsigned long long)round, j);
 	}
+	toy_cuda_ops.retire(t->b, 7000);
+	ck_assert_uint_eq(toy_cuda_streams(t->b), 2);
 	toy_cuda_stats(t->b, &t->stats);
 	ck_assert_uint_gt(t->stats.rounds, 20);
 	ck_assert_uint_eq(t->stats.notify.marks, t->stats.rounds);
+	/* the last 14 steady rounds at least: one capture, then launches */
+	ck_assert_uint_ge(t->stats.graph_captures, 1);
+	ck_assert_uint_ge(t->stats.graph_launches, 14);
 
 	ck_assert_int_eq(toy_cuda_destroy(t->b), 0);
 	t->b = NULL;
