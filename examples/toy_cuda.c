@@ -108,6 +108,7 @@ struct toy_cuda {
 
 	/* CUDA graphs of the round shapes seen twice (toy_cuda_set_graphs) */
 	bool graphs;
+	bool graphs_off;	/* the communicator is going: capture nothing more */
 	struct gslot gs[GRAPH_SLOTS];
 	uint64_t gtick;
 
@@ -529,7 +530,8 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 	ret = CU(b, cudaMemcpyAsync(b->din, job->in_h, job->in_len, cudaMemcpyHostToDevice,
 				    b->stream));
 	t1 = now_ns();
-	if (!ret && b->graphs && r->n_streams && r->n_out && (b->size == 1 || rk_nccl_comm(b->nccl)))
+	if (!ret && b->graphs && !b->graphs_off && r->n_streams && r->n_out &&
+	    (b->size == 1 || rk_nccl_comm(b->nccl)))
 		g = graph_for(b, r, nlog);
 	if (!ret && g) {
 		ret = CU(b, cudaGraphLaunch(g->exec, b->stream));
@@ -660,6 +662,16 @@ static void on_nccl_ready(struct rk_nccl *nc, int status, void *arg)
 		if (ret)
 			finish(b, job, ret);
 	}
+}
+
+/* NCCL is about to abort or destroy the communicator: it waits for our graphs to go. */
+static void on_nccl_release(struct rk_nccl *nc, void *arg)
+{
+	struct toy_cuda *b = arg;
+
+	(void)nc;
+	graphs_drop(b);
+	b->graphs_off = true;	/* and none may be captured after it */
 }
 
 static void on_nccl_error(struct rk_nccl *nc, int err, void *arg)
@@ -837,8 +849,8 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 		if (ret)
 			goto err_notif;
 		rk_nccl_set_error_cb(b->nccl, on_nccl_error, b);
+		rk_nccl_set_release_cb(b->nccl, on_nccl_release, b);
 	}
-	b->graphs = true;
 	*out = b;
 	return 0;
 err_notif:

@@ -77,7 +77,9 @@ void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg);
 /**
  * toy_cuda_set_graphs() - run a round's kernels and allreduce as one CUDA
  * graph per round shape (streams, outputs), captured the second time a shape
- * comes (default on; off: every round enqueues them one by one, as before).
+ * comes (default off: every round enqueues them one by one). rk-serve turns
+ * it on (one rank per process); the test suite runs two ranks in one process
+ * and turns it on only where it tests it (docs/GPU.md says why).
  * Up to 16 shapes keep a graph; a device buffer that grows drops them all.
  * The upload, the leader's copy and the mark stay outside the graph (their
  * host buffers and sequence numbers change every round). Loop thread.

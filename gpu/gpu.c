@@ -203,6 +203,13 @@ void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg)
 	(void)arg;
 }
 
+void rk_nccl_set_release_cb(struct rk_nccl *n, rk_nccl_release_cb cb, void *arg)
+{
+	(void)n;
+	(void)cb;
+	(void)arg;
+}
+
 int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
 		     const uint8_t *payload)
 {

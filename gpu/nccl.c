@@ -66,6 +66,8 @@ struct rk_nccl {
 	void *ready_arg;
 	rk_nccl_error_cb on_error;
 	void *error_arg;
+	rk_nccl_release_cb release;
+	void *release_arg;
 	struct rk_timer timer;
 	uint64_t t0;
 	bool busy;			/* collectives in flight (rk_nccl_busy) */
@@ -89,6 +91,16 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Before NCCL may wait for the owner's graphs: let it release them, once. */
+static void release(struct rk_nccl *n)
+{
+	rk_nccl_release_cb cb = n->release;
+
+	n->release = NULL;
+	if (cb && n->comm)
+		cb(n, n->release_arg);
+}
+
 /* Abort the child, then the parent (either may be absent). */
 static int comm_abort(struct rk_nccl *n)
 {
@@ -96,6 +108,7 @@ static int comm_abort(struct rk_nccl *n)
 
 	if (!n->comm && !n->parent)
 		return 0;
+	release(n);
 	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
 	if (n->comm) {
 		r = nccl_check(n, ncclCommAbort(n->comm), "ncclCommAbort (child)");
@@ -359,6 +372,12 @@ void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg)
 	n->error_arg = arg;
 }
 
+void rk_nccl_set_release_cb(struct rk_nccl *n, rk_nccl_release_cb cb, void *arg)
+{
+	n->release = cb;
+	n->release_arg = arg;
+}
+
 void rk_nccl_busy(struct rk_nccl *n, bool busy)
 {
 	n->busy = busy;
@@ -474,6 +493,7 @@ int rk_nccl_destroy(struct rk_nccl *n)
 		return 0;
 	rk_timer_stop(&n->timer);
 	if (n->comm && n->st == NS_READY) {
+		release(n);
 		ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
 		if (!ret)
 			ret = finalize(n, &n->comm, "child");

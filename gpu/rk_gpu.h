@@ -208,6 +208,23 @@ RK_EXPORT void rk_nccl_busy(struct rk_nccl *n, bool busy);
 /** rk_nccl_set_error_cb() - where asynchronous errors go (NULL = only logged). */
 RK_EXPORT void rk_nccl_set_error_cb(struct rk_nccl *n, rk_nccl_error_cb cb, void *arg);
 
+/*
+ * The communicator is about to be aborted or destroyed (ncclCommAbort,
+ * ncclCommFinalize): release what holds it. NCCL waits inside those calls
+ * until every CUDA graph that captured one of its collectives has been
+ * destroyed, so an owner that captures collectives destroys its graphs here
+ * (an exec still running is freed by CUDA once it ends, which the abort
+ * brings about). Called on the loop thread, at most once, before the abort
+ * or destroy of a communicator that came up; make no rk_nccl call from it.
+ */
+typedef void (*rk_nccl_release_cb)(struct rk_nccl *n, void *arg);
+
+/**
+ * rk_nccl_set_release_cb() - set the hook above (NULL: none). Loop thread;
+ * set it before the first collective is captured.
+ */
+RK_EXPORT void rk_nccl_set_release_cb(struct rk_nccl *n, rk_nccl_release_cb cb, void *arg);
+
 /**
  * rk_nccl_on_frame() - hand a frame from the world's frame callback.
  * Return: RK_BUSY when it was the NCCL_ID frame and was taken; -ENOENT when the

@@ -814,6 +814,7 @@ START_TEST(test_toy_logits)
 	ck_assert_int_eq(toy_cuda_create(t->w, &p, -1, (enum rk_gpu_notify_mode)(_i % 3), &t->b),
 			 0);
 	toy_cuda_set_complete(t->b, on_complete, t);
+	toy_cuda_set_graphs(t->b, true);
 	ck_assert_int_eq(toy_cuda_ready(t->b), 1);
 	ck_assert_int_eq(toy_model_init(&m, V, H, 1, 0, 1), 0);
 	ck_assert_int_eq(toy_table_init(&tab, &m), 0);
@@ -1080,6 +1081,95 @@ out:
  * TOY.md's receipt stream (prompt 1..8, 32 tokens, H 1024); the others mix
  * greedy and sampled. The notify mode rotates with _i.
  */
+/*
+ * A peer dies after rounds ran as CUDA graphs that hold NCCL collectives.
+ * NCCL's abort waits until every graph that captured a collective of the
+ * communicator has been destroyed, so without rk_nccl's release hook (the
+ * backend drops its graphs there) toy_cuda_abort() never returned. Rank 1
+ * aborts and leaves; rank 0 aborts from peer_error. Both must come back.
+ */
+static void *toy_abort_rank(void *arg)
+{
+	struct grank *t = arg;
+	struct gworld *gw = t->gw;
+	uint64_t deadline = rk_test_now_ns() + 90000 * MS, round;
+	struct rk_wire_stream st;
+	struct rk_wire_round view;
+	uint8_t buf[512];
+	uint32_t tok[4], j;
+	int64_t len;
+	int ret;
+
+	ret = node_create(t, deadline);
+	if (ret)
+		T_FAIL(t, ret);
+	ret = toy_cuda_create(t->w, &gw->p, -1, RK_GPU_NOTIFY_AUTO, &t->b);
+	if (ret)
+		T_FAIL(t, ret);
+	toy_cuda_set_complete(t->b, on_complete, t);
+	toy_cuda_set_graphs(t->b, true);
+	ret = rk_world_wait_ready(t->w);
+	if (ret)
+		T_FAIL(t, ret);
+	if (!RUN_UNTIL(t, deadline, toy_cuda_ready(t->b) != 0) || toy_cuda_ready(t->b) != 1)
+		T_FAIL(t, toy_cuda_ready(t->b) ? toy_cuda_ready(t->b) : -ETIMEDOUT);
+	/* one stream: a 3-token prompt, then 5 decode rounds; one shape (1 stream, 2 outputs) */
+	for (round = 1; round <= 6; round++) {
+		st = (struct rk_wire_stream){ .stream_id = 9,
+					      .position = round == 1 ? 0 : (uint32_t)round + 1,
+					      .n_tokens = round == 1 ? 3 : 1, .n_draft = 1 };
+		for (j = 0; j < st.n_tokens + st.n_draft; j++)
+			tok[j] = (uint32_t)(round * 7 + j) % gw->p.V;
+		len = rk_wire_encode_round(buf, sizeof(buf), round, &st, 1, tok);
+		if (len <= 0 || rk_wire_decode_round(buf, (size_t)len, &view))
+			T_FAIL(t, -EPROTO);
+		t->round_done = false;
+		ret = toy_cuda_ops.launch(t->b, &view, 0);
+		if (ret)
+			T_FAIL(t, ret);
+		if (!RUN_UNTIL(t, deadline, t->round_done))
+			T_FAIL(t, -ETIMEDOUT);
+		if (t->done_status)
+			T_FAIL(t, t->done_status);
+	}
+	toy_cuda_stats(t->b, &t->stats);
+	if (t->stats.graph_captures < 1 || t->stats.graph_launches < 5)
+		T_FAIL(t, -EPROTO);	/* rounds 2-6 ran as a graph */
+	atomic_fetch_add(&gw->stage, 1);
+	wait_stage(gw, 2, deadline);
+	if (t->rank == 1) {
+		toy_cuda_abort(t->b);	/* this rank "dies": its communicator, then its links */
+	} else {
+		t->abort_on_peer_error = true;
+		if (!RUN_UNTIL(t, deadline, t->peer_errs > 0))
+			T_FAIL(t, -ETIMEDOUT);
+	}
+	if (toy_cuda_ready(t->b) != -ECONNRESET)
+		T_FAIL(t, -EPROTO);
+out:
+	if (t->b && toy_cuda_destroy(t->b) && !t->line)
+		t->line = __LINE__;
+	t->b = NULL;
+	node_destroy(t);
+	return NULL;
+}
+
+START_TEST(test_toy_abort_graphs)
+{
+	struct gworld *gw;
+
+	if (g_ndev < 2) {
+		printf("test_toy_abort_graphs: skipped (%d GPU)\n", g_ndev);
+		return;
+	}
+	gw = calloc(1, sizeof(*gw));
+	gw->size = 2;
+	toy_params_init(&gw->p);
+	run_ranks(gw, toy_abort_rank);
+	free(gw);
+}
+END_TEST
+
 START_TEST(test_toy_sched)
 {
 	/* TOY.md's receipts: greedy, sampled (FNV-1a without OpenSSL) */
@@ -1384,6 +1474,7 @@ static Suite *gpu_suite(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_loop_test(tc, test_toy_logits, 0, 2);
 	tcase_add_loop_test(tc, test_toy_sched, 0, 16);
+	tcase_add_test(tc, test_toy_abort_graphs);
 	suite_add_tcase(s, tc);
 #endif
 	return s;
