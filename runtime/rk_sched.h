@@ -129,7 +129,8 @@ struct rk_request {
 	uint64_t seed;
 	int32_t draft_k;		/* drafted tokens per round: -1 = the scheduler's
 					 * default, 0 = plain, up to RK_SCHED_MAX_DRAFT */
-	rk_request_cb cb;		/* new tokens; done=true exactly once at the end */
+	rk_request_cb cb;		/* new tokens (NULL when n is 0); done=true exactly
+					 * once at the end */
 	void *data;
 	/* read-only */
 	uint64_t id;			/* stream id, assigned at submit */

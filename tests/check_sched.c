@@ -146,7 +146,8 @@ static void on_tokens(struct rk_request *req, const uint32_t *t, uint32_t n, boo
 	struct out *o = req->data;
 
 	ck_assert_uint_le(o->n + n, 1024);
-	memcpy(o->toks + o->n, t, n * sizeof(*t));
+	if (n)		/* t is NULL when there are none (a final done, an error) */
+		memcpy(o->toks + o->n, t, n * sizeof(*t));
 	o->n += n;
 	if (done) {
 		o->done++;

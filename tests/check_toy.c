@@ -971,7 +971,7 @@ static void req_cb(struct rk_request *req, const uint32_t *tokens, uint32_t n, b
 {
 	struct tstream *s = req->data;
 
-	if (s->n_got + n <= GEN_MAX) {
+	if (n && s->n_got + n <= GEN_MAX) {	/* tokens is NULL when n is 0 */
 		memcpy(s->got + s->n_got, tokens, n * 4);
 		s->n_got += n;
 	}
