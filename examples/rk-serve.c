@@ -57,6 +57,7 @@
 
 #include "rankrt.h"
 #include "cli.h"
+#include "le.h"
 #include "toy.h"
 #include "toy_cuda.h"
 
@@ -298,30 +299,6 @@ struct server {
 };
 
 /* ---- small helpers ------------------------------------------------------------- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 static uint64_t now_ns(void)
 {

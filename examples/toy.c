@@ -19,6 +19,7 @@
 #include <openssl/evp.h>
 #endif
 
+#include "le.h"
 #include "toy.h"
 
 #define GOLDEN		0x9E3779B97F4A7C15ull	/* splitmix64's increment */
@@ -538,14 +539,6 @@ out:
 
 /* ---- receipts --------------------------------------------------------------------- */
 
-static void le32_put(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
 static void to_hex(const uint8_t *b, char hex[17])
 {
 	static const char digits[] = "0123456789abcdef";
@@ -576,7 +569,7 @@ int toy_hash_tokens(const uint32_t *t, size_t n, char hex[17])
 	for (i = 0; ok && i < n; i += c) {
 		c = n - i < sizeof(buf) / 4 ? n - i : sizeof(buf) / 4;
 		for (size_t j = 0; j < c; j++)
-			le32_put(buf + 4 * j, t[i + j]);
+			put32(buf + 4 * j, t[i + j]);
 		ok = EVP_DigestUpdate(ctx, buf, c * 4);
 	}
 	ok = ok && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen >= 8;
@@ -595,7 +588,7 @@ int toy_hash_tokens(const uint32_t *t, size_t n, char hex[17])
 	int j;
 
 	for (i = 0; i < n; i++) {
-		le32_put(b, t[i]);
+		put32(b, t[i]);
 		for (j = 0; j < 4; j++) {
 			hsh ^= b[j];
 			hsh *= 0x100000001b3ull;
@@ -677,6 +670,20 @@ void toy_round_fini(struct toy_round *r)
 	free(r->st);
 	free(r->tok);
 	memset(r, 0, sizeof(*r));
+}
+
+int toy_round_token(const struct toy_round *r, const int32_t *logits, uint32_t V, uint32_t H,
+		    uint32_t i, uint32_t j, uint32_t *tok)
+{
+	const struct toy_rstream *s;
+
+	if (i >= r->n_streams || j > r->st[i].n_draft)
+		return -EINVAL;
+	s = &r->st[i];
+	/* output j predicts the token at index position + n_tokens + j of the stream */
+	*tok = toy_pick(V, H, logits + (size_t)(s->out_off + j) * V, &s->s,
+			(uint64_t)s->position + s->n_tokens + j);
+	return 0;
 }
 
 /* ---- the stream table ----------------------------------------------------------------- */

@@ -170,6 +170,14 @@ struct toy_round {
 int toy_round_copy(struct toy_round *dst, const struct rk_wire_round *src, uint32_t V);
 void toy_round_fini(struct toy_round *r);
 
+/**
+ * toy_round_token() - a backend's token(): the pick for output @j of stream
+ * @i of round @r, whose full logits are @logits (n_out rows of @V), with
+ * hidden size @H. Return: 0 and *@tok; -EINVAL when @i or @j is out of range.
+ */
+int toy_round_token(const struct toy_round *r, const int32_t *logits, uint32_t V, uint32_t H,
+		    uint32_t i, uint32_t j, uint32_t *tok);
+
 /* A stream's committed state on this rank. */
 struct toy_entry {
 	uint64_t id;

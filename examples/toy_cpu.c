@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "le.h"
 #include "toy.h"
 
 #define PARTIAL_HDR 16u	/* round_id, n_outputs, V */
@@ -80,30 +81,6 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-	p[2] = (uint8_t)(v >> 16);
-	p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 void toy_params_init(struct toy_params *p)
@@ -436,20 +413,13 @@ static int cpu_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
 {
 	struct toy_cpu *b = ctx;
 	const struct toy_job *job = b->cur;
-	const struct toy_rstream *s;
 
 	if (b->rank != 0)
 		return -EPERM;
 	if (!job || !b->acc_valid || !b->acc_done || b->acc_status ||
 	    b->acc_round != job->r.round_id)
 		return -EAGAIN;
-	if (i >= job->r.n_streams || j > job->r.st[i].n_draft)
-		return -EINVAL;
-	s = &job->r.st[i];
-	/* output j predicts the token at index position + n_tokens + j of the stream */
-	*tok = toy_pick(b->m.V, b->m.H, b->acc + (size_t)(s->out_off + j) * b->m.V, &s->s,
-			(uint64_t)s->position + s->n_tokens + j);
-	return 0;
+	return toy_round_token(&job->r, b->acc, b->m.V, b->m.H, i, j, tok);
 }
 
 static void cpu_retire(void *ctx, uint64_t stream_id)

@@ -108,7 +108,6 @@ struct toy_cuda {
 
 	/* CUDA graphs of the round shapes seen twice (toy_cuda_set_graphs) */
 	bool graphs;
-	bool graphs_off;	/* the communicator is going: capture nothing more */
 	struct gslot gs[GRAPH_SLOTS];
 	uint64_t gtick;
 
@@ -512,7 +511,7 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 {
 	const struct toy_round *r = &job->r;
 	size_t nlog = (size_t)r->n_out * b->V;
-	uint64_t t0 = now_ns(), t1, t2, t3, t4;
+	uint64_t t0 = now_ns(), t1, t2, t3;
 	struct gslot *g = NULL;
 	int ret;
 
@@ -530,8 +529,8 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 	ret = CU(b, cudaMemcpyAsync(b->din, job->in_h, job->in_len, cudaMemcpyHostToDevice,
 				    b->stream));
 	t1 = now_ns();
-	if (!ret && b->graphs && !b->graphs_off && r->n_streams && r->n_out &&
-	    (b->size == 1 || rk_nccl_comm(b->nccl)))
+	/* no comm: aborted or going, so its release hook has dropped the graphs */
+	if (!ret && b->graphs && r->n_streams && r->n_out && (b->size == 1 || rk_nccl_comm(b->nccl)))
 		g = graph_for(b, r, nlog);
 	if (!ret && g) {
 		ret = CU(b, cudaGraphLaunch(g->exec, b->stream));
@@ -540,18 +539,18 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 	} else if (!ret) {
 		ret = compute(b, r, nlog);
 	}
-	t2 = t3 = now_ns();
+	t2 = now_ns();
 	if (!ret && b->rank == 0)
 		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
-	t4 = now_ns();
+	t3 = now_ns();
 	if (!ret)
 		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
 	b->stats.enqueues++;
 	b->stats.ns_upload += t1 - t0;
 	b->stats.ns_compute += t2 - t1;
-	b->stats.ns_copy += t4 - t3;
-	b->stats.ns_mark += now_ns() - t4;
+	b->stats.ns_copy += t3 - t2;
+	b->stats.ns_mark += now_ns() - t3;
 	return ret;
 }
 
@@ -670,8 +669,9 @@ static void on_nccl_release(struct rk_nccl *nc, void *arg)
 	struct toy_cuda *b = arg;
 
 	(void)nc;
+	/* after this rk_nccl_comm() is NULL (abort) or the backend is going (destroy),
+	 * so enqueue() captures nothing more */
 	graphs_drop(b);
-	b->graphs_off = true;	/* and none may be captured after it */
 }
 
 static void on_nccl_error(struct rk_nccl *nc, int err, void *arg)
@@ -747,19 +747,12 @@ static int cuda_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
 {
 	struct toy_cuda *b = ctx;
 	const struct job *job = b->cur;
-	const struct toy_rstream *s;
 
 	if (b->rank != 0)
 		return -EPERM;
 	if (!job || job->status)
 		return -EAGAIN;
-	if (i >= job->r.n_streams || j > job->r.st[i].n_draft)
-		return -EINVAL;
-	s = &job->r.st[i];
-	/* output j predicts the token at index position + n_tokens + j of the stream */
-	*tok = toy_pick(b->V, b->H, job->logits_h + (size_t)(s->out_off + j) * b->V, &s->s,
-			(uint64_t)s->position + s->n_tokens + j);
-	return 0;
+	return toy_round_token(&job->r, job->logits_h, b->V, b->H, i, j, tok);
 }
 
 static void cuda_retire(void *ctx, uint64_t stream_id)
