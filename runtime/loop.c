@@ -85,10 +85,15 @@ struct rk_loop {
 
 	/* predictive waits: see loop_wait() */
 	uint64_t pred_deadline;		/* wake asked by this predictive sleep, 0 = none */
+	struct rk_source *pred_next;	/* the source whose expectation came first */
+	struct rk_source *pred_src;	/* ...that this predictive sleep was for */
+	bool pred_found;		/* its event came (a poll, rk__loop_source_event()) */
 	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
 	uint64_t late_boost;		/* margin added when late, decays when early */
 	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
 	bool after_park;		/* this iteration follows a wait that slept */
+	bool parked;			/* a wait slept since the last iteration began */
+	uint64_t park_ns;		/* the wait being armed: its timeout, UINT64_MAX = none */
 	struct rk_loop_stats stats;
 };
 
@@ -175,6 +180,17 @@ uint64_t rk__loop_clock(const struct rk_loop *loop)
 bool rk__loop_after_park(const struct rk_loop *loop)
 {
 	return loop->after_park;
+}
+
+uint64_t rk__loop_parking_ns(const struct rk_loop *loop)
+{
+	return loop->park_ns;
+}
+
+void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src)
+{
+	if (src == loop->pred_src)
+		loop->pred_found = true;
 }
 
 uint64_t rk__loop_refresh(struct rk_loop *loop)
@@ -413,6 +429,10 @@ int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 
 	for (pp = &loop->sources; *pp; pp = &(*pp)->next) {
 		if (*pp == src) {
+			if (loop->pred_src == src)
+				loop->pred_src = NULL;
+			if (loop->pred_next == src)
+				loop->pred_next = NULL;
 			*pp = src->next;
 			src->next = NULL;
 			src->loop = NULL;
@@ -434,6 +454,8 @@ static unsigned int poll_sources(struct rk_loop *loop)
 		next = s->next;
 		ret = s->ops->poll(s, loop->now);
 		if (ret > 0) {
+			if (s == loop->pred_src)
+				loop->pred_found = true;
 			loop->stats.events += (uint64_t)ret;
 			loop->iter_events += (unsigned int)ret;
 			loop->iter_busy += (unsigned int)ret;
@@ -451,12 +473,15 @@ static uint64_t sources_expect(struct rk_loop *loop)
 	struct rk_source *s;
 	uint64_t t, first = 0;
 
+	loop->pred_next = NULL;
 	for (s = loop->sources; s; s = s->next) {
 		if (!s->ops->expect)
 			continue;
 		t = s->ops->expect(s, loop->now);
-		if (t && (!first || t < first))
+		if (t && (!first || t < first)) {
 			first = t;
+			loop->pred_next = s;
+		}
 	}
 	return first;
 }
@@ -837,6 +862,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	before_wakeups = atomic_load_explicit(&loop->wake_pending, memory_order_relaxed);
 	atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
+	loop->park_ns = timeout_ns;	/* for the sources' arm() */
 	if (atomic_load_explicit(&loop->inbox, memory_order_relaxed) ||
 	    io_uring_cq_ready(&loop->ring) || arm_sources(loop) > 0 || loop->flush_head ||
 	    loop->stop) {
@@ -850,6 +876,8 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	} else if (how == PARK_PREDICT) {
 		loop->stats.predict_waits++;
 		loop->pred_deadline = loop->now + timeout_ns;
+		loop->pred_src = loop->pred_next;
+		loop->pred_found = false;
 	} else {
 		loop->stats.blocks++;
 	}
@@ -861,6 +889,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 		ret = io_uring_submit_and_wait(&loop->ring, 1);
 	}
 	atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+	loop->parked = true;
 	if (ret == -EINTR)
 		loop->stats.eintr++;	/* an empty wait: the next iteration decides again */
 	else if (ret < 0 && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
@@ -900,13 +929,33 @@ static uint64_t predict_margin(const struct rk_loop *loop)
 	return loop->cfg.wait.predict_margin_ns + loop->oversleep_avg + loop->late_boost;
 }
 
-/* After a predictive sleep: was it cut short, early (spin now) or late? */
-static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned int found)
+/* A predictive sleep's source came late: widen the margin. */
+static void predict_late(struct rk_loop *loop)
 {
-	uint64_t over, base = loop->cfg.wait.predict_margin_ns;
+	uint64_t base = loop->cfg.wait.predict_margin_ns;
+
+	loop->stats.predict_late++;
+	loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
+	if (loop->late_boost > PREDICT_OVER_CAP)
+		loop->late_boost = PREDICT_OVER_CAP;
+}
+
+/*
+ * After a predictive sleep: was it cut short, early (spin now) or late?
+ * @found: the event of the source the sleep was for came (only that one
+ * counts: another source's event, e.g. a lazy GPU mark, says nothing of it).
+ */
+static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
+{
+	uint64_t over;
 
 	if (loop->now + 1000 < deadline) {
-		loop->stats.predict_cut++;	/* another event came first */
+		/* woken early: by the awaited event (a frame on the ring) it was
+		 * late; by another one, it says nothing */
+		if (found)
+			predict_late(loop);
+		else
+			loop->stats.predict_cut++;
 		return;
 	}
 	over = loop->now > deadline ? loop->now - deadline : 0;
@@ -924,10 +973,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, unsigned in
 	else
 		loop->oversleep_avg = (loop->oversleep_avg * 15 + over) / 16;
 	if (found) {
-		loop->stats.predict_late++;
-		loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
-		if (loop->late_boost > PREDICT_OVER_CAP)
-			loop->late_boost = PREDICT_OVER_CAP;
+		predict_late(loop);
 	} else {
 		loop->stats.predict_early++;
 		loop->late_boost -= loop->late_boost / 32;
@@ -1006,11 +1052,12 @@ static void loop_wait(struct rk_loop *loop)
 /* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
 static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 {
-	unsigned int found;
 	uint64_t t;
 
 	loop->now = loop->clock_fn(loop->clock_arg);
-	loop->after_park = loop->phase == PH_BLOCK || loop->phase == PH_TIMED;
+	/* a flag, not the phase: rk_loop_run() starts every ONCE/NOWAIT call in PH_RUN */
+	loop->after_park = loop->parked;
+	loop->parked = false;
 	account(loop, loop->now);
 	loop->iter_busy = 0;
 	loop->iter_events = 0;
@@ -1022,10 +1069,12 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 		reap(loop);
 	}
 	drain_inbox(loop);
-	found = loop->sources ? poll_sources(loop) : 0;
+	if (loop->sources)
+		poll_sources(loop);
 	if (loop->pred_deadline) {
-		predict_account(loop, loop->pred_deadline, found);
+		predict_account(loop, loop->pred_deadline, loop->pred_found);
 		loop->pred_deadline = 0;
+		loop->pred_src = NULL;
 	}
 	if (loop->timers && loop->timers->due <= loop->now)
 		run_timers(loop);

@@ -131,6 +131,17 @@ uint64_t rk__loop_clock(const struct rk_loop *loop);
 /* Whether this iteration follows a wait in which the thread slept (a predictive,
  * timed or blocking wait): what it sees now may have happened a while ago. */
 bool rk__loop_after_park(const struct rk_loop *loop);
+/*
+ * For a source's arm(): the timeout of the wait being armed, UINT64_MAX when
+ * it has none (the loop blocks until an event). Only valid inside arm().
+ */
+uint64_t rk__loop_parking_ns(const struct rk_loop *loop);
+/*
+ * A source whose events come on the ring (a frame), not through its poll():
+ * say that its predicted event came, so the loop can tell a late prediction
+ * from a sleep cut short by something else. Loop thread.
+ */
+void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src);
 
 /*
  * A predictor for a source's expect() (rk_source_ops): how long after a known

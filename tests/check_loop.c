@@ -2448,6 +2448,9 @@ struct fpred {
 	struct rk_source src;
 	uint64_t expect;	/* fake ns; 0 = no prediction */
 	bool ready;
+	struct rk_loop *loop;	/* set: record what the loop tells its sources */
+	bool after_park;	/* rk__loop_after_park() at the last poll */
+	uint64_t park_ns;	/* rk__loop_parking_ns() at the last arm */
 };
 
 static int fpred_poll(struct rk_source *src, uint64_t now)
@@ -2455,6 +2458,8 @@ static int fpred_poll(struct rk_source *src, uint64_t now)
 	struct fpred *p = src->data;
 
 	(void)now;
+	if (p->loop)
+		p->after_park = rk__loop_after_park(p->loop);
 	if (!p->ready)
 		return 0;
 	p->ready = false;
@@ -2470,7 +2475,11 @@ static uint64_t fpred_expect(struct rk_source *src, uint64_t now)
 
 static int fpred_arm(struct rk_source *src)
 {
-	return ((struct fpred *)src->data)->ready ? 1 : 0;
+	struct fpred *p = src->data;
+
+	if (p->loop)
+		p->park_ns = rk__loop_parking_ns(p->loop);
+	return p->ready ? 1 : 0;
 }
 
 static const struct rk_source_ops fpred_ops = {
@@ -2539,6 +2548,139 @@ START_TEST(test_predict_margin_fades)
 	ck_assert_uint_lt(margin, grown);
 	ck_assert_uint_ge(s1.predict_waits, s0.predict_waits + 1);	/* it sleeps again */
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/*
+ * What the loop tells a source about its waits, when it is run one iteration
+ * at a time (RK_RUN_ONCE, as a server's own loop does): arm() sees the
+ * timeout of the wait (none for a block), and the first poll after a wait
+ * that slept sees rk__loop_after_park(). Before the fix that flag came from
+ * the phase, which every rk_loop_run() call resets, so ONCE never showed it.
+ */
+static void *wake_later(void *arg)
+{
+	usleep(50000);
+	rk_loop_wake(arg);
+	return NULL;
+}
+
+START_TEST(test_source_sees_waits)
+{
+	pthread_t th;
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc = { .t = 1000 * SEC };
+	struct fpred p = { .src = { .ops = &fpred_ops } };
+	struct rk_loop_stats s0, s1;
+	uint64_t margin;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;
+	c.wait.timed_ns = 0;
+	loop = new_loop(&c);
+	rk_loop_set_clock(loop, fake_now, &fc);
+	p.src.data = &p;
+	p.loop = loop;
+	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
+
+	/* a predictive sleep: bounded, then the first poll knows it slept */
+	s0 = stats_of(loop);
+	margin = s0.predict_margin_ns;
+	p.expect = fc.t + 2 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+	ck_assert_uint_eq(p.park_ns, 2 * MS - margin);
+	ck_assert(!p.after_park);	/* polled before the wait */
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert(!p.ready);
+	ck_assert_msg(p.after_park, "the poll after a sleep did not see rk__loop_after_park()");
+	/* no wait in between: the next poll does not */
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert(!p.after_park);
+
+	/* nothing predicted, no window: a block without a timeout (a wake ends it) */
+	p.expect = 0;
+	p.park_ns = 0;
+	ck_assert_int_eq(pthread_create(&th, NULL, wake_later, loop), 0);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(p.park_ns, UINT64_MAX);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/*
+ * Late or not is the predicting source's business: another source's event
+ * found after the sleep (a lazy GPU mark on a follower, say) must not widen
+ * the margin. Before the fix any event after a predictive sleep counted as
+ * "late", and the margin grew every round. A sleep cut short by the awaited
+ * event itself (a frame, told with rk__loop_source_event()) is late.
+ */
+START_TEST(test_predict_late_is_per_source)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc = { .t = 1000 * SEC };
+	struct fpred a = { .src = { .ops = &fpred_ops } }, b = { .src = { .ops = &fpred_ops } };
+	struct rk_loop_stats s0, s1;
+	unsigned int i;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;
+	c.wait.timed_ns = 0;
+	loop = new_loop(&c);
+	rk_loop_set_clock(loop, fake_now, &fc);
+	a.src.data = &a;
+	b.src.data = &b;
+	ck_assert_int_eq(rk_loop_add_source(loop, &a.src), 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &b.src), 0);
+	s0 = stats_of(loop);
+	for (i = 0; i < 40; i++) {
+		a.expect = fc.t + 1 * MS;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* sleeps for a */
+		fc.t = a.expect - stats_of(loop).predict_margin_ns;	/* woken on time */
+		b.ready = true;				/* b's event is in, a's not yet */
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		ck_assert(!b.ready);
+		a.ready = true;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		ck_assert(!a.ready);
+		fc.t += 10 * MS;
+	}
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 40);
+	ck_assert_uint_eq(s1.predict_late, s0.predict_late);
+	ck_assert_uint_eq(s1.predict_early, s0.predict_early + 40);
+	ck_assert_uint_le(s1.predict_margin_ns, s0.predict_margin_ns);
+
+	/* cut short by a's own event (on the ring): late; by nothing of a's: a cut */
+	a.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk__loop_source_event(loop, &a.src);
+	a.expect = 0;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	s0 = stats_of(loop);
+	ck_assert_uint_eq(s0.predict_late, s1.predict_late + 1);
+	ck_assert_uint_gt(s0.predict_margin_ns, s1.predict_margin_ns);
+	a.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk__loop_source_event(loop, &b.src);
+	a.expect = 0;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.predict_late, s0.predict_late);
+	ck_assert_uint_eq(s1.predict_cut, s0.predict_cut + 1);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &a.src), 0);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &b.src), 0);
 	free_loop(loop);
 }
 END_TEST
@@ -2680,6 +2822,8 @@ static Suite *loop_suite(void)
 	tcase_add_test(tc, test_predict_cut_by_event);
 	tcase_add_test(tc, test_predict_none_keeps_window);
 	tcase_add_test(tc, test_predict_margin_fades);
+	tcase_add_test(tc, test_source_sees_waits);
+	tcase_add_test(tc, test_predict_late_is_per_source);
 	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "fd_watch", TIMEOUT_S);
