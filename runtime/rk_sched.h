@@ -182,7 +182,8 @@ RK_EXPORT int rk_sched_cancel(struct rk_sched *s, struct rk_request *req);
  * rk_sched_complete() - the backend reports that its share of round
  * @round_id finished on this rank, with @status (0 or -errno). Leader: the
  * round's tokens are verified and emitted and the next round starts.
- * Follower: a ROUND_DONE goes back to the leader.
+ * Follower: a failure goes back to the leader in a ROUND_DONE (with
+ * @status); a success sends nothing.
  */
 RK_EXPORT void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status);
 

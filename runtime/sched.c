@@ -50,13 +50,17 @@ struct rk_sched {
 	uint32_t ids_cap;
 	/*
 	 * When the next ROUND should come: rounds follow each other at a steady
-	 * gap after our ROUND_DONE (the leader's host work and the wire), so a
-	 * loop source predicts it (expect()) and the loop sleeps through most of
-	 * that gap instead of spinning. The frame itself wakes the ring.
+	 * pace (the leader's GPU work, its host work and the wire), so a loop
+	 * source predicts it (expect()) from the last ROUND and the loop sleeps
+	 * through most of the wait instead of spinning. The frame itself wakes
+	 * the ring. From the ROUND, not from our completion: a backend whose
+	 * completions nobody waits for (rk_gpu_notifier_set_lazy()) may see its
+	 * completion only at the wake for the next ROUND.
 	 */
 	struct rk_source src;
-	struct rk__pred gap;			/* ROUND_DONE sent -> next ROUND seen */
-	uint64_t t_done;			/* the last ROUND_DONE, 0 = no ROUND awaited */
+	struct rk__pred gap;			/* one ROUND seen -> the next */
+	uint64_t t_round;			/* the last ROUND seen, 0 = no ROUND awaited */
+	bool round_late;			/* that one was seen right after a sleep */
 
 	struct rk_sched_stats stats;
 };
@@ -91,7 +95,7 @@ static uint64_t src_expect(struct rk_source *src, uint64_t now)
 {
 	struct rk_sched *s = src->data;
 
-	return s->t_done ? rk__pred_expect(&s->gap, s->t_done, now) : 0;
+	return s->t_round ? rk__pred_expect(&s->gap, s->t_round, now) : 0;
 }
 
 static const struct rk_source_ops round_source_ops = {
@@ -101,20 +105,23 @@ static const struct rk_source_ops round_source_ops = {
 	.expect = src_expect,
 };
 
-/* A ROUND arrived: learn the gap since our ROUND_DONE. */
+/* A ROUND arrived: learn the time since the one before. */
 static void round_seen(struct rk_sched *s)
 {
 	uint64_t now = rk_loop_now(s->loop);
+	bool late = rk__loop_after_park(s->loop);
 
-	if (!s->t_done || now <= s->t_done)
-		goto out;
-	/* after a sleep the frame may have waited: an upper bound only */
-	if (rk__loop_after_park(s->loop))
-		rk__pred_bound(&s->gap, now - s->t_done);
-	else
-		rk__pred_sample(&s->gap, now - s->t_done);
-out:
-	s->t_done = 0;
+	/* seen after a sleep, a frame may have waited: this one gives an upper
+	 * bound only, and the next nothing (its start is late) */
+	if (s->t_round && now > s->t_round && !s->round_late) {
+		if (late)
+			rk__pred_bound(&s->gap, now - s->t_round);
+		else
+			rk__pred_sample(&s->gap, now - s->t_round);
+	}
+	s->t_round = now;
+	s->round_late = late;
+	rk__loop_source_event(s->loop, &s->src);	/* what a prediction waited for */
 }
 
 /* ---- drafting -------------------------------------------------------------------- */
@@ -604,13 +611,22 @@ void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
 			.elapsed_ns = rk_loop_now(s->loop) - s->t_launch,
 		};
 		uint8_t buf[24];
-		int n = rk_wire_encode_round_done(buf, sizeof(buf), &d);
+		int n;
 
 		s->stats.ns_round_sum += d.elapsed_ns;
+		/*
+		 * Only a failure is reported. The leader never waits for a success:
+		 * its next ROUND follows its own completion, which under tensor
+		 * parallelism needs ours anyway (the collective, or our partial
+		 * results); and a frame per round would cost both ranks a send, a
+		 * receive and a wake.
+		 */
+		if (!status)
+			return;
+		n = rk_wire_encode_round_done(buf, sizeof(buf), &d);
 		if (n > 0)
 			rk_world_send(s->world, 0, RK_FRAME_ROUND_DONE, 0, buf, (uint32_t)n);
-		/* the next ROUND is due in about the usual gap, if streams still run */
-		s->t_done = status || !s->nprev ? 0 : rk__loop_clock(s->loop);
+		s->t_round = 0;	/* no ROUND is awaited after a failure */
 	}
 }
 

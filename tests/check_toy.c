@@ -278,6 +278,35 @@ START_TEST(test_pick_greedy)
 }
 END_TEST
 
+/* Greedy over long rows (the pick works in blocks): against a plain scan. */
+START_TEST(test_pick_greedy_rows)
+{
+	static const uint32_t lens[] = { 1, 63, 64, 65, 127, 128, 129, 200, 4096, 4099 };
+	int32_t *lg = malloc(4099 * sizeof(*lg));
+	uint64_t rs = 99;
+	uint32_t i, j, v, best, n;
+
+	for (i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		n = lens[i];
+		for (j = 0; j < 64; j++) {
+			/* few distinct values: ties within and across blocks; j % 4 == 0:
+			 * all equal; j % 4 == 1: the maximum only in the tail, or last */
+			for (v = 0; v < n; v++)
+				lg[v] = j % 4 == 0 ? -7 : (int32_t)(rng_next(&rs) % 5) - 2 - (j % 4 == 1) * 10;
+			if (j % 4 == 1)
+				lg[n - 1 - (uint32_t)(rng_next(&rs) % (n % 64 ? n % 64 : 1))] = INT32_MAX;
+			if (j % 4 == 2)
+				lg[rng_next(&rs) % n] = INT32_MIN;
+			for (v = 1, best = 0; v < n; v++)
+				if (lg[v] > lg[best])
+					best = v;
+			ck_assert_msg(toy_pick(n, 64, lg, NULL, 0) == best, "V %u row %u", n, j);
+		}
+	}
+	free(lg);
+}
+END_TEST
+
 START_TEST(test_pick_sampled)
 {
 	static const uint32_t golden1[12] = { 9, 9, 44, 52, 9, 9, 9, 9, 52, 9, 52, 9 };
@@ -755,6 +784,7 @@ struct tworld {
 		uint32_t expect_left;		/* leader: streams the next round would retire */
 		uint64_t rounds;
 		struct toy_cpu_stats stats;
+		struct rk_link_stats link;	/* follower: its link to the leader, at QUIT */
 	} r[4];
 };
 
@@ -1073,6 +1103,7 @@ static void *rank_thread(void *arg)
 	} else {
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
+		rk_link_stats(rk_world_link(t->w, 0), &t->link);
 	}
 out:
 	if (t->b) {
@@ -1140,6 +1171,14 @@ static void run_world(int size, bool use_sched)
 		ck_assert_uint_gt(t->stats.rounds, 0);
 		if (r)
 			ck_assert_uint_eq(t->stats.rounds, tw->r[0].stats.rounds);
+		/* a follower sends its partial logits each round, and nothing for a
+		 * round that succeeded (no ROUND_DONE): HELLO and heartbeats aside */
+		if (r && use_sched)
+			ck_assert_msg(t->link.tx_frames - t->link.heartbeats_tx <= t->stats.rounds + 1,
+				      "rank %d sent %llu frames (%llu heartbeats) in %llu rounds", r,
+				      (unsigned long long)t->link.tx_frames,
+				      (unsigned long long)t->link.heartbeats_tx,
+				      (unsigned long long)t->stats.rounds);
 	}
 	ck_assert_uint_eq(tw->r[0].stats.frames_rx, (uint64_t)(size - 1) * tw->r[0].stats.rounds);
 	ck_assert_uint_eq(tw->r[0].stats.stale, 0);
@@ -1275,6 +1314,7 @@ static Suite *toy_suite(void)
 	tc = tcase_create("pick");
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_pick_greedy);
+	tcase_add_test(tc, test_pick_greedy_rows);
 	tcase_add_test(tc, test_pick_sampled);
 	tcase_add_test(tc, test_pick_uniform);
 	tcase_add_test(tc, test_ref_golden);
