@@ -151,6 +151,12 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	return -EOPNOTSUPP;
 }
 
+void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy)
+{
+	(void)n;
+	(void)lazy;
+}
+
 unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n)
 {
 	(void)n;

@@ -31,6 +31,11 @@
  * function then, waiting on the event's latest record (a mark at or after the
  * oldest outstanding one), so a blocked loop is always woken.
  *
+ * Lazy marks (rk_gpu_notifier_set_lazy(): nobody on this rank waits for them)
+ * give no prediction and no host function at mark time; a wait with a timeout
+ * arms nothing for them, one without a timeout arms the host function as
+ * above. They are delivered when the loop next looks at the word.
+ *
  * Slots: a ring of RK_GPU_NOTIFY_SLOTS. Slot k % N is busy from mark k until k
  * is delivered and, on the wake path, until its post has run on the loop (a
  * post is owned by the loop from rk_loop_post() until its callback). A mark
@@ -65,6 +70,7 @@ struct rk_gpu_notifier {
 	cudaEvent_t ev;
 	enum rk_gpu_notify_mode mode;
 	bool use_poll, use_wake;
+	bool lazy;			/* rk_gpu_notifier_set_lazy() */
 	rk_gpu_done_cb cb;
 	void *arg;
 
@@ -178,6 +184,8 @@ static uint64_t predict_at(const struct rk_gpu_notifier *n, uint64_t now)
 {
 	if (!n->use_poll || n->delivered == n->issued || n->wake_upto > n->delivered)
 		return 0;
+	if (n->lazy)
+		return 0;	/* nobody waits for it: no reason to wake early */
 	return rk__pred_expect(&n->pred, oldest_start(n), now);
 }
 
@@ -231,8 +239,9 @@ static int arm_wake_now(struct rk_gpu_notifier *n)
 /*
  * Before the loop blocks. Report what the word already shows. A mark with a
  * host function behind it, or a prediction the loop honours (it sleeps no
- * longer than that), needs nothing more; an AUTO mark without either gets its
- * host function now. POLL without a prediction keeps the loop from blocking.
+ * longer than that), needs nothing more, nor does a lazy mark when the wait
+ * has a timeout; an AUTO mark without any of these gets its host function now.
+ * POLL without a prediction keeps the loop from blocking.
  */
 static int src_arm(struct rk_source *s)
 {
@@ -244,6 +253,10 @@ static int src_arm(struct rk_source *s)
 		return 1;
 	if (n->wake_upto > n->delivered)
 		return 0;
+	if (n->lazy && rk__loop_parking_ns(n->loop) != UINT64_MAX) {
+		n->st.lazy_sleeps++;	/* seen when the wait ends */
+		return 0;
+	}
 	if (rk_loop_predicts(n->loop) && predict_at(n, rk_loop_now(n->loop)))
 		return 0;
 	if (n->use_wake)
@@ -328,9 +341,9 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 			return ret;	/* nothing enqueued */
 		wrote = true;
 	}
-	/* AUTO with a warm predictor: the event only (for a late wake_late()) */
-	hostfn = n->use_wake &&
-		 (!n->use_poll || n->pred.n < RK__PRED_WARM || !rk_loop_predicts(n->loop));
+	/* AUTO with a warm predictor, or lazy: the event only (for arm_wake_now()) */
+	hostfn = n->use_wake && (!n->use_poll || (!n->lazy && n->pred.n < RK__PRED_WARM) ||
+				 !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
 		ret = RK_CUDA(n->rank, cudaEventRecord(n->ev, n->stream));
 		if (!ret && hostfn)
@@ -360,6 +373,11 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	if (n->issued - n->delivered > n->st.max_outstanding)
 		n->st.max_outstanding = (uint32_t)(n->issued - n->delivered);
 	return 0;
+}
+
+void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy)
+{
+	n->lazy = lazy;
 }
 
 unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n)

@@ -87,6 +87,7 @@ struct rk_gpu_notifier_stats {
 	uint64_t pred_mean_ns;		/* the predictor: a mark's duration, mean */
 	uint64_t pred_dev_ns;		/* ...and mean deviation */
 	uint64_t pred_q_ns;		/* ...and its low quantile: the expected duration */
+	uint64_t lazy_sleeps;		/* lazy: bounded sleeps that armed nothing for a mark */
 };
 
 /**
@@ -119,6 +120,20 @@ RK_EXPORT int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *s
  * be current.
  */
 RK_EXPORT int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie);
+
+/**
+ * rk_gpu_notifier_set_lazy() - say whether anything on this rank waits for
+ * these marks promptly. Lazy marks (@lazy true) are for work whose completion
+ * nobody waits on here, e.g. a tensor-parallel follower's share of a round,
+ * which reaches the leader through the collective: the source then gives the
+ * loop no prediction for them (it neither wakes early nor spins for them), and
+ * a wait with a timeout arms nothing for them (they are delivered when the
+ * loop next runs: its timeout, or any other event). A wait without a timeout
+ * still arms the wake path (AUTO), so delivery stays bounded; POLL keeps such
+ * a wait from starting, as before. Default: not lazy. Takes effect for the
+ * next wait. Loop thread.
+ */
+RK_EXPORT void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy);
 
 /** rk_gpu_notifier_outstanding() - marks enqueued and not yet delivered. */
 RK_EXPORT unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n);

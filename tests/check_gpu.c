@@ -361,6 +361,122 @@ START_TEST(test_notify_errors)
 }
 END_TEST
 
+/* A source that predicts an event at @expect that never comes. */
+struct far_src {
+	struct rk_source src;
+	uint64_t expect;
+};
+
+static int far_poll(struct rk_source *src, uint64_t now)
+{
+	(void)src;
+	(void)now;
+	return 0;
+}
+
+static uint64_t far_expect(struct rk_source *src, uint64_t now)
+{
+	(void)now;
+	return ((struct far_src *)src->data)->expect;
+}
+
+static int far_arm(struct rk_source *src)
+{
+	(void)src;
+	return 0;
+}
+
+static const struct rk_source_ops far_ops = {
+	.name = "far", .poll = far_poll, .arm = far_arm, .expect = far_expect };
+
+static void *gate_opener_5ms(void *arg)
+{
+	usleep(5 * 1000);
+	atomic_store(&g_gate, 1);
+	(void)arg;
+	return NULL;
+}
+
+/*
+ * Lazy marks: nobody waits for them, so a loop that sleeps until another
+ * source's predicted event (30 ms away) is not woken when the GPU finishes
+ * (5 ms in): no host function, the mark is delivered after the sleep. A wait
+ * without a timeout still arms the wake path, so the next lazy mark wakes a
+ * blocked loop. Before lazy marks, a cold AUTO notifier put a host function
+ * behind every mark and woke the loop at 5 ms.
+ */
+START_TEST(test_notify_lazy)
+{
+	struct rk_config c;
+	struct rk_loop *loop = NULL;
+	struct rk_gpu_notifier *n = NULL;
+	struct rk_gpu_notifier_stats st;
+	struct far_src far = { .src = { .ops = &far_ops } };
+	uint64_t got = 0, t0, slept, deadline = rk_test_now_ns() + 20000 * MS;
+	pthread_t th;
+	cudaStream_t s;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;		/* only the prediction keeps it from blocking */
+	c.wait.timed_ns = 0;
+	ck_assert(c.wait.predict);
+	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+	CK_CUDA(cudaSetDevice(0));
+	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	ck_assert_int_eq(rk_gpu_notifier_create(loop, s, RK_GPU_NOTIFY_AUTO, count_cb, &got, &n),
+			 0);
+	if (rk_gpu_notifier_mode(n) != RK_GPU_NOTIFY_AUTO) {
+		printf("test_notify_lazy: skipped (no stream memory operations: %s)\n",
+		       rk_gpu_notify_mode_name(rk_gpu_notifier_mode(n)));
+		goto out;
+	}
+	rk_gpu_notifier_set_lazy(n, true);
+	far.src.data = &far;
+	ck_assert_int_eq(rk_loop_add_source(loop, &far.src), 0);
+
+	/* 1: a bounded sleep (the far prediction) arms nothing for the lazy mark */
+	atomic_store(&g_gate, 0);
+	CK_CUDA(cudaLaunchHostFunc(s, gate_fn, NULL));
+	ck_assert_int_eq(rk_gpu_notifier_mark(n, 1), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, gate_opener_5ms, NULL), 0);
+	t0 = rk_test_now_ns();
+	far.expect = rk_test_now_ns() + 30 * MS;	/* the loop clock (its cached time is stale) */
+	/* sleeps until ~30 ms less the margin (a wait may end early on some
+	 * other completion: then it sleeps again), then sees the word */
+	ck_assert(run_until(loop, deadline, &got, 1));
+	slept = rk_test_now_ns() - t0;
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	rk_gpu_notifier_stats(n, &st);
+	ck_assert_msg(slept >= 20 * MS, "delivered after %llu us: the lazy mark woke the loop",
+		      (unsigned long long)(slept / 1000));
+	ck_assert_uint_ge(st.lazy_sleeps, 1);
+	ck_assert_uint_eq(st.via_poll, 1);
+	ck_assert_uint_eq(st.wake_armed_late, 0);
+
+	/* 2: no prediction and no window: a block without a timeout; the lazy
+	 * mark arms its host function then, which wakes the loop */
+	ck_assert_int_eq(rk_loop_remove_source(loop, &far.src), 0);
+	atomic_store(&g_gate, 0);
+	CK_CUDA(cudaLaunchHostFunc(s, gate_fn, NULL));
+	ck_assert_int_eq(rk_gpu_notifier_mark(n, 2), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, gate_opener_5ms, NULL), 0);
+	ck_assert(run_until(loop, deadline, &got, 2));
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	rk_gpu_notifier_stats(n, &st);
+	ck_assert_uint_eq(st.wake_armed_late, 1);
+	if (getenv("CHECK_GPU_VERBOSE"))
+		printf("notify lazy: a 5 ms mark delivered after %llu us; lazy sleeps %llu, poll %llu "
+		       "wake %llu\n", (unsigned long long)(slept / 1000),
+		       (unsigned long long)st.lazy_sleeps, (unsigned long long)st.via_poll,
+		       (unsigned long long)st.via_wake);
+out:
+	ck_assert_int_eq(rk_gpu_notifier_destroy(n, false), 0);
+	loop_drain_destroy(loop);
+	CK_CUDA(cudaStreamDestroy(s));
+}
+END_TEST
+
 #ifdef RK_HAVE_NCCL
 /* ---- worlds of threads over loopback --------------------------------------------- */
 
@@ -1004,6 +1120,9 @@ static void *toy_rank(void *arg)
 	ret = toy_cuda_create(t->w, &gw->p, -1, gw->mode, &t->b);
 	if (ret)
 		T_FAIL(t, ret);
+	/* CHECK_GPU_GRAPHS=1: these rounds as CUDA graphs too (rk-serve's default) */
+	if (getenv("CHECK_GPU_GRAPHS") && !strcmp(getenv("CHECK_GPU_GRAPHS"), "1"))
+		toy_cuda_set_graphs(t->b, true);
 	ret = rk_sched_create(t->w, &sc, &toy_cuda_ops, t->b, &t->sched);
 	if (ret)
 		T_FAIL(t, ret);
@@ -1460,6 +1579,7 @@ static Suite *gpu_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_notify_order, 0, 6);
 	tcase_add_test(tc, test_notify_errors);
+	tcase_add_test(tc, test_notify_lazy);
 	suite_add_tcase(s, tc);
 #ifdef RK_HAVE_NCCL
 	tc = tcase_create("nccl");

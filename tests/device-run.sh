@@ -30,6 +30,7 @@
 #                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
+#   WORK            build in this folder and keep it (default: a temporary one, removed)
 # NCCL_NVLS_ENABLE=0 is forced for every step (the device README says why).
 # Exit: 0 when the build, the GPU tests and the latency bound all passed.
 
@@ -111,7 +112,12 @@ cat "$OUT/env.txt"
 say "device-run: $(basename "$tarball"), budget ${budget} s, receipts in $OUT"
 
 # ---- build ---------------------------------------------------------------------------
-work=$(mktemp -d /tmp/rk-device.XXXXXX) || exit 1
+if [ -n "${WORK:-}" ]; then
+	work=$WORK	# kept after the run: a later command of the same call can use the build
+	rm -rf "$work" && mkdir -p "$work" || exit 1
+else
+	work=$(mktemp -d /tmp/rk-device.XXXXXX) || exit 1
+fi
 build=$OUT/build.log
 : >"$build"
 tar -C "$work" -xzf "$tarball" || { say "FAIL: tar"; exit 2; }
@@ -316,5 +322,5 @@ fi
 
 say "device-run: build ok, gpulat rc=$lrc, check_gpu rc=$grc, decode-tp2 $drc," \
 	"$(($(date +%s) - start)) s"
-rm -rf "$work"
+[ -n "${WORK:-}" ] || rm -rf "$work"
 [ $lrc = 0 ] && [ $grc = 0 ]
