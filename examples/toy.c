@@ -430,6 +430,43 @@ static double exp2_neg(double x)
 	return ldexp(p, -n);
 }
 
+/*
+ * A greedy pick scans a whole row of logits on the leader every round. In
+ * blocks of PICK_BLOCK: a block's maximum is a fixed-length loop the compiler
+ * vectorizes, and most blocks need nothing more.
+ */
+#define PICK_BLOCK 64
+
+static int32_t block_max(const int32_t *x)
+{
+	int32_t m = INT32_MIN;
+	unsigned int i;
+
+	for (i = 0; i < PICK_BLOCK; i++)
+		m = x[i] > m ? x[i] : m;
+	return m;
+}
+
+/* The first index of the largest logit. */
+static uint32_t argmax_first(const int32_t *x, uint32_t n)
+{
+	uint32_t best = 0, b, v;
+
+	for (b = 0; b + PICK_BLOCK <= n; b += PICK_BLOCK) {
+		int32_t m = block_max(x + b);
+
+		if (m > x[best]) {
+			for (v = b; x[v] != m; v++)
+				;
+			best = v;
+		}
+	}
+	for (v = b; v < n; v++)
+		if (x[v] > x[best])
+			best = v;
+	return best;
+}
+
 uint32_t toy_pick(uint32_t V, uint32_t H, const int32_t *logits, const struct toy_sampling *s,
 		  uint64_t abs_pos)
 {
@@ -439,14 +476,8 @@ uint32_t toy_pick(uint32_t V, uint32_t H, const int32_t *logits, const struct to
 	uint32_t k, cnt = 0, v, j, pos, n;
 	double scale, total, cut, c, u, target;
 
-	if (!s || !s->top_k || !(s->temperature > 0.0f)) {
-		uint32_t best = 0;
-
-		for (v = 1; v < V; v++)
-			if (logits[v] > logits[best])
-				best = v;
-		return best;
-	}
+	if (!s || !s->top_k || !(s->temperature > 0.0f))
+		return argmax_first(logits, V);
 	k = s->top_k < V ? s->top_k : V;
 	if (k > TOY_TOPK_MAX)
 		k = TOY_TOPK_MAX;
