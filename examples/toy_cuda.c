@@ -97,10 +97,6 @@ struct toy_cuda {
 	size_t df_cap;
 	int32_t *dlog;
 	size_t dlog_cap;
-	/* earlier dlog buffers: a collective used them, so they live until the
-	 * communicator is gone (NCCL may still hold a registration of them) */
-	void **retired;
-	unsigned int n_retired, retired_cap;
 
 	/* the host mirror of the stream table */
 	struct entry *ent;
@@ -174,29 +170,17 @@ static void graphs_drop(struct toy_cuda *b)
 /* Grow a device buffer in stream order (the old one is freed after its last use). */
 static int dgrow(struct toy_cuda *b, void **p, size_t *cap, size_t need)
 {
-	bool keep = p == (void **)&b->dlog && b->size > 1;
 	size_t c;
 	void *q;
 	int ret;
 
 	if (need <= *cap)
 		return 0;
-	if (keep && *p && b->n_retired == b->retired_cap) {
-		unsigned int n = b->retired_cap ? 2 * b->retired_cap : 8;
-		void **r = realloc(b->retired, n * sizeof(*r));
-
-		if (!r)
-			return -ENOMEM;
-		b->retired = r;
-		b->retired_cap = n;
-	}
 	c = need < 65536 ? 65536 : need * 2;
 	ret = CU(b, cudaMallocAsync(&q, c, b->stream));
 	if (ret)
 		return ret;
-	if (keep && *p)
-		b->retired[b->n_retired++] = *p;
-	else if (*p)
+	if (*p)
 		cudaFreeAsync(*p, b->stream);
 	*p = q;
 	*cap = c;
@@ -972,9 +956,6 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	cudaFree(b->din);
 	cudaFree(b->df);
 	cudaFree(b->dlog);
-	while (b->n_retired)
-		cudaFree(b->retired[--b->n_retired]);
-	free(b->retired);
 	cudaFree(b->dstate);
 	cudaFree(b->dh0);
 	cudaFree(b->dW);
