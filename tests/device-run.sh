@@ -27,7 +27,10 @@
 #                   gpulat, check_gpu, threads (per-thread CPU of both ranks, busy
 #                   under each policy and idle under the default: threads.txt),
 #                   decode, bcast (the round-broadcast overhead, tests/bench-bcast.sh:
-#                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests)
+#                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests); not by
+#                   default: idlefloor (tests/gpu-idle-floor: the idle CPU of a bare
+#                   CUDA process, then with a host function, one and two NCCL ranks;
+#                   IDLEFLOOR_S seconds each, default 20: idlefloor.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -264,6 +267,17 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	grep -E '^== threads|TOTAL|^(busy|idle)|^loop r|notify r|enqueue r' "$trace" | tee -a "$summary"
 	tar -C "$tdir" -czf "$OUT/threads-raw.tar.gz" . 2>/dev/null
 	rm -rf "$tdir"
+fi
+
+# ---- the idle floor: a process with a CUDA context (and NCCL) but no rankrt -------------
+if want idlefloor && [ -x tests/gpu-idle-floor ]; then
+	flog=$OUT/idlefloor.txt
+	: >"$flog"
+	for m in bare hostfn nccl1 nccl2; do
+		step "idlefloor-$m" $((${IDLEFLOOR_S:-20} + 60)) "$flog" \
+			tests/gpu-idle-floor "${IDLEFLOOR_S:-20}" $m
+	done
+	grep TOTAL "$flog" | tee -a "$summary"
 fi
 
 # ---- TP2 decode receipt: rk-serve --bench under three wait policies ------------------------
