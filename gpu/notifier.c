@@ -177,15 +177,14 @@ static void pred_learn(struct rk_gpu_notifier *n, uint64_t now)
 
 /*
  * The loop time by which the oldest outstanding mark should be done, or 0:
- * nothing outstanding, a host function already covers it, the predictor is
- * cold, or the prediction is overdue (then arm() must make sure of a wake).
+ * nothing outstanding, lazy marks (nobody waits for them), a host function
+ * already covers it, the predictor is cold, or the prediction is overdue (then
+ * arm() must make sure of a wake).
  */
 static uint64_t predict_at(const struct rk_gpu_notifier *n, uint64_t now)
 {
-	if (!n->use_poll || n->delivered == n->issued || n->wake_upto > n->delivered)
+	if (!n->use_poll || n->lazy || n->delivered == n->issued || n->wake_upto > n->delivered)
 		return 0;
-	if (n->lazy)
-		return 0;	/* nobody waits for it: no reason to wake early */
 	return rk__pred_expect(&n->pred, oldest_start(n), now);
 }
 

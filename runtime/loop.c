@@ -443,11 +443,10 @@ int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 	return -ENOENT;
 }
 
-/* Return the number of busy events the sources handled. */
-static unsigned int poll_sources(struct rk_loop *loop)
+/* Poll every source; what they handle counts as busy events of this iteration. */
+static void poll_sources(struct rk_loop *loop)
 {
 	struct rk_source *s, *next;
-	unsigned int found = 0;
 	int ret;
 
 	for (s = loop->sources; s; s = next) {
@@ -459,12 +458,10 @@ static unsigned int poll_sources(struct rk_loop *loop)
 			loop->stats.events += (uint64_t)ret;
 			loop->iter_events += (unsigned int)ret;
 			loop->iter_busy += (unsigned int)ret;
-			found += (unsigned int)ret;
 		} else if (ret < 0) {
 			rk__warn(loop->cfg.rank, "source %s: %s", s->ops->name, rk_strerror(ret));
 		}
 	}
-	return found;
 }
 
 /* The earliest time a source expects its next event at, 0 = none predicted. */

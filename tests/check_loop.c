@@ -2346,33 +2346,44 @@ START_TEST(test_predict_sleeps)
 }
 END_TEST
 
-/* With RK_PREDICT=0 the same wait spins: the control for the test above. */
-START_TEST(test_predict_off_spins)
+/*
+ * One 20 ms wait inside a 200 ms spin window, with (@predict) or without a
+ * source prediction, with RK_PREDICT on or off (@loop_predicts): it must be
+ * spun through, no predictive sleep.
+ */
+static void check_spins_through(bool predict, bool loop_predicts)
 {
 	struct rk_config c;
 	struct rk_loop *loop;
-	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
+	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS,
+			      .predict = predict };
 	struct rk_loop_stats s;
-	uint64_t cpu, wait = 20 * MS;
+	uint64_t wait = 20 * MS;
 	char err[128];
 
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 200 * MS;
-	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
+	if (!loop_predicts)
+		ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
 	loop = new_loop(&c);
-	ck_assert(!rk_loop_predicts(loop));
+	ck_assert(rk_loop_predicts(loop) == loop_predicts);
 	p.src.data = &p;
 	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	cpu = pred_run_one(loop, &p, wait);
+	pred_run_one(loop, &p, wait);
 	s = stats_of(loop);
 	ck_assert_uint_eq(s.predict_waits, 0);
 	/* it spun through the wait (its CPU time depends on what else runs: it yields) */
 	ck_assert_uint_ge(s.spin_iters, 200);
 	ck_assert_uint_lt(s.ns_blocked, wait / 4);
-	(void)cpu;
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
 	free_loop(loop);
+}
+
+/* With RK_PREDICT=0 the same wait spins: the control for the test above. */
+START_TEST(test_predict_off_spins)
+{
+	check_spins_through(true, false);
 }
 END_TEST
 
@@ -2688,26 +2699,7 @@ END_TEST
 /* A source that gives no prediction keeps the old policy: spin in the window. */
 START_TEST(test_predict_none_keeps_window)
 {
-	struct rk_config c;
-	struct rk_loop *loop;
-	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = false };
-	struct rk_loop_stats s;
-	uint64_t cpu, wait = 20 * MS;
-
-	rk_config_init(&c);
-	c.wait.mode = RK_WAIT_ADAPTIVE;
-	c.wait.spin_ns = 200 * MS;
-	loop = new_loop(&c);
-	p.src.data = &p;
-	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	cpu = pred_run_one(loop, &p, wait);
-	s = stats_of(loop);
-	ck_assert_uint_eq(s.predict_waits, 0);
-	ck_assert_uint_ge(s.spin_iters, 200);
-	ck_assert_uint_lt(s.ns_blocked, wait / 4);
-	(void)cpu;
-	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
-	free_loop(loop);
+	check_spins_through(false, true);
 }
 END_TEST
 

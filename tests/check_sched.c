@@ -185,6 +185,20 @@ static const uint32_t prompts[][6] = {
 };
 #define NPROMPT ((int)ARRAY_SIZE(prompts))
 
+/* A greedy request of a 6-token prompt into @o, the scheduler's default draft_k. */
+static void out_init(struct out *o, struct fake *f, const uint32_t *prompt, uint32_t max_tokens)
+{
+	memset(o, 0, sizeof(*o));
+	o->f = f;
+	o->req.prompt = prompt;
+	o->req.prompt_len = 6;
+	o->req.max_tokens = max_tokens;
+	o->req.stop_token = -1;
+	o->req.draft_k = -1;
+	o->req.cb = on_tokens;
+	o->req.data = o;
+}
+
 /* Generate every prompt (first @np) with the given batch and draft settings. */
 static void generate(struct out *o, int first, int np, uint32_t max_batch, uint32_t draft_k,
 		     bool sampled, uint32_t max_tokens, int64_t stop)
@@ -195,19 +209,12 @@ static void generate(struct out *o, int first, int np, uint32_t max_batch, uint3
 	fake_setup(&f, max_batch, draft_k);
 	g_pending = &pending;
 	for (i = 0; i < np; i++) {
-		memset(&o[i], 0, sizeof(o[i]));
-		o[i].f = &f;
-		o[i].req.prompt = prompts[(first + i) % NPROMPT];
-		o[i].req.prompt_len = 6;
-		o[i].req.max_tokens = max_tokens;
+		out_init(&o[i], &f, prompts[(first + i) % NPROMPT], max_tokens);
 		o[i].req.stop_token = stop;
 		o[i].req.top_k = sampled ? 5 : 0;
 		o[i].req.temperature = sampled ? 0.8f : 0.0f;
 		o[i].req.top_p = 1.0f;
 		o[i].req.seed = 1000 + (uint64_t)(first + i);
-		o[i].req.draft_k = -1;	/* the scheduler's default */
-		o[i].req.cb = on_tokens;
-		o[i].req.data = &o[i];
 		ck_assert_int_eq(rk_sched_submit(f.sched, &o[i].req), 0);
 	}
 	while (pending)
@@ -292,15 +299,7 @@ START_TEST(test_drafts_are_accepted)
 	/* a repeating prompt: prompt lookup must propose, and the model agrees */
 	fake_setup(&f, 1, 4);
 	g_pending = &pending;
-	memset(o, 0, sizeof(*o));
-	o->f = &f;
-	o->req.prompt = prompts[1];
-	o->req.prompt_len = 6;
-	o->req.max_tokens = 200;
-	o->req.stop_token = -1;
-	o->req.draft_k = -1;
-	o->req.cb = on_tokens;
-	o->req.data = o;
+	out_init(o, &f, prompts[1], 200);
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		rk_loop_run(f.loop, RK_RUN_DEFAULT);
@@ -475,15 +474,7 @@ START_TEST(test_trace)
 	rk_sched_destroy(f.sched);
 	ck_assert_int_eq(rk_sched_create(f.world, &sc, &fake_ops, &f, &f.sched), 0);
 	g_pending = &pending;
-	memset(o, 0, sizeof(*o));
-	o->f = &f;
-	o->req.prompt = prompts[0];
-	o->req.prompt_len = 6;
-	o->req.max_tokens = 20;
-	o->req.stop_token = -1;
-	o->req.draft_k = -1;
-	o->req.cb = on_tokens;
-	o->req.data = o;
+	out_init(o, &f, prompts[0], 20);
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
