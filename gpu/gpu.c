@@ -157,6 +157,13 @@ void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy)
 	(void)lazy;
 }
 
+int rk_gpu_notifier_set_mode(struct rk_gpu_notifier *n, enum rk_gpu_notify_mode mode)
+{
+	(void)n;
+	(void)mode;
+	return -EOPNOTSUPP;
+}
+
 unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n)
 {
 	(void)n;

@@ -379,6 +379,20 @@ void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy)
 	n->lazy = lazy;
 }
 
+int rk_gpu_notifier_set_mode(struct rk_gpu_notifier *n, enum rk_gpu_notify_mode mode)
+{
+	if (mode != RK_GPU_NOTIFY_AUTO && mode != RK_GPU_NOTIFY_POLL && mode != RK_GPU_NOTIFY_WAKE)
+		return -EINVAL;
+	if (!n->word || !n->side)
+		return -EOPNOTSUPP;
+	if (n->issued != n->delivered)
+		return -EBUSY;
+	n->mode = mode;
+	n->use_poll = mode != RK_GPU_NOTIFY_WAKE;
+	n->use_wake = mode != RK_GPU_NOTIFY_POLL;
+	return 0;
+}
+
 unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n)
 {
 	return (unsigned int)(n->issued - n->delivered);

@@ -477,6 +477,76 @@ out:
 }
 END_TEST
 
+/*
+ * Switching modes at run time (a bench compares them in one process): only an
+ * AUTO notifier has both paths, and only with nothing outstanding; after a
+ * switch, a mark takes the new mode's path.
+ */
+START_TEST(test_notify_set_mode)
+{
+	struct rk_loop *loop = make_loop(RK_WAIT_BLOCK);
+	struct rk_gpu_notifier *n = NULL;
+	struct rk_gpu_notifier_stats st;
+	uint64_t got = 0, deadline = rk_test_now_ns() + 20000 * MS;
+	cudaStream_t s;
+
+	CK_CUDA(cudaSetDevice(0));
+	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	ck_assert_int_eq(rk_gpu_notifier_create(loop, s, RK_GPU_NOTIFY_WAKE, count_cb, &got, &n),
+			 0);
+	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, RK_GPU_NOTIFY_POLL), -EOPNOTSUPP);
+	ck_assert_int_eq(rk_gpu_notifier_destroy(n, false), 0);
+	ck_assert_int_eq(rk_gpu_notifier_create(loop, s, RK_GPU_NOTIFY_AUTO, count_cb, &got, &n),
+			 0);
+	if (rk_gpu_notifier_mode(n) != RK_GPU_NOTIFY_AUTO) {
+		printf("test_notify_set_mode: skipped (no stream memory operations)\n");
+		goto out;
+	}
+	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, (enum rk_gpu_notify_mode)7), -EINVAL);
+
+	/* outstanding: refused, the mode stays */
+	atomic_store(&g_gate, 0);
+	CK_CUDA(cudaLaunchHostFunc(s, gate_fn, NULL));
+	ck_assert_int_eq(rk_gpu_notifier_mark(n, 1), 0);
+	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, RK_GPU_NOTIFY_WAKE), -EBUSY);
+	ck_assert_int_eq(rk_gpu_notifier_mode(n), RK_GPU_NOTIFY_AUTO);
+	atomic_store(&g_gate, 1);
+	ck_assert(run_until(loop, deadline, &got, 1));
+
+	/* WAKE: a blocked loop learns of the mark through the host function only */
+	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, RK_GPU_NOTIFY_WAKE), 0);
+	ck_assert_int_eq(rk_gpu_notifier_mode(n), RK_GPU_NOTIFY_WAKE);
+	rk_gpu_notifier_stats(n, &st);
+	ck_assert_int_eq(rk_gpu_notifier_mark(n, 2), 0);
+	ck_assert(run_until(loop, deadline, &got, 2));
+	{
+		struct rk_gpu_notifier_stats st2;
+
+		rk_gpu_notifier_stats(n, &st2);
+		ck_assert_uint_eq(st2.via_wake, st.via_wake + 1);
+		ck_assert_uint_eq(st2.via_poll, st.via_poll);
+		st = st2;
+	}
+
+	/* POLL: the word only */
+	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, RK_GPU_NOTIFY_POLL), 0);
+	rk_loop_set_wait(loop, &(struct rk_wait_policy){ .mode = RK_WAIT_SPIN });
+	ck_assert_int_eq(rk_gpu_notifier_mark(n, 3), 0);
+	ck_assert(run_until(loop, deadline, &got, 3));
+	{
+		struct rk_gpu_notifier_stats st2;
+
+		rk_gpu_notifier_stats(n, &st2);
+		ck_assert_uint_eq(st2.via_poll, st.via_poll + 1);
+		ck_assert_uint_eq(st2.via_wake, st.via_wake);
+	}
+out:
+	ck_assert_int_eq(rk_gpu_notifier_destroy(n, false), 0);
+	loop_drain_destroy(loop);
+	CK_CUDA(cudaStreamDestroy(s));
+}
+END_TEST
+
 #ifdef RK_HAVE_NCCL
 /* ---- worlds of threads over loopback --------------------------------------------- */
 
@@ -1580,6 +1650,7 @@ static Suite *gpu_suite(void)
 	tcase_add_loop_test(tc, test_notify_order, 0, 6);
 	tcase_add_test(tc, test_notify_errors);
 	tcase_add_test(tc, test_notify_lazy);
+	tcase_add_test(tc, test_notify_set_mode);
 	suite_add_tcase(s, tc);
 #ifdef RK_HAVE_NCCL
 	tc = tcase_create("nccl");
