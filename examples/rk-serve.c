@@ -89,10 +89,12 @@ enum serve_msg {
 	MSG_STATS_REQ = 2, /* leader -> followers: seq */
 	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
 	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
+	MSG_POLICY = 5,	   /* leader -> followers: seq, wait mode, notify mode (--bench-policies) */
 };
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
 #define MODEL_LEN     24u /* kind, V, H, backend, seed */
+#define POLICY_LEN    24u /* kind, reserved, seq, wait mode, notify mode */
 #define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
@@ -111,6 +113,8 @@ enum backend_kind {
 #define BENCH_TOP_P	0.95f
 #define BENCH_PROMPT	64u /* longest built-in prompt, in tokens */
 #define BENCH_WARM_TOK	16u /* tokens per warm-up request */
+#define BENCH_POLICIES	3u  /* default, block, spin */
+#define POLICY_RETRY_MS 1u  /* a policy switch waits for the last marks this often */
 
 struct options {
 	struct toy_params model;
@@ -138,6 +142,7 @@ struct options {
 	const char *b_prompt_set;
 	bool b_check_ref;
 	bool b_warmup;
+	uint32_t b_pol[BENCH_POLICIES], b_n_pol; /* --bench-policies, in order */
 	const char *trace_path; /* --trace-rounds: FILE.r<rank> */
 };
 
@@ -285,6 +290,14 @@ struct server {
 	uint32_t st_pending;
 	struct rank_stats *st_ranks;
 	uint8_t txbuf[8 + STATS_REP_LEN];
+
+	/* --bench-policies: the policy asked for; a follower's switch waits for its marks */
+	enum rk_wait_mode pol_wait;
+	enum rk_gpu_notify_mode pol_notify;
+	struct rk_timer pol_timer;
+	bool pol_pending;
+	bool st_deferred;	   /* follower: a stats request waits for the switch */
+	uint8_t st_req[MSG_HDR];
 
 	/* shared with the HTTP threads */
 	pthread_mutex_t mu;
@@ -657,6 +670,83 @@ static int stats_answer(struct server *srv, const uint8_t *req)
 	return send_msg(srv, 0, msg, sizeof(msg));
 }
 
+/* ---- --bench-policies: three wait policies in one process (loop thread) ---------- */
+
+static const struct bench_policy {
+	const char *name;
+	enum rk_wait_mode wait;
+	enum rk_gpu_notify_mode notify; /* cuda */
+} bench_policies[BENCH_POLICIES] = {
+	{ "default", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO },
+	{ "block", RK_WAIT_BLOCK, RK_GPU_NOTIFY_WAKE },
+	{ "spin", RK_WAIT_SPIN, RK_GPU_NOTIFY_POLL },
+};
+
+/*
+ * Put srv->pol_wait into effect (the configured policy, that mode) and
+ * srv->pol_notify on the CUDA notifier. Return: 0; -EBUSY while a mark is
+ * outstanding (run the loop, retry); the notifier's error.
+ */
+static int policy_apply(struct server *srv)
+{
+	struct rk_wait_policy w = srv->cfg.wait;
+
+	w.mode = srv->pol_wait;
+	rk_loop_set_wait(srv->loop, &w);
+	return srv->cuda ? toy_cuda_set_notify(srv->cuda, srv->pol_notify) : 0;
+}
+
+/* Follower: the switch is done (or failed); answer the stats request it held back. */
+static void policy_done(struct server *srv, int ret)
+{
+	srv->pol_pending = false;
+	rk_timer_stop(&srv->pol_timer);
+	if (!ret && srv->st_deferred) {
+		srv->st_deferred = false;
+		ret = stats_answer(srv, srv->st_req);
+	}
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: --bench-policies: %s\n", srv->rank, rk_strerror(ret));
+		srv->err = ret;
+		rk_loop_stop(srv->loop);
+	}
+}
+
+static enum rk_activity policy_retry_cb(struct rk_timer *t, uint64_t now)
+{
+	struct server *srv = t->data;
+	int ret = policy_apply(srv);
+
+	(void)now;
+	if (ret == -EBUSY)
+		return RK_IDLE;
+	policy_done(srv, ret);
+	return RK_IDLE;
+}
+
+/*
+ * Follower: the leader's MSG_POLICY. Frames on the link keep their order, so
+ * the next cell's ROUNDs find it in effect; a switch that waits for the last
+ * (lazy) marks holds back the stats request that starts the cell.
+ */
+static void policy_frame(struct server *srv, const uint8_t *d)
+{
+	int ret;
+
+	srv->pol_wait = (enum rk_wait_mode)get32(d + 16);
+	srv->pol_notify = (enum rk_gpu_notify_mode)get32(d + 20);
+	ret = policy_apply(srv);
+	if (ret != -EBUSY) {
+		policy_done(srv, ret);
+		return;
+	}
+	if (!srv->pol_pending) {
+		srv->pol_pending = true;
+		rk_timer_start(srv->loop, &srv->pol_timer, POLICY_RETRY_MS * 1000000ull,
+			       POLICY_RETRY_MS * 1000000ull);
+	}
+}
+
 /* ---- the world's callbacks (loop thread) ---------------------------------------- */
 
 static enum rk_activity serve_frame(struct server *srv, int peer, const struct rk_wire_user *u)
@@ -702,7 +792,18 @@ static enum rk_activity serve_frame(struct server *srv, int peer, const struct r
 			return RK_BUSY;
 		}
 		return RK_BUSY;
+	case MSG_POLICY:
+		if (u->len != POLICY_LEN || get32(u->data + 16) > RK_WAIT_BLOCK ||
+		    get32(u->data + 20) > RK_GPU_NOTIFY_WAKE)
+			goto bad;
+		policy_frame(srv, u->data);
+		return RK_IDLE;
 	case MSG_STATS_REQ:
+		if (srv->pol_pending) {
+			memcpy(srv->st_req, u->data, MSG_HDR);
+			srv->st_deferred = true;
+			return RK_IDLE;
+		}
 		ret = stats_answer(srv, u->data);
 		if (ret)
 			fprintf(stderr, PROG "[r%d]: stats: %s\n", srv->rank, rk_strerror(ret));
@@ -2130,14 +2231,52 @@ static int bench_cell_run(struct bench *bn, const struct bench_cell *c, struct b
 	return 0;
 }
 
+/*
+ * Leader: every rank to policy @p of bench_policies: MSG_POLICY to the
+ * followers (they answer the next stats request once it is in effect), then
+ * this rank, once its own last marks are in (bounded).
+ */
+static int bench_policy(struct bench *bn, uint32_t p)
+{
+	struct server *srv = bn->srv;
+	uint8_t msg[POLICY_LEN] = { 0 };
+	uint64_t deadline = now_ns() + 5000000000ull;
+	int ret;
+
+	srv->pol_wait = bench_policies[p].wait;
+	srv->pol_notify = bench_policies[p].notify;
+	if (srv->size > 1) {
+		put32(msg, MSG_POLICY);
+		put64(msg + 8, p);
+		put32(msg + 16, (uint32_t)srv->pol_wait);
+		put32(msg + 20, (uint32_t)srv->pol_notify);
+		ret = send_msg(srv, -1, msg, sizeof(msg));
+		if (ret)
+			return ret;
+	}
+	while ((ret = policy_apply(srv)) == -EBUSY && now_ns() < deadline) {
+		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
+		if (ret < 0)
+			return ret;
+		if (srv->err)
+			return srv->err;
+	}
+	return ret;
+}
+
+/* One line per cell (medians over its runs); --bench-policies: "pcell POLICY ...". */
 static void bench_print_cell(const struct server *srv, const struct bench_cell *c,
-			     const struct bench_result *cr)
+			     const struct bench_result *cr, const char *policy)
 {
 	double v[BENCH_MAX_RUNS];
 	uint32_t q;
 	int r;
 
-	printf("cell %7" PRIu32 "  %-7s  %-7s  %7" PRIu64 "  %10.1f  %7.0f  ", c->streams,
+	if (policy)
+		printf("pcell %-7s ", policy);
+	else
+		printf("cell ");
+	printf("%7" PRIu32 "  %-7s  %-7s  %7" PRIu64 "  %10.1f  %7.0f  ", c->streams,
 	       mode_name(c->sampled), draft_name(c->drafted),
 	       (uint64_t)srv->opt.b_requests * srv->opt.b_max_tokens, median(cr->tps, cr->runs),
 	       median(cr->rounds, cr->runs));
@@ -2152,6 +2291,21 @@ static void bench_print_cell(const struct server *srv, const struct bench_cell *
 		printf("  %9.4f", median(v, cr->runs));
 	}
 	printf("\n");
+	fflush(stdout);
+}
+
+/* --bench-policies: the run just done, "prun POLICY streams mode draft tok/s cpu_r0.. hash". */
+static void bench_print_run(const struct server *srv, const struct bench_cell *c,
+			    const struct bench_result *cr, const char *policy)
+{
+	uint32_t q = cr->runs - 1;
+	int r;
+
+	printf("prun %-7s %7" PRIu32 "  %-7s  %-7s  %10.1f", policy, c->streams,
+	       mode_name(c->sampled), draft_name(c->drafted), cr->tps[q]);
+	for (r = 0; r < srv->size; r++)
+		printf("  %9.4f", cr->cpu[q * (uint32_t)srv->size + (uint32_t)r]);
+	printf("  %s\n", cr->hash);
 	fflush(stdout);
 }
 
@@ -2232,6 +2386,9 @@ static int bench_warmup(struct bench *bn, uint32_t max_streams)
  * interleaved (a slow spell of the machine spreads over every cell), medians
  * printed one line per cell; the hashes of a mode must agree (exit 3), and
  * with --bench-check-ref every request must equal the TP1 reference (exit 4).
+ * --bench-policies: every run of a cell runs under each policy in turn, the
+ * order rotating by cell and run, one "prun" line each; the medians follow as
+ * "pcell" lines per policy; the hashes must agree across policies too.
  */
 static int bench_run(struct server *srv)
 {
@@ -2239,7 +2396,8 @@ static int bench_run(struct server *srv)
 	struct bench_cell cells[BENCH_MAX_LIST * 4];
 	struct bench_result *cr = NULL;
 	struct bench *bn = calloc(1, sizeof(*bn));
-	uint32_t n_cells = 0, max_streams = 0, i, s, m, d, run;
+	uint32_t n_cells = 0, max_streams = 0, i, s, m, d, run, k, q;
+	uint32_t n_pol = o->b_n_pol ? o->b_n_pol : 1, n_res = 0;
 	int r, ret = -ENOMEM;
 
 	if (!bn)
@@ -2259,10 +2417,11 @@ static int bench_run(struct server *srv)
 	bn->toks = calloc((size_t)o->b_requests * o->b_max_tokens, sizeof(*bn->toks));
 	bn->before = calloc((size_t)srv->size, sizeof(*bn->before));
 	bn->after = calloc((size_t)srv->size, sizeof(*bn->after));
-	cr = calloc(n_cells, sizeof(*cr));
+	n_res = n_cells * n_pol;
+	cr = calloc(n_res, sizeof(*cr));
 	if (!bn->st || !bn->toks || !bn->before || !bn->after || !cr)
 		goto out;
-	for (i = 0; i < n_cells; i++) {
+	for (i = 0; i < n_res; i++) {
 		cr[i].cpu = calloc((size_t)BENCH_MAX_RUNS * (size_t)srv->size, sizeof(double));
 		if (!cr[i].cpu)
 			goto out;
@@ -2278,6 +2437,12 @@ static int bench_run(struct server *srv)
 	       rk_wait_mode_name(srv->cfg.wait.mode), srv->cfg.wait.spin_ns / 1000, o->model.V,
 	       o->model.H, o->model.seed, o->max_batch, o->b_requests, o->b_max_tokens,
 	       o->b_prompt_set, o->b_draft_k, o->b_runs, o->b_runs > 1 ? "s (medians)" : "");
+	if (o->b_n_pol) {
+		printf("# policies, each run of a cell under each in turn:");
+		for (q = 0; q < o->b_n_pol; q++)
+			printf(" %s", bench_policies[o->b_pol[q]].name);
+		printf("\n");
+	}
 	fflush(stdout);
 	if (o->b_warmup) {
 		ret = bench_warmup(bn, max_streams);
@@ -2298,30 +2463,50 @@ static int bench_run(struct server *srv)
 	fflush(stdout);
 	for (run = 0; run < o->b_runs; run++) {
 		for (i = 0; i < n_cells; i++) {
-			ret = bench_cell_run(bn, &cells[i], &cr[i]);
-			if (ret > 0) {
-				srv->exit_rc = ret;
-				ret = 0;
-				goto out;
+			for (k = 0; k < n_pol; k++) {
+				/* no policy always goes first (or always follows the same one) */
+				q = (k + i + run) % n_pol;
+				if (o->b_n_pol) {
+					ret = bench_policy(bn, o->b_pol[q]);
+					if (ret) {
+						fprintf(stderr, PROG ": bench: policy %s: %s\n",
+							bench_policies[o->b_pol[q]].name,
+							rk_strerror(ret));
+						goto out;
+					}
+				}
+				ret = bench_cell_run(bn, &cells[i], &cr[q * n_cells + i]);
+				if (ret > 0) {
+					srv->exit_rc = ret;
+					ret = 0;
+					goto out;
+				}
+				if (ret) {
+					fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n",
+						cells[i].streams, mode_name(cells[i].sampled),
+						draft_name(cells[i].drafted), rk_strerror(ret));
+					goto out;
+				}
+				if (o->b_n_pol)
+					bench_print_run(srv, &cells[i], &cr[q * n_cells + i],
+							bench_policies[o->b_pol[q]].name);
+				else if (run + 1 == o->b_runs)
+					bench_print_cell(srv, &cells[i], &cr[i], NULL);
 			}
-			if (ret) {
-				fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n",
-					cells[i].streams, mode_name(cells[i].sampled),
-					draft_name(cells[i].drafted), rk_strerror(ret));
-				goto out;
-			}
-			if (run + 1 == o->b_runs)
-				bench_print_cell(srv, &cells[i], &cr[i]);
 		}
 	}
+	for (q = 0; o->b_n_pol && q < n_pol; q++)
+		for (i = 0; i < n_cells; i++)
+			bench_print_cell(srv, &cells[i], &cr[q * n_cells + i],
+					 bench_policies[o->b_pol[q]].name);
 	/* a mode's tokens depend neither on concurrency nor on drafting: its cells agree */
 	for (m = 0; m < 2; m++) {
 		const char *h0 = NULL;
 		uint32_t n = 0;
 		bool agree = true;
 
-		for (i = 0; i < n_cells; i++) {
-			if (cells[i].sampled != (m == 1))
+		for (i = 0; i < n_res; i++) {
+			if (cells[i % n_cells].sampled != (m == 1))
 				continue;
 			if (!h0)
 				h0 = cr[i].hash;
@@ -2357,13 +2542,19 @@ static int bench_run(struct server *srv)
 	fflush(stdout);
 	ret = 0;
 	if (o->b_idle && !srv->exit_rc) {
+		/* idle under the default policy */
+		if (o->b_n_pol) {
+			ret = bench_policy(bn, 0);
+			if (ret)
+				goto out;
+		}
 		ret = bench_idle(bn);
 		if (ret)
 			fprintf(stderr, PROG ": bench: idle: %s\n", rk_strerror(ret));
 	}
 out:
 	if (cr)
-		for (i = 0; i < n_cells; i++)
+		for (i = 0; i < n_res; i++)
 			free(cr[i].cpu);
 	free(cr);
 	free(bn->st);
@@ -2437,6 +2628,12 @@ static void usage(FILE *f)
 		"                            policy and print each rank's CPU seconds (default 0)\n"
 		"  --bench-check-ref         check every request against the TP1 reference\n"
 		"  --bench-no-warmup         no untimed pass before the cells\n"
+		"  --bench-policies=LIST     run every cell under each of these wait policies\n"
+		"                            in turn, in this one process (default: only the\n"
+		"                            configured one): default (the RK_* policy, cuda\n"
+		"                            --notify=auto), block (RK_WAIT=block, wake) and\n"
+		"                            spin (RK_WAIT=spin, poll); a \"prun\" line per run,\n"
+		"                            then \"pcell\" lines of medians; idle: default\n"
 		"  --trace-rounds=FILE       every rank records its rounds' events (leader:\n"
 		"                            ROUND sent; all: launch, done; CLOCK_MONOTONIC ns)\n"
 		"                            and writes them to FILE.r<rank> at exit\n"
@@ -2452,6 +2649,33 @@ static void usage(FILE *f)
 		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"draft_k\",\n"
 		"\"stream\"}; GET /v1/stats; GET /health. See docs/SERVE.md.\n",
 		TOY_DEF_V, TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
+}
+
+/* --bench-policies=LIST: names of bench_policies, each once. Return 0 or -1 (said). */
+static int parse_policies(const char *s, struct options *o)
+{
+	char buf[64], *tok, *save = NULL;
+	uint32_t p, seen = 0;
+
+	o->b_n_pol = 0;
+	if (strlen(s) >= sizeof(buf))
+		goto bad;
+	strcpy(buf, s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		for (p = 0; p < BENCH_POLICIES && strcmp(tok, bench_policies[p].name); p++)
+			;
+		if (p == BENCH_POLICIES || (seen & (1u << p)))
+			goto bad;
+		seen |= 1u << p;
+		o->b_pol[o->b_n_pol++] = p;
+	}
+	if (o->b_n_pol)
+		return 0;
+bad:
+	fprintf(stderr, PROG ": --bench-policies='%s': expected a list of default, block and "
+		"spin, each at most once\n", s);
+	o->b_n_pol = 0;
+	return -1;
 }
 
 static int parse_streams(const char *s, struct options *o)
@@ -2499,6 +2723,7 @@ enum {
 	OPT_B_IDLE,
 	OPT_B_CHECK_REF,
 	OPT_B_NO_WARMUP,
+	OPT_B_POLICIES,
 	OPT_TRACE_ROUNDS,
 };
 
@@ -2528,6 +2753,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "bench-idle", required_argument, NULL, OPT_B_IDLE },
 		{ "bench-check-ref", no_argument, NULL, OPT_B_CHECK_REF },
 		{ "bench-no-warmup", no_argument, NULL, OPT_B_NO_WARMUP },
+		{ "bench-policies", required_argument, NULL, OPT_B_POLICIES },
 		{ "trace-rounds", required_argument, NULL, OPT_TRACE_ROUNDS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -2709,6 +2935,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_B_NO_WARMUP:
 			o->b_warmup = false;
 			break;
+		case OPT_B_POLICIES:
+			if (parse_policies(optarg, o))
+				return 2;
+			break;
 		case OPT_TRACE_ROUNDS:
 			if (!*optarg) {
 				fprintf(stderr, PROG ": --trace-rounds: expected a file name\n");
@@ -2731,6 +2961,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 	}
 	if (o->demo + o->bench + o->http_set > 1) {
 		fprintf(stderr, PROG ": --http, --demo and --bench exclude each other\n");
+		return 2;
+	}
+	if (o->b_n_pol && (!o->bench || (o->notify_set && o->notify != RK_GPU_NOTIFY_AUTO))) {
+		fprintf(stderr, PROG ": --bench-policies needs --bench, and --notify=auto (the "
+			"policies switch the notifier's mode)\n");
 		return 2;
 	}
 	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->device >= 0)) {
@@ -2761,6 +2996,7 @@ int main(int argc, char **argv)
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return 1;
+	rk_timer_init(&srv->pol_timer, policy_retry_cb, srv);
 	ret = parse_args(argc, argv, &srv->opt);
 	if (ret) {
 		free(srv);
@@ -2957,6 +3193,7 @@ out_world:
 	rk_world_destroy(srv->world); /* BYE to every peer */
 	phase(srv, "world destroyed");
 out_loop:
+	rk_timer_stop(&srv->pol_timer);
 	rk_loop_destroy(srv->loop);
 out_free:
 	free(srv->st_ranks);

@@ -887,6 +887,11 @@ void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
 	b->graphs = on;
 }
 
+int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)
+{
+	return b->notif ? rk_gpu_notifier_set_mode(b->notif, mode) : -EOPNOTSUPP;
+}
+
 int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
 		      const uint8_t *payload)
 {
@@ -1019,6 +1024,13 @@ void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
 {
 	(void)b;
 	(void)on;
+}
+
+int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)
+{
+	(void)b;
+	(void)mode;
+	return -EOPNOTSUPP;
 }
 
 bool toy_cuda_busy(const struct toy_cuda *b)

@@ -87,6 +87,13 @@ void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg);
 void toy_cuda_set_graphs(struct toy_cuda *b, bool on);
 
 /**
+ * toy_cuda_set_notify() - rk_gpu_notifier_set_mode() on the backend's notifier:
+ * 0, -EBUSY (a mark outstanding: run the loop, retry), -EOPNOTSUPP (not
+ * created AUTO, or no CUDA). Lazy marks (followers) stay lazy. Loop thread.
+ */
+int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode);
+
+/**
  * toy_cuda_on_frame() - give the backend a frame from the world's frame
  * callback (the NCCL_ID of the bootstrap). Return: RK_BUSY when it was the
  * backend's; -ENOENT when it is not; -EPROTO/-EIO as rk_nccl_on_frame().

@@ -13,18 +13,25 @@
 #
 # BENCH_MODE=policies: the wait-policy receipt, no HTTP: rk-serve --bench
 # (closed-loop streams submitted straight to the scheduler) under three
-# policies of the same binary, interleaved run by run (each run rotates their
-# order): default (RK_WAIT=adaptive; CUDA --notify=auto), pure blocking
-# (RK_WAIT=block; --notify=wake: host-function notifications) and pure
-# spinning (RK_WAIT=spin; --notify=poll), for small and large work per round.
+# policies of the same binary: default (RK_WAIT=adaptive; CUDA --notify=auto),
+# pure blocking (RK_WAIT=block; --notify=wake: host-function notifications)
+# and pure spinning (RK_WAIT=spin; --notify=poll), for small and large work
+# per round. BENCH_INPROC=1 (the default): one rk-serve job per size and
+# BENCH_JOB_RUNS runs (1) runs every cell under the three policies in turn
+# (--bench-policies; the order rotates by cell, run and job), so the three
+# runs of a cell are seconds apart in one process; BENCH_INPROC=0: a job per
+# policy, size and run, their order rotating run by run.
 # Prints every table, then a summary: per cell the medians over the runs, the
 # ratios default/spin of tokens/s and of CPU seconds (both ranks together),
 # default/block of tokens/s, and the verdict against the goal (>= 0.99x spin's
-# tokens/s at <= 0.5x its CPU, faster than blocking); then each rank's CPU
-# seconds over BENCH_IDLE idle seconds under the default policy (goal < 0.05,
-# measured once, in the first run). Exit 0 when every run completed and the
-# tokens of a mode hashed the same in every cell, run and policy.
+# tokens/s at <= 0.5x its CPU, faster than blocking); beside them the medians
+# of the per-run ratios (a run's default against the same run's spin); then
+# each rank's CPU seconds over BENCH_IDLE idle seconds under the default
+# policy (goal < 0.05, measured once, in the first job). Exit 0 when every run
+# completed and the tokens of a mode hashed the same in every cell, run and
+# policy.
 # Knobs: BENCH_BACKEND (cpu or cuda; default cpu), BENCH_TP (ranks, 2), BENCH_RUNS (3),
+# BENCH_INPROC (1), BENCH_JOB_RUNS (1),
 # BENCH_REQUESTS (32), BENCH_TOKENS (64), BENCH_STREAMS (1,4,8), BENCH_MODES
 # (greedy), BENCH_DRAFT_K (4), BENCH_IDLE (60 s; 0 = none), BENCH_SIZES
 # ("name:rk-serve options;..."; default cuda: small "--vocab 256 --hidden
@@ -97,7 +104,8 @@ if [ "$mode" = policies ]; then
 		case $pol in
 		default) wmode=adaptive notify=auto ;;
 		block) wmode=block notify=wake ;;
-		*) wmode=spin notify=poll ;;
+		spin) wmode=spin notify=poll ;;
+		*) wmode=adaptive notify=auto ;;	# in-process: the list of policies
 		esac
 		nopt=
 		[ "$backend" = cuda ] && nopt="--notify=$notify"
@@ -110,8 +118,11 @@ if [ "$mode" = policies ]; then
 			[ "$rem" -lt "$lim" ] && lim=$rem
 		fi
 		# shellcheck disable=SC2086
+		popt=
+		case $pol in *,*) popt="--bench-policies=$pol --bench-runs=$jruns" ;; esac
+		# shellcheck disable=SC2086
 		RK_WAIT=$wmode timeout -k 5 "$lim" "$launch" --hosts "$hosts" -- "$serve" \
-			$common $nopt $sargs "$@" </dev/null >"$out" 2>"$out.err"
+			$common $nopt $popt $sargs "$@" </dev/null >"$out" 2>"$out.err"
 		rc=$?
 		echo
 		echo "== $sname ($sargs), policy $pol (RK_WAIT=$wmode${nopt:+ $nopt}), run $run:" \
@@ -123,22 +134,34 @@ if [ "$mode" = policies ]; then
 			tail -n 20 "$out.err"
 			return
 		fi
-		sed 's/^\[r0\] //' "$out" | awk -v s="$sname" -v p="$pol" -v r="$run" '
+		sed 's/^\[r0\] //' "$out" | awk -v s="$sname" -v p="$pol" -v r="$run" \
+			-v jr="$jruns" '
 			$1 == "cell" {
 				cpu = 0
 				for (i = 10; i <= NF; i++) cpu += $i
 				print s, p, r, $2, $3, $4, $6, cpu, $9
+			}
+			$1 == "prun" {	# prun POLICY streams mode draft tok/s cpu_r0.. hash
+				cpu = 0
+				for (i = 7; i < NF; i++) cpu += $i
+				k = $2 " " $3 " " $4 " " $5
+				print s, $2, (r - 1) * jr + (++n[k]), $3, $4, $5, $6, cpu, $NF
 			}' >>"$tmp/res"
 		sed -n 's/^\[r0\] idle \([0-9]*\) s: cpu_s /\1 /p' "$out" >>"$tmp/idle"
 	}
 
+	inproc=${BENCH_INPROC:-1}
+	jruns=1
+	[ "$inproc" = 1 ] && jruns=${BENCH_JOB_RUNS:-1}
 	run=1
-	while [ $run -le "$runs" ]; do
+	while [ $(((run - 1) * jruns)) -lt "$runs" ]; do
 		case $((run % 3)) in
 		1) order="default block spin" ;;
 		2) order="block spin default" ;;
 		*) order="spin default block" ;;
 		esac
+		# in-process: one job, the three policies in this order (rk-serve rotates on)
+		[ "$inproc" = 1 ] && order=$(echo "$order" | tr ' ' ',')
 		rest=$sizes
 		while [ -n "$rest" ]; do
 			item=${rest%%;*}
@@ -152,7 +175,8 @@ if [ "$mode" = policies ]; then
 					echo "== deadline (${deadline} s) reached: no more jobs (run $run)"
 					break 3
 				fi
-				if [ $run = 1 ] && [ "$pol" = default ] && [ "$idle" -gt 0 ] &&
+				if [ $run = 1 ] && [ "$pol" != block ] && [ "$pol" != spin ] &&
+					[ "$idle" -gt 0 ] &&
 					[ ! -s "$tmp/idle" ]; then
 					job "$sname" "$sargs" "$pol" "$run" --bench-idle "$idle"
 				else
@@ -181,14 +205,17 @@ if [ "$mode" = policies ]; then
 		tps[key, $2] = tps[key, $2] " " $7
 		cpu[key, $2] = cpu[key, $2] " " $8
 		nr[key, $2]++
+		pt[key, $3, $2] = $7; pc[key, $3, $2] = $8
+		if (!((key, $3) in rseen)) { rseen[key, $3] = 1; rl[key] = rl[key] " " $3 }
 		h = $1 " " $5
 		if (!(h in hash)) hash[h] = $9
 		else if (hash[h] != $9) { disagree = 1; print "HASH MISMATCH: " $0 " vs " hash[h] }
 	}
 	END {
-		printf "%-6s %7s  %-7s  %-7s  %10s %10s %10s  %8s %8s %8s  %8s %8s %9s  %s\n",
+		printf "%-6s %7s  %-7s  %-7s  %10s %10s %10s  %8s %8s %8s  %8s %8s %9s  %8s %8s  %s\n",
 			"size", "streams", "mode", "draft", "tok/s:def", "spin", "block",
-			"cpu:def", "spin", "block", "def/spin", "cpu d/s", "def/block", "verdict"
+			"cpu:def", "spin", "block", "def/spin", "cpu d/s", "def/block",
+			"pair t", "pair c", "verdict"
 		for (k = 1; k <= nk; k++) {
 			key = keys[k]
 			if (!((key, "default") in tps) || !((key, "spin") in tps) ||
@@ -203,6 +230,16 @@ if [ "$mode" = policies ]; then
 			rt = ts > 0 ? td / ts : 0
 			rc = cs > 0 ? cd / cs : 0
 			rb = tb > 0 ? td / tb : 0
+			# the medians of the per-run ratios: default against spin of the same run
+			lt = ""; lc = ""
+			n = split(rl[key], rr, " ")
+			for (j = 1; j <= n; j++)
+				if (((key, rr[j], "default") in pt) && ((key, rr[j], "spin") in pt) &&
+				    pt[key, rr[j], "spin"] > 0 && pc[key, rr[j], "spin"] > 0) {
+					lt = lt " " pt[key, rr[j], "default"] / pt[key, rr[j], "spin"]
+					lc = lc " " pc[key, rr[j], "default"] / pc[key, rr[j], "spin"]
+				}
+			prt = lt == "" ? 0 : med(lt); prc = lc == "" ? 0 : med(lc)
 			v = ""
 			if (rt < 0.99) v = v " tok<0.99*spin"
 			if (rc > 0.5) v = v " cpu>0.5*spin"
@@ -211,8 +248,8 @@ if [ "$mode" = policies ]; then
 			split(key, f, " ")
 			printf "%-6s %7s  %-7s  %-7s  %10.1f %10.1f %10.1f", f[1], f[2], f[3], f[4],
 				td, ts, tb
-			printf "  %8.3f %8.3f %8.3f  %8.3f %8.3f %9.3f  %s (runs %d/%d/%d)\n",
-				cd, cs, cb, rt, rc, rb, v,
+			printf "  %8.3f %8.3f %8.3f  %8.3f %8.3f %9.3f  %8.3f %8.3f  %s (runs %d/%d/%d)\n",
+				cd, cs, cb, rt, rc, rb, prt, prc, v,
 				nr[key, "default"], nr[key, "spin"], nr[key, "block"]
 		}
 		printf "goal (>= 0.99x spin tok/s, <= 0.5x spin cpu, > block tok/s):" \
