@@ -12,8 +12,6 @@
  *   SPLIT       the parent is up; ncclCommSplit (also non-blocking: it runs under
  *               the parent's config) makes the child with config.blocking = 1,
  *               polled the same way
- *   DROP        the child is up and shares nothing with the parent: the parent's
- *               ncclCommFinalize is polled the same way, then it is destroyed
  *   READY       collectives go to the child; the async-error watch runs only while
  *               the owner says collectives are in flight (rk_nccl_busy): an idle
  *               rank gets no timer wake-ups
@@ -28,9 +26,7 @@
  * That costs a thread and a wait of the caller in every round. The child is a
  * blocking communicator, so a collective is enqueued inline, but it is made
  * by a split of the non-blocking parent and so is still brought up without
- * blocking the loop. The parent has done its work then and goes: a rank
- * holds one communicator, with one set of NCCL threads (an idle rank's CPU)
- * and nothing shared between two communicators to tear down (docs/GPU.md). Its connections exist once the split completes only
+ * blocking the loop. Its connections exist once the split completes only
  * with NCCL_RUNTIME_CONNECT=0 (else the first collective connects, and that
  * blocks until every rank has issued it: docs/GPU.md).
  */
@@ -54,7 +50,7 @@
 
 _Static_assert(sizeof(ncclUniqueId) == RK_WIRE_NCCL_ID_LEN, "NCCL_ID frame carries the id");
 
-enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_SPLIT, NS_DROP, NS_READY, NS_FAILED };
+enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_SPLIT, NS_READY, NS_FAILED };
 
 struct rk_nccl {
 	struct rk_world *w;
@@ -64,8 +60,8 @@ struct rk_nccl {
 	int err;			/* NS_FAILED: why */
 	ncclUniqueId id;
 	bool have_id;
-	ncclComm_t parent;		/* non-blocking: INIT to DROP */
-	ncclComm_t comm;		/* the blocking child: SPLIT (coming up), DROP, READY */
+	ncclComm_t parent;		/* non-blocking: INIT and later */
+	ncclComm_t comm;		/* the blocking child: SPLIT (coming up), READY */
 	rk_nccl_ready_cb ready;
 	void *ready_arg;
 	rk_nccl_error_cb on_error;
@@ -174,7 +170,7 @@ static int start_split(struct rk_nccl *n)
 	int ret;
 
 	cfg.blocking = 1;	/* the child's collectives enqueue inline */
-	cfg.splitShare = 0;	/* and own its resources: the parent goes next */
+	cfg.splitShare = 1;	/* and share the parent's channels and buffers */
 	r = ncclCommSplit(n->parent, 0, n->rank, &n->comm, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress) {
 		ret = nccl_check(n, r, "ncclCommSplit");
@@ -234,7 +230,7 @@ static bool followers_up(struct rk_nccl *n)
 static enum rk_activity step(struct rk_nccl *n)
 {
 	uint8_t buf[RK_WIRE_NCCL_ID_LEN];
-	ncclResult_t as = ncclSuccess, r;
+	ncclResult_t as = ncclSuccess;
 	enum rk_activity act;
 	int ret, werr;
 	bool done;
@@ -278,25 +274,6 @@ static enum rk_activity step(struct rk_nccl *n)
 		if (!n->comm) {
 			rk__err(n->rank, "nccl: ncclCommSplit completed without a communicator");
 			fail(n, -EIO);
-			return RK_BUSY;
-		}
-		/* the parent has served: finalize it (polled), then destroy it */
-		r = ncclCommFinalize(n->parent);
-		ret = r == ncclInProgress ? 0 : nccl_check(n, r, "ncclCommFinalize (parent)");
-		if (ret) {
-			fail(n, ret);
-			return RK_BUSY;
-		}
-		n->st = NS_DROP;
-		return RK_BUSY;
-	case NS_DROP:
-		act = poll_up(n, n->parent, "ncclCommFinalize (parent, async)", werr, &done);
-		if (!done)
-			return act;
-		ret = nccl_check(n, ncclCommDestroy(n->parent), "ncclCommDestroy (parent)");
-		n->parent = NULL;
-		if (ret) {
-			fail(n, ret);
 			return RK_BUSY;
 		}
 		n->st = NS_READY;
@@ -476,9 +453,9 @@ int rk_nccl_abort(struct rk_nccl *n)
 }
 
 /*
- * Finalize and destroy *@c, the blocking child: its finalize returns once its
- * own work is flushed (its owner has synchronized the stream); its state is
- * still polled, for at most FINALIZE_MS. On failure *@c stays for
+ * Finalize and destroy *@c: a non-blocking communicator's finalize is polled
+ * for at most FINALIZE_MS; the blocking child's returns once its own work is
+ * flushed (its owner has synchronized the stream). On failure *@c stays for
  * comm_abort(). Return: 0 or -EIO (logged).
  */
 static int finalize(struct rk_nccl *n, ncclComm_t *c, const char *name)
@@ -520,6 +497,8 @@ int rk_nccl_destroy(struct rk_nccl *n)
 		ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
 		if (!ret)
 			ret = finalize(n, &n->comm, "child");
+		if (!ret && n->parent)
+			ret = finalize(n, &n->parent, "parent");
 	}
 	r = comm_abort(n);	/* what is left: not ready, or a finalize failed */
 	ret = ret ? ret : r;
