@@ -135,6 +135,17 @@ RK_EXPORT int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie);
  */
 RK_EXPORT void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy);
 
+/**
+ * rk_gpu_notifier_set_mode() - switch between AUTO, POLL and WAKE at run time,
+ * e.g. to compare them in one process. Only a notifier created AUTO has what
+ * every mode needs (the host word and the side stream), and only while no
+ * mark is outstanding: a mark keeps the paths it was enqueued with.
+ * Return: 0; -EINVAL (no such mode); -EOPNOTSUPP (not created AUTO, or AUTO
+ * fell back to WAKE); -EBUSY (marks outstanding: run the loop and retry).
+ * Loop thread.
+ */
+RK_EXPORT int rk_gpu_notifier_set_mode(struct rk_gpu_notifier *n, enum rk_gpu_notify_mode mode);
+
 /** rk_gpu_notifier_outstanding() - marks enqueued and not yet delivered. */
 RK_EXPORT unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n);
 
