@@ -5,7 +5,8 @@
 # plain == drafted and 1 == 4 streams hash the same (rk-serve itself exits 3
 # otherwise), every request equals the TP1 reference (--bench-check-ref, exit 4
 # otherwise), and TP1 and the pure blocking and spinning wait policies hash the
-# same as TP2 adaptive. Also: the idle line, and the option checks (--notify
+# same as TP2 adaptive, also when --bench-policies switches them in one process.
+# Also: the idle line, and the option checks (--notify
 # without cuda, --backend=cuda or --http where this build lacks them).
 # Skips (77) without the binaries. Run from the build directory
 # (tests/Makefile.inc sets builddir).
@@ -92,6 +93,23 @@ hashes spin | while read -r s m d h; do
 	grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "spin: $s $m $d $h"; exit 1; }
 done || fail "spin hashes differ from tp2"
 
+# --bench-policies: every cell under each policy in one process pair, a prun line each,
+# the same hashes as tp2, and the followers' policy really switched (blocking is slower)
+# shellcheck disable=SC2086
+run pol RK_WAIT=adaptive "$launch" --hosts localhost,localhost -- "$serve" $args \
+	--bench-streams 1 --bench-modes greedy --bench-policies=spin,default,block --bench-idle 1
+for pol in default block spin; do
+	[ "$(awk -v p=$pol '$1 == "prun" && $2 == p' "$tmp/pol.out" | wc -l)" = 2 ] ||
+		fail "pol: expected 2 prun lines of $pol"
+	awk -v p=$pol '$1 == "pcell" && $2 == p { print $3, $4, $5, $10 }' "$tmp/pol.out" |
+		while read -r s m d h; do
+			grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "$pol: $s $m $d $h"; exit 1; }
+		done || fail "pol: $pol hashes differ from tp2"
+done
+awk '$1 == "prun" { t[$2] += $6 } END { exit !(t["block"] < t["spin"]) }' "$tmp/pol.out" ||
+	fail "pol: blocking was not slower than spinning: no switch happened"
+grep -Eq '^idle 1 s: cpu_s r0=[0-9.]+ r1=[0-9.]+$' "$tmp/pol.out" || fail "pol: no idle line"
+
 # --trace-rounds: the leader's ROUND send precedes every follower's launch of it
 # shellcheck disable=SC2086
 run trace RK_WAIT=adaptive "$launch" --hosts localhost,localhost -- "$serve" $args \
@@ -117,6 +135,9 @@ opt_refused()
 opt_refused "apply to --backend=cuda only" --bench --notify=poll
 opt_refused "exclude each other" --bench --demo
 opt_refused "trace-rounds: expected a file name" --bench --trace-rounds=
+opt_refused "bench-policies='default,fast'" --bench --bench-policies=default,fast
+opt_refused "bench-policies='spin,spin'" --bench --bench-policies=spin,spin
+opt_refused "bench-policies needs --bench" --bench-policies=spin --demo
 if "$serve" --help | grep -q 'without the CUDA backend'; then
 	opt_refused "backend=cuda: Operation not supported" --bench --backend=cuda
 fi
