@@ -30,7 +30,8 @@
 #                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests); not by
 #                   default: idlefloor (tests/gpu-idle-floor: the idle CPU of a bare
 #                   CUDA process, then with a host function, one and two NCCL ranks;
-#                   IDLEFLOOR_S seconds each, default 20: idlefloor.txt)
+#                   IDLEFLOOR_S seconds each, default 20; then 10 s of a bare one under
+#                   tests/wait-probe.so, the waits of its threads: idlefloor.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -278,6 +279,12 @@ if want idlefloor && [ -x tests/gpu-idle-floor ]; then
 			tests/gpu-idle-floor "${IDLEFLOOR_S:-20}" $m
 	done
 	grep TOTAL "$flog" | tee -a "$summary"
+	# what the driver's event thread waits on: its polls, their timeouts, how they end
+	if [ -f tests/.libs/wait-probe.so ]; then
+		step "idlefloor-waits" 70 "$flog" env LD_PRELOAD="$PWD/tests/.libs/wait-probe.so" \
+			tests/gpu-idle-floor 10 bare
+		grep '^WAITS cuda' "$flog" | tee -a "$summary"
+	fi
 fi
 
 # ---- TP2 decode receipt: rk-serve --bench under three wait policies ------------------------
