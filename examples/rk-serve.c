@@ -89,12 +89,12 @@ enum serve_msg {
 	MSG_STATS_REQ = 2, /* leader -> followers: seq */
 	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
 	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
-	MSG_POLICY = 5,	   /* leader -> followers: seq, wait mode, notify mode (--bench-policies) */
+	MSG_POLICY = 5,	   /* leader -> followers: policy index, wait mode, notify mode (--bench-policies) */
 };
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
 #define MODEL_LEN     24u /* kind, V, H, backend, seed */
-#define POLICY_LEN    24u /* kind, reserved, seq, wait mode, notify mode */
+#define POLICY_LEN    24u /* kind, reserved, policy index, wait mode, notify mode */
 #define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))

@@ -117,7 +117,6 @@ if [ "$mode" = policies ]; then
 			rem=$((deadline + ${BENCH_GRACE:-30} - (t0 - t_start)))
 			[ "$rem" -lt "$lim" ] && lim=$rem
 		fi
-		# shellcheck disable=SC2086
 		popt=
 		case $pol in *,*) popt="--bench-policies=$pol --bench-runs=$jruns" ;; esac
 		# shellcheck disable=SC2086
