@@ -89,7 +89,7 @@ enum serve_msg {
 	MSG_STATS_REQ = 2, /* leader -> followers: seq */
 	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
 	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
-	MSG_POLICY = 5,	   /* leader -> followers: policy index, wait mode, notify mode (--bench-policies) */
+	MSG_POLICY = 5,	   /* leader -> followers: policy index, wait, notify (--bench-policies) */
 };
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
@@ -2382,6 +2382,32 @@ static int bench_warmup(struct bench *bn, uint32_t max_streams)
 }
 
 /*
+ * One run of @c into @cr, under bench_policies[@pol] (every rank switched
+ * first; -1: the configured policy, no switch); with a policy, its "prun"
+ * line. Return: 0, bench_cell_run()'s exit status (> 0), or an error (said).
+ */
+static int bench_cell_policy(struct bench *bn, const struct bench_cell *c,
+			     struct bench_result *cr, int pol)
+{
+	int ret = 0;
+
+	if (pol >= 0)
+		ret = bench_policy(bn, (uint32_t)pol);
+	if (ret) {
+		fprintf(stderr, PROG ": bench: policy %s: %s\n", bench_policies[pol].name,
+			rk_strerror(ret));
+		return ret;
+	}
+	ret = bench_cell_run(bn, c, cr);
+	if (ret < 0)
+		fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n", c->streams,
+			mode_name(c->sampled), draft_name(c->drafted), rk_strerror(ret));
+	else if (!ret && pol >= 0)
+		bench_print_run(bn->srv, c, cr, bench_policies[pol].name);
+	return ret;
+}
+
+/*
  * The receipt: every cell (streams x mode x draft) run o->b_runs times,
  * interleaved (a slow spell of the machine spreads over every cell), medians
  * printed one line per cell; the hashes of a mode must agree (exit 3), and
@@ -2466,31 +2492,15 @@ static int bench_run(struct server *srv)
 			for (k = 0; k < n_pol; k++) {
 				/* no policy always goes first (or always follows the same one) */
 				q = (k + i + run) % n_pol;
-				if (o->b_n_pol) {
-					ret = bench_policy(bn, o->b_pol[q]);
-					if (ret) {
-						fprintf(stderr, PROG ": bench: policy %s: %s\n",
-							bench_policies[o->b_pol[q]].name,
-							rk_strerror(ret));
-						goto out;
-					}
-				}
-				ret = bench_cell_run(bn, &cells[i], &cr[q * n_cells + i]);
+				ret = bench_cell_policy(bn, &cells[i], &cr[q * n_cells + i],
+							o->b_n_pol ? (int)o->b_pol[q] : -1);
 				if (ret > 0) {
 					srv->exit_rc = ret;
 					ret = 0;
-					goto out;
 				}
-				if (ret) {
-					fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n",
-						cells[i].streams, mode_name(cells[i].sampled),
-						draft_name(cells[i].drafted), rk_strerror(ret));
+				if (ret || srv->exit_rc)
 					goto out;
-				}
-				if (o->b_n_pol)
-					bench_print_run(srv, &cells[i], &cr[q * n_cells + i],
-							bench_policies[o->b_pol[q]].name);
-				else if (run + 1 == o->b_runs)
+				if (!o->b_n_pol && run + 1 == o->b_runs)
 					bench_print_cell(srv, &cells[i], &cr[i], NULL);
 			}
 		}

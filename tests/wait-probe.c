@@ -177,9 +177,12 @@ __attribute__((destructor)) static void report(void)
 				continue;
 			fprintf(stderr, "WAITS %-16s %-16s n=%ld", names[i].name, call_name[c],
 				total);
-			for (b = 0; b < N_BUCKETS; b++)
-				if (names[i].n[c][b])
-					fprintf(stderr, " %s:%ld", bucket_name[b], names[i].n[c][b]);
+			for (b = 0; b < N_BUCKETS; b++) {
+				long v = names[i].n[c][b];
+
+				if (v)
+					fprintf(stderr, " %s:%ld", bucket_name[b], v);
+			}
 			fprintf(stderr, "\n");
 		}
 	}
