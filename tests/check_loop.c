@@ -2627,6 +2627,22 @@ START_TEST(test_source_sees_waits)
 END_TEST
 
 /*
+ * A predictive sleep for @a (1 ms ahead) that the event of @by ends 100 us in,
+ * reported as a frame on the ring would be. Return the loop's counters after.
+ */
+static struct rk_loop_stats sleep_cut_by(struct rk_loop *loop, struct fake_clock *fc,
+					 struct fpred *a, struct rk_source *by)
+{
+	a->expect = fc->t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc->t += 100 * US;
+	rk__loop_source_event(loop, by);
+	a->expect = 0;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	return stats_of(loop);
+}
+
+/*
  * Late or not is the predicting source's business: another source's event
  * found after the sleep (a lazy GPU mark on a follower, say) must not widen
  * the margin. Before the fix any event after a predictive sleep counted as
@@ -2672,22 +2688,10 @@ START_TEST(test_predict_late_is_per_source)
 	ck_assert_uint_le(s1.predict_margin_ns, s0.predict_margin_ns);
 
 	/* cut short by a's own event (on the ring): late; by nothing of a's: a cut */
-	a.expect = fc.t + 1 * MS;
-	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
-	fc.t += 100 * US;
-	rk__loop_source_event(loop, &a.src);
-	a.expect = 0;
-	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
-	s0 = stats_of(loop);
+	s0 = sleep_cut_by(loop, &fc, &a, &a.src);
 	ck_assert_uint_eq(s0.predict_late, s1.predict_late + 1);
 	ck_assert_uint_gt(s0.predict_margin_ns, s1.predict_margin_ns);
-	a.expect = fc.t + 1 * MS;
-	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
-	fc.t += 100 * US;
-	rk__loop_source_event(loop, &b.src);
-	a.expect = 0;
-	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
-	s1 = stats_of(loop);
+	s1 = sleep_cut_by(loop, &fc, &a, &b.src);
 	ck_assert_uint_eq(s1.predict_late, s0.predict_late);
 	ck_assert_uint_eq(s1.predict_cut, s0.predict_cut + 1);
 	ck_assert_int_eq(rk_loop_remove_source(loop, &a.src), 0);
