@@ -49,6 +49,9 @@ static const struct err_def rk_errs[] = {
 	E(RK_ECONFIG, "bad configuration value"),
 	E(RK_ETIMEOUT, "operation timed out"),
 	E(RK_ESTOPPED, "stopping"),
+	E(RK_EAUTH, "authentication failed"),
+	E(RK_ENOSECRET, "no shared secret configured"),
+	E(RK_ENOGPU, "GPU library not available"),
 #undef E
 };
 _Static_assert(ARRAY_SIZE(rk_errs) == RK_E__END - RK_E_BASE, "every RK_E* code needs a text");

@@ -64,6 +64,9 @@ enum rk_errcode {
 	RK_ECONFIG,		/* malformed configuration value */
 	RK_ETIMEOUT,		/* an operation did not finish in its time bound */
 	RK_ESTOPPED,		/* the loop or world is stopping */
+	RK_EAUTH,		/* handshake authentication failed: bad or missing proof */
+	RK_ENOSECRET,		/* no secret where one is required (non-loopback world) */
+	RK_ENOGPU,		/* a GPU library (CUDA driver, runtime, NCCL) is not loadable */
 	RK_E__END,
 };
 
