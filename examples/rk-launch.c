@@ -5,8 +5,9 @@
  *   rk-launch --hosts node1,node2 -- rk-pingpong --count 2000
  *
  * Rank r runs on the r-th host: local hosts by fork/exec, remote ones over
- * ssh. Each rank gets RK_RANK, RK_WORLD_SIZE, RK_LEADER and RK_SESSION; its
- * output comes back through pipes, one "[rN] " prefix per line. The first rank
+ * ssh. Each rank gets RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION and, in
+ * RK_SECRET_FILE, a fresh random secret for this job; its output comes back
+ * through pipes, one "[rN] " prefix per line. The first rank
  * that fails ends the job: the others get SIGTERM, then SIGKILL after a grace
  * period. With --netns every rank runs in its own network namespace on this
  * machine, all of them joined by veth pairs to a bridge in one more namespace.
@@ -20,8 +21,17 @@
  * watches the ssh channel's stdin, a pipe the launcher never writes: when the
  * launcher or its ssh client dies, stdin reaches EOF and the wrapper sends
  * SIGTERM to the rank.
+ *
+ * No secret in any argv: ps shows every process's arguments to every user of
+ * the host. A local rank inherits a sealed-off memfd (0600) holding the secret
+ * and reads it as /proc/self/fd/N; a remote rank's wrapper reads the session
+ * and the secret from the ssh channel's stdin before the liveness watch
+ * starts, writes the secret to a 0600 temporary file, opens it for the rank and
+ * unlinks it at once, so nothing is left on the disk even if the rank is killed.
  */
 #define _GNU_SOURCE
+#include "config.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -40,7 +50,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -100,6 +112,8 @@ struct launch {
 	int n;
 	pid_t self;
 	uint64_t session;
+	char secret[72];    /* 64 hex digits and a newline; "" with RK_AUTH=off */
+	int secret_fd;	    /* a memfd holding it, for local ranks; -1 when none */
 	char leader[320];   /* RK_LEADER */
 	sigset_t orig_mask; /* restored in every child */
 	bool pipe_ignored;  /* SIGPIPE was ignored at start: keep it for the children */
@@ -177,8 +191,12 @@ static void usage(FILE *f)
 		"  -v, --verbose      say what is done: namespaces, pids, exits\n"
 		"  -h, --help         this text\n\n"
 		"Each rank's environment is the launcher's plus RK_RANK, RK_WORLD_SIZE,\n"
-		"RK_LEADER=host:port and RK_SESSION (random per job); remote ranks get those\n"
-		"and every RK_* variable set here. Output lines come back prefixed \"[rN] \",\n"
+		"RK_LEADER=host:port, RK_SESSION (random per job) and RK_SECRET_FILE, a file\n"
+		"holding a random secret made for this job, with which the ranks prove to\n"
+		"each other that they belong to it (none with RK_AUTH=off). The session and\n"
+		"the secret never appear on a command line: remote ranks read them from the\n"
+		"ssh channel. Remote ranks also get every RK_* variable set here (except\n"
+		"RK_SECRET_FILE). Output lines come back prefixed \"[rN] \",\n"
 		"stdout on stdout and stderr on stderr. SIGINT and SIGTERM are forwarded to\n"
 		"every rank (a second one sends SIGKILL).\n\n"
 		"Exit status: 0 when every rank exits 0; else the first failing rank's exit\n"
@@ -608,12 +626,21 @@ static int choose_leader(struct launch *l)
  * then sends the rank SIGTERM. An async list's stdin is /dev/null unless
  * redirected, hence the copy on fd 3. The wrapper exits with the rank's status.
  */
-static char *remote_command(const struct launch *l, const struct rank *r, const char *env[4])
+static char *remote_command(const struct launch *l, const struct rank *r, const char *env[3])
 {
+	/* The first two lines on stdin are the session and the secret (may be
+	 * empty); printf and read are shell builtins, so neither is ever an
+	 * argument of a process. */
 	static const char wrapper[] =
-		"exec 3<&0 </dev/null; \"$@\" 3<&- & p=$!; "
-		"{ while read -r _; do :; done; kill -TERM $p; } <&3 >/dev/null 2>&1 & w=$!; "
-		"exec 3<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
+		"exec 3<&0 </dev/null; "
+		"IFS= read -r s <&3 && IFS= read -r k <&3 || exit 125; "
+		"if [ -n \"$k\" ]; then f=$(mktemp) || exit 125; "
+		"printf '%s\\n' \"$k\" >\"$f\"; k=; exec 4<\"$f\"; rm -f \"$f\"; "
+		"RK_SECRET_FILE=/proc/self/fd/4; export RK_SECRET_FILE; fi; "
+		"RK_SESSION=$s; export RK_SESSION; "
+		"\"$@\" 3<&- & p=$!; "
+		"{ while read -r _; do :; done; kill -TERM $p; } <&3 >/dev/null 2>&1 4<&- & w=$!; "
+		"exec 3<&- 4<&-; wait $p; s=$?; kill $w 2>/dev/null; exit $s";
 	struct sbuf b = { 0 };
 	char **e;
 	int i;
@@ -621,7 +648,7 @@ static char *remote_command(const struct launch *l, const struct rank *r, const 
 	sb_str(&b, "exec sh -c ");
 	sb_quote(&b, wrapper);
 	sb_str(&b, " " PROG " env --"); /* no assignment or PROGRAM is read as an option */
-	for (i = 0; i < 4; i++) {
+	for (i = 0; i < 3; i++) {
 		sb_str(&b, " ");
 		sb_quote(&b, env[i]);
 	}
@@ -629,7 +656,7 @@ static char *remote_command(const struct launch *l, const struct rank *r, const 
 	for (e = environ; *e; e++) {
 		if (strncmp(*e, "RK_", 3) || !strncmp(*e, "RK_RANK=", 8) ||
 		    !strncmp(*e, "RK_WORLD_SIZE=", 14) || !strncmp(*e, "RK_LEADER=", 10) ||
-		    !strncmp(*e, "RK_SESSION=", 11))
+		    !strncmp(*e, "RK_SESSION=", 11) || !strncmp(*e, "RK_SECRET_FILE=", 15))
 			continue;
 		sb_str(&b, " ");
 		sb_quote(&b, *e);
@@ -645,6 +672,47 @@ static char *remote_command(const struct launch *l, const struct rank *r, const 
 	return b.p;
 }
 
+/*
+ * The job's secret: 32 random bytes as 64 hex digits, in a memfd that only
+ * this user may read, which local ranks inherit. None with RK_AUTH=off, or
+ * where the ranks' library cannot authenticate (built without OpenSSL).
+ */
+static int make_secret(struct launch *l)
+{
+	const char *auth = getenv("RK_AUTH");
+	uint8_t raw[32];
+	size_t i, n;
+	int fd;
+
+	l->secret[0] = '\0';
+#ifndef RK_HAVE_OPENSSL
+	vlog(l, "built without OpenSSL: the ranks cannot authenticate, no secret");
+	return 0;
+#endif
+	if (auth && !strcmp(auth, "off"))
+		return 0;
+	if (getrandom(raw, sizeof(raw), 0) != sizeof(raw)) {
+		fprintf(stderr, PROG ": getrandom: %s\n", strerror(errno));
+		return -EIO;
+	}
+	for (i = 0; i < sizeof(raw); i++)
+		snprintf(l->secret + 2 * i, 3, "%02x", raw[i]);
+	explicit_bzero(raw, sizeof(raw));
+	strcat(l->secret, "\n");
+	n = strlen(l->secret);
+	fd = memfd_create("rk-secret", MFD_CLOEXEC);
+	if (fd < 0 || fchmod(fd, 0600) < 0 || write(fd, l->secret, n) != (ssize_t)n) {
+		fprintf(stderr, PROG ": cannot hold the job's secret in a memfd: %s\n",
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -EIO;
+	}
+	l->secret[n - 1] = '\0'; /* the ssh channel gets the newline from the format */
+	l->secret_fd = fd;
+	return 0;
+}
+
 static void close_fd(int *fd)
 {
 	if (*fd >= 0)
@@ -654,8 +722,8 @@ static void close_fd(int *fd)
 
 static int start_rank(struct launch *l, struct rank *r)
 {
-	char rank_s[32], size_s[32], leader_s[352], session_s[48];
-	const char *env[4] = { rank_s, size_s, leader_s, session_s };
+	char rank_s[32], size_s[32], leader_s[352], session_s[48], secret_s[48];
+	const char *env[5] = { rank_s, size_s, leader_s, session_s, secret_s };
 	int out[2], err[2], in[2] = { -1, -1 }, nsfd = -1, ret, i;
 	char *cmd = NULL;
 	pid_t pid;
@@ -664,6 +732,7 @@ static int start_rank(struct launch *l, struct rank *r)
 	snprintf(size_s, sizeof(size_s), "RK_WORLD_SIZE=%d", l->n);
 	snprintf(leader_s, sizeof(leader_s), "RK_LEADER=%s", l->leader);
 	snprintf(session_s, sizeof(session_s), "RK_SESSION=0x%016" PRIx64, l->session);
+	snprintf(secret_s, sizeof(secret_s), "RK_SECRET_FILE=/proc/self/fd/%d", l->secret_fd);
 	for (i = 0; i < 2; i++) {
 		r->io[i].buf = malloc(STREAM_BUF);
 		if (!r->io[i].buf)
@@ -716,6 +785,14 @@ static int start_rank(struct launch *l, struct rank *r)
 		if (r->local) {
 			for (i = 0; i < 4; i++)
 				putenv((char *)env[i]); /* this child's copy of the strings */
+			if (l->secret_fd >= 0) {
+				/* the one descriptor the rank inherits, kept open for it */
+				if (fcntl(l->secret_fd, F_SETFD, 0) < 0)
+					_exit(126);
+				putenv((char *)env[4]);
+			} else {
+				unsetenv("RK_SECRET_FILE");
+			}
 			execvp(l->argv[0], l->argv);
 			dprintf(2, PROG ": rank %d: cannot run '%s': %s\n", r->rank, l->argv[0],
 				strerror(errno));
@@ -739,7 +816,17 @@ static int start_rank(struct launch *l, struct rank *r)
 	close(out[1]);
 	close(err[1]);
 	close_fd(&in[0]);
-	r->stdin_fd = in[1]; /* kept open, never written: EOF tells the remote to stop */
+	if (in[1] >= 0) {
+		char head[16 + 2 + sizeof(l->secret)];
+		int n = snprintf(head, sizeof(head), "0x%016" PRIx64 "\n%s\n", l->session,
+				 l->secret);
+
+		/* fits the pipe's buffer: never blocks; the rest stays unwritten */
+		if (n < 0 || write(in[1], head, (size_t)n) != n)
+			vlog(l, "rank %d: cannot hand the session to the remote shell", r->rank);
+		explicit_bzero(head, sizeof(head));
+	}
+	r->stdin_fd = in[1]; /* kept open, never written again: EOF tells the remote to stop */
 	close_fd(&nsfd);
 	free(cmd);
 	if (r->netns[0])
@@ -1160,7 +1247,8 @@ static int parse_args(struct launch *l, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	struct launch l = { .ssh = "ssh", .grace_ns = 5000000000ull, .sfd = -1, .devnull = -1 };
+	struct launch l = { .ssh = "ssh", .grace_ns = 5000000000ull, .sfd = -1, .devnull = -1,
+			    .secret_fd = -1 };
 	struct sigaction old;
 	sigset_t mask;
 	int i, ret;
@@ -1208,6 +1296,9 @@ int main(int argc, char **argv)
 	}
 	if (!l.session)
 		l.session = 1; /* 0 means "no session" to the ranks */
+	ret = make_secret(&l);
+	if (ret)
+		goto out_close_null;
 
 	if (l.netns) {
 		netns_remove_stale(&l);
@@ -1225,7 +1316,8 @@ int main(int argc, char **argv)
 	ret = choose_leader(&l);
 	if (ret)
 		goto out_netns;
-	vlog(&l, "%d rank(s), leader %s, session 0x%016" PRIx64, l.n, l.leader, l.session);
+	vlog(&l, "%d rank(s), leader %s, %s", l.n, l.leader,
+	     l.secret[0] ? "a fresh secret" : "no secret (RK_AUTH=off)");
 
 	/* a signal during the setup: nothing started yet, just undo it */
 	for (;;) {
@@ -1256,6 +1348,9 @@ int main(int argc, char **argv)
 out_netns:
 	netns_teardown(&l);
 out_close_null:
+	if (l.secret_fd >= 0)
+		close(l.secret_fd);
+	explicit_bzero(l.secret, sizeof(l.secret));
 	close(l.devnull);
 out_close_sfd:
 	close(l.sfd);

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rk_rdma.h"
@@ -91,3 +92,55 @@ int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
 	return -EOPNOTSUPP;
 }
 #endif
+
+/* ---- the roce:// class ------------------------------------------------------------ */
+
+static int roce_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ctx)
+{
+	struct rk__verbs_opts *o = calloc(1, sizeof(*o));
+	int ret;
+
+	if (!o)
+		return -ENOMEM;
+	/* the device is checked here, once, so a wrong one fails at start, by name */
+	ret = rk__verbs_prepare(loop, a, o);
+	if (ret) {
+		free(o);
+		return ret;
+	}
+	*ctx = o;
+	return 0;
+}
+
+static void roce_release(void *ctx)
+{
+	free(ctx);
+}
+
+static int roce_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+{
+	return rk__verbs_connect(loop, a, ctx, oops, owner, out);
+}
+
+static int roce_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+{
+	return rk__verbs_link_from_fd(loop, fd, ctx, oops, owner, out);
+}
+
+static const struct rk__transport_class roce_class = {
+	.scheme = "roce",
+	.prepare = roce_prepare,
+	.release = roce_release,
+	.connect = roce_connect,
+	.from_fd = roce_from_fd,
+};
+
+/* Also the symbol a static link names (rankrt.pc's Libs.private) to keep this
+ * object, whose only way in is this constructor. */
+void rk__roce_transport_register(void);
+void __attribute__((constructor)) rk__roce_transport_register(void)
+{
+	rk__transport_register(&roce_class);
+}

@@ -38,6 +38,29 @@ enum {
 #define RK_VB_CREDIT_BATCH 16	 /* owed credits that justify a credit-only message */
 #define RK_VB_MAX_INLINE   256	 /* asked of the QP; the QP's answer is used */
 
+/* ---- the verbs transport (rdma/verbs.c; rdma/rdma.c stubs without verbs) ---- */
+/* This rank's end of a roce:// link. */
+struct rk__verbs_opts {
+	char dev[RK_RDMA_DEV_MAX];
+	int gid;			/* GID index */
+	int port;			/* device port, 1 */
+};
+/* Resolve this rank's device and GID index (RK_RDMA_DEV/RK_RDMA_GID over the
+ * address's dev=/gid=) and check that the device opens and has that GID.
+ * Loop thread, before any link. Return: 0; -RK_ECONFIG (malformed or missing,
+ * logged by name); -ENODEV; -EOPNOTSUPP (built without verbs, logged). */
+int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk__verbs_opts *o);
+/* As rk__tcp_link_from_fd(), for a roce:// link: @fd is the accepted TCP side
+ * channel; the QP description is exchanged on it, then frames go over the QP.
+ * The link owns @fd on success only. */
+int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_opts *o,
+			   const struct rk__link_owner_ops *oops, void *owner,
+			   struct rk_link **out);
+/* As rk__tcp_connect(), for a roce:// link. */
+int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
+		      const struct rk__verbs_opts *o, const struct rk__link_owner_ops *oops,
+		      void *owner, struct rk_link **out);
+
 /* Fill @o from the config knobs over the address's query (both builds). */
 int rk__verbs_opts_resolve(struct rk_loop *loop, const struct rk__addr *a,
 			   struct rk__verbs_opts *o);

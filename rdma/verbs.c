@@ -434,7 +434,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 	int ret;
 
 	if (magic != RK_VB_MAGIC) {
-		rk__warn(l->rank,
+		rk__link_warn(l,
 			 "roce side channel: bad magic 0x%08x (want 0x%08x): not a "
 			 "rankrt roce peer",
 			 magic, RK_VB_MAGIC);
@@ -442,7 +442,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 	}
 	if (rk__le16_load(b + RK_VB_OFF_VERSION) != RK_VB_VERSION ||
 	    rk__le16_load(b + RK_VB_OFF_LEN) != RK_VB_BLOB_LEN) {
-		rk__warn(l->rank,
+		rk__link_warn(l,
 			 "roce side channel: QP description version %u length %u "
 			 "(this build speaks %u, %u)",
 			 rk__le16_load(b + RK_VB_OFF_VERSION), rk__le16_load(b + RK_VB_OFF_LEN),
@@ -450,14 +450,14 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 		return -RK_EVERSION;
 	}
 	if (b[RK_VB_OFF_RSVD0] || rk__le32_load(b + RK_VB_OFF_RSVD1)) {
-		rk__warn(l->rank, "roce side channel: reserved fields of the QP description set");
+		rk__link_warn(l, "roce side channel: reserved fields of the QP description set");
 		return -RK_ERESERVED;
 	}
 	if (!qpn || qpn > 0xffffff || psn > 0xffffff || mtu < IBV_MTU_256 || mtu > IBV_MTU_4096 ||
 	    depth < RK_VB_CREDIT_BATCH + 2 || depth > 65536 || bufsz < 64 || bufsz > (1u << 24)) {
 		/* (a shallower ring could strand a one-way sender at its last
 		 * credit while the peer owes fewer than a credit-only batch) */
-		rk__warn(l->rank,
+		rk__link_warn(l,
 			 "roce side channel: QP description out of range (qpn %u psn %u "
 			 "mtu %u depth %u bufsize %u)",
 			 qpn, psn, mtu, depth, bufsz);
@@ -486,7 +486,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 					   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
 					   IBV_QP_MIN_RNR_TIMER));
 	if (ret) {
-		rk__warn(l->rank, "roce: QP to RTR (peer qpn 0x%x): %s", qpn, rk_strerror(ret));
+		rk__link_warn(l, "roce: QP to RTR (peer qpn 0x%x): %s", qpn, rk_strerror(ret));
 		return ret;
 	}
 	memset(&qa, 0, sizeof(qa));
@@ -501,7 +501,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 					   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 					   IBV_QP_MAX_QP_RD_ATOMIC));
 	if (ret) {
-		rk__warn(l->rank, "roce: QP to RTS: %s", rk_strerror(ret));
+		rk__link_warn(l, "roce: QP to RTS: %s", rk_strerror(ret));
 		return ret;
 	}
 	rk__dbg(l->rank, "roce: QP 0x%x <-> 0x%x up, mtu %d, inline %u, %u credits", v->qp->qp_num,
@@ -531,7 +531,7 @@ static int sc_consume(struct verbs_link *v)
 	}
 	if (v->qp_ready && !v->peer_ready && v->sc_have > RK_VB_BLOB_LEN) {
 		if (v->sc[RK_VB_BLOB_LEN] != RK_VB_READY) {
-			rk__warn(l->rank, "roce side channel: 0x%02x where READY belongs",
+			rk__link_warn(l, "roce side channel: 0x%02x where READY belongs",
 				 v->sc[RK_VB_BLOB_LEN]);
 			return -EPROTO;
 		}
@@ -542,7 +542,7 @@ static int sc_consume(struct verbs_link *v)
 			rk__loop_queue_flush(l->loop, &l->flusher);
 	}
 	if (v->sc_have > RK_VB_BLOB_LEN + 1) {
-		rk__warn(l->rank, "roce side channel: %zu unexpected bytes after READY",
+		rk__link_warn(l, "roce side channel: %zu unexpected bytes after READY",
 			 v->sc_have - RK_VB_BLOB_LEN - 1);
 		return -EPROTO;
 	}
@@ -555,7 +555,7 @@ static enum rk_activity eof_grace_done(struct rk_timer *t, uint64_t now)
 
 	(void)now;
 	if (!vl_closed(v)) {
-		rk__warn(v->link.rank, "link to rank %d (roce): peer closed the side channel",
+		rk__link_warn(&v->link, "link to rank %d (roce): peer closed the side channel",
 			 v->link.peer);
 		rk__link_fail(&v->link, -ECONNRESET, false);
 	}
@@ -596,12 +596,12 @@ static void sc_recv_done(struct rk__op *op, int res, unsigned int flags)
 	} else {
 		ret = res == 0 ? -ECONNRESET : res;
 		if (res == 0)
-			rk__warn(l->rank,
+			rk__link_warn(l,
 				 "roce side channel closed after %zu of %d bytes of the "
 				 "peer's QP description and READY",
 				 v->sc_have, RK_VB_BLOB_LEN + 1);
 		else
-			rk__warn(l->rank, "roce side channel: %s", rk_strerror(res));
+			rk__link_warn(l, "roce side channel: %s", rk_strerror(res));
 		rk__link_fail(l, ret, false);
 	}
 	l->in_dispatch--;
@@ -636,7 +636,7 @@ static int sc_start(struct verbs_link *v)
 	vb_blob_encode(v, blob);
 	ret = sc_send(v, blob, sizeof(blob));
 	if (ret) {
-		rk__warn(v->link.rank, "roce side channel: sending the QP description: %s",
+		rk__link_warn(&v->link, "roce side channel: sending the QP description: %s",
 			 rk_strerror(ret));
 		return ret;
 	}
@@ -693,7 +693,7 @@ static int vb_post_send(struct verbs_link *v, const uint8_t *p, uint32_t n, bool
 	}
 	ret = vb_ret(ibv_post_send(v->qp, &wr, &bad));
 	if (ret) {
-		rk__warn(l->rank, "link to rank %d (roce): ibv_post_send: %s", l->peer,
+		rk__link_warn(l, "link to rank %d (roce): ibv_post_send: %s", l->peer,
 			 rk_strerror(ret));
 		return ret;
 	}
@@ -808,7 +808,7 @@ static int vb_wc(struct verbs_link *v, const struct ibv_wc *wc)
 			return 0;
 		}
 		ret = wc_errno(wc->status);
-		rk__warn(l->rank,
+		rk__link_warn(l,
 			 "link to rank %d (roce): %s completion failed: %s (vendor "
 			 "error 0x%x) -> %s",
 			 l->peer, wc->wr_id & VB_RECV_FLAG ? "receive" : "send",
@@ -832,7 +832,7 @@ static int vb_wc(struct verbs_link *v, const struct ibv_wc *wc)
 	/* the buffer is free once rk__link_rx returns: partial frames were copied */
 	ret = vb_post_recv(v, idx);
 	if (ret) {
-		rk__warn(l->rank, "link to rank %d (roce): ibv_post_recv: %s", l->peer,
+		rk__link_warn(l, "link to rank %d (roce): ibv_post_recv: %s", l->peer,
 			 rk_strerror(ret));
 		rk__link_fail(l, ret, false);
 		return 0;
@@ -856,7 +856,7 @@ static int vb_poll_cq(struct verbs_link *v, int *busy)
 	do {
 		n = ibv_poll_cq(v->cq, VB_CQ_BATCH, wc);
 		if (n < 0) {
-			rk__warn(l->rank, "link to rank %d (roce): ibv_poll_cq: %d", l->peer, n);
+			rk__link_warn(l, "link to rank %d (roce): ibv_poll_cq: %d", l->peer, n);
 			rk__link_fail(l, -EIO, false);
 			break;
 		}
@@ -973,7 +973,7 @@ static int vb_src_arm(struct rk_source *src)
 	return vb_poll_cq(v, &busy);
 cannot_arm:
 	/* Blocking now could miss a completion: keep the loop polling instead. */
-	rk__warn(v->link.rank, "link to rank %d (roce): cannot arm the CQ: %s", v->link.peer,
+	rk__link_warn(&v->link, "link to rank %d (roce): cannot arm the CQ: %s", v->link.peer,
 		 rk_strerror(ret));
 	return 1;
 }
@@ -1073,11 +1073,15 @@ int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_
 {
 	struct verbs_link *v;
 	int ret;
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss);
 
 	ret = vl_new(loop, o, oops, owner, RK_LINK_ACCEPTED, &v);
 	if (ret)
 		return ret;
 	v->fd = fd;
+	if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == 0)
+		rk__sockaddr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
 	ret = sc_start(v);
 	if (ret) {
 		v->fd = -1; /* the caller closes it */
@@ -1134,6 +1138,7 @@ int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
 	v->fd = fd;
 	v->addr = ss;
 	v->addrlen = len;
+	rk__sockaddr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
 	sqe = rk__loop_sqe(loop);
 	if (!sqe) {
 		vl_abandon(v);

@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "runtime_int.h"
 
@@ -39,6 +42,8 @@ enum knob_kind {
 	KIND_SESSION,	/* u64, decimal or 0x-hex */
 	KIND_LOG,	/* error | warn | info | debug, or 0..3 */
 	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
+	KIND_AUTH,	/* auto | on | off */
+	KIND_SECRET,	/* a path: the secret file, read at once into secret[] */
 };
 
 enum knob_id {
@@ -70,6 +75,10 @@ enum knob_id {
 	K_SIGNALS,
 	K_RDMA_DEV,
 	K_RDMA_GID,
+	K_AUTH,
+	K_SECRET_FILE,
+	K_MAX_PENDING,
+	K_REFUSED_LOG_MS,
 	K__COUNT,
 };
 
@@ -148,6 +157,17 @@ static const struct knob knobs[] = {
 			 "this rank's RDMA device for roce:// links (default: the address's dev=)" },
 	[K_RDMA_GID] = { "RK_RDMA_GID", "rdma_gid", KIND_INT, U(rdma_gid), 1, 0, 255,
 			 "this rank's GID index for roce:// links (default: the address's gid=)" },
+	[K_AUTH] = { "RK_AUTH", "auth", KIND_AUTH, U(auth), 1, 0, 0,
+		     "peer authentication: auto (with a secret; none allowed on loopback only), "
+		     "on (a secret is required), off (never; warns)" },
+	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, U(secret), 1, 0, 0,
+			    "file holding the job's shared secret (mode 0600 or stricter, "
+			    ">= 32 bytes)" },
+	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, U(max_pending), 1,
+			    1, 65536, "connections a leader keeps before their handshake" },
+	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
+			       U(refused_log_ns), NS_PER_MS, 1, 3600000,
+			       "refused connections: at most one log line per this many ms" },
 };
 _Static_assert(ARRAY_SIZE(knobs) == K__COUNT, "every knob needs a table entry");
 
@@ -158,6 +178,12 @@ static const char *const wait_names[] = {
 	[RK_WAIT_ADAPTIVE] = "adaptive",
 	[RK_WAIT_SPIN] = "spin",
 	[RK_WAIT_BLOCK] = "block",
+};
+
+static const char *const auth_names[] = {
+	[RK_AUTH_AUTO] = "auto",
+	[RK_AUTH_ON] = "on",
+	[RK_AUTH_OFF] = "off",
 };
 
 static const char *const level_names[] = {
@@ -210,6 +236,10 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->catch_signals = false;
 	cfg->rdma_dev[0] = '\0';
 	cfg->rdma_gid = -1;
+	cfg->auth = RK_AUTH_AUTO;
+	cfg->secret_len = 0;
+	cfg->max_pending = RK_DEF_MAX_PENDING;
+	cfg->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
 }
 
 const char *rk_wait_mode_name(enum rk_wait_mode mode)
@@ -357,9 +387,11 @@ int rk__addr_parse(const char *s, struct rk__addr *out)
 	p = strstr(s, "://");
 	if (p) {
 		n = (size_t)(p - s);
-		if (!((n == 3 && !strncmp(s, "tcp", 3)) || (n == 4 && !strncmp(s, "roce", 4))))
+		if (n == 0 || n >= sizeof(a.scheme))
 			return -RK_ECONFIG;
 		memcpy(a.scheme, s, n);
+		if (!rk__transport_find(a.scheme))
+			return -RK_ECONFIG;	/* no transport class has this scheme */
 		s = p + 3;
 	} else {
 		strcpy(a.scheme, "tcp");
@@ -458,6 +490,87 @@ uint64_t rk__fnv1a64(const void *p, size_t n)
 	return h;
 }
 
+/* ---- the secret ----------------------------------------------------------- */
+
+int rk_config_set_secret(struct rk_config *cfg, const void *key, size_t len)
+{
+	if (len && (len < RK_SECRET_MIN || len > RK_SECRET_MAX || !key))
+		return -RK_ECONFIG;
+	rk__secure_zero(cfg->secret, sizeof(cfg->secret));
+	if (len)
+		memcpy(cfg->secret, key, len);
+	cfg->secret_len = (uint32_t)len;
+	return 0;
+}
+
+/*
+ * Read the secret like ssh reads a private key: a regular file that only its
+ * owner may read or write, opened once and checked on the open descriptor (no
+ * window between the check and the read). Its bytes are the key, less the
+ * line ending an editor or "openssl rand -hex 32 > file" leaves. Errors name
+ * the variable and the path, never a byte of the content.
+ */
+int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, size_t errlen)
+{
+	uint8_t buf[RK_SECRET_MAX + 3];
+	size_t len = 0;
+	struct stat st;
+	ssize_t n;
+	int fd, ret = -RK_ECONFIG;
+
+	if (!path || !*path) {
+		seterr(err, errlen, "RK_SECRET_FILE='': not a file name");
+		return -RK_ECONFIG;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot open it: %s", path,
+		       rk_strerror(-errno));
+		return -RK_ECONFIG;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		seterr(err, errlen, "RK_SECRET_FILE='%.200s': not a regular file", path);
+		goto out;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		seterr(err, errlen,
+		       "RK_SECRET_FILE='%.200s': mode %04o lets group or others read or write "
+		       "it: chmod 600 it", path, (unsigned int)(st.st_mode & 07777));
+		goto out;
+	}
+	while (len < sizeof(buf)) {
+		n = read(fd, buf + len, sizeof(buf) - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot read it: %s", path,
+			       rk_strerror(-errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+		len--;
+	if (len > RK_SECRET_MAX) {
+		seterr(err, errlen, "RK_SECRET_FILE='%.200s': longer than %d bytes", path,
+		       RK_SECRET_MAX);
+		goto out;
+	}
+	if (len < RK_SECRET_MIN) {
+		seterr(err, errlen,
+		       "RK_SECRET_FILE='%.200s': holds %zu bytes, a secret needs at least %d "
+		       "(make one with: openssl rand -hex 32)", path, len, RK_SECRET_MIN);
+		goto out;
+	}
+	ret = rk_config_set_secret(cfg, buf, len);
+out:
+	rk__secure_zero(buf, sizeof(buf));
+	close(fd);
+	return ret;
+}
+
 /* ---- the table's accessors ----------------------------------------------- */
 
 static const struct knob *knob_find(const char *name, size_t len)
@@ -533,6 +646,12 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 		       "%s='%.64s': not a device name (letters, digits, '-', '_', '.', < %zu chars)",
 		       k->env, value, k->size);
 		break;
+	case KIND_AUTH:
+		seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
+		break;
+	case KIND_SECRET:
+		seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
+		break;
 	}
 }
 
@@ -592,6 +711,14 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 			return -RK_ECONFIG;
 		strcpy(field(cfg, k), value);
 		return 0;
+	case KIND_AUTH:
+		ret = parse_name(value, auth_names, ARRAY_SIZE(auth_names));
+		if (ret < 0)
+			return ret;
+		*(enum rk_auth_mode *)field(cfg, k) = (enum rk_auth_mode)ret;
+		return 0;
+	case KIND_SECRET:
+		return -RK_ECONFIG;	/* loaded by secret_load(), which explains itself */
 	case KIND_SESSION:
 		if (parse_session(value, &u))
 			return -RK_ECONFIG;
@@ -618,8 +745,56 @@ int rk_config_set(struct rk_config *cfg, const char *name, const char *value, ch
 		seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
 		return -ENOENT;
 	}
+	if (k->kind == KIND_SECRET)
+		return rk_config_load_secret(cfg, value, err, errlen);
 	if (!value || knob_set(cfg, k, value)) {
 		explain(k, value ? value : "", err, errlen);
+		return -RK_ECONFIG;
+	}
+	return 0;
+}
+
+/* ---- whole-config rules ---------------------------------------------------- */
+
+int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
+{
+	uint64_t pool = (uint64_t)c->rx_buf_size * c->rx_buf_count;
+	long ncpu;
+
+	if (c->peer_timeout_ns <= c->heartbeat_ns) {
+		seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
+		       ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
+		       c->peer_timeout_ns / NS_PER_MS, c->heartbeat_ns / NS_PER_MS);
+		return -RK_ECONFIG;
+	}
+	if (pool > RK_RX_POOL_MAX) {
+		seterr(err, errlen, "RK_RX_BUF_COUNT=%u x RK_RX_BUF_SIZE=%u: a receive pool of %"
+		       PRIu64 " MiB, over the %llu MiB a loop may take", c->rx_buf_count,
+		       c->rx_buf_size, pool >> 20, (unsigned long long)(RK_RX_POOL_MAX >> 20));
+		return -RK_ECONFIG;
+	}
+	ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	if (c->wait.sqpoll_cpu >= 0 && ncpu > 0 && c->wait.sqpoll_cpu >= ncpu) {
+		seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
+		       c->wait.sqpoll_cpu, ncpu - 1);
+		return -RK_ECONFIG;
+	}
+	if (c->secret_len && (c->secret_len < RK_SECRET_MIN || c->secret_len > RK_SECRET_MAX)) {
+		seterr(err, errlen, "secret: %u bytes, must be %d to %d", c->secret_len,
+		       RK_SECRET_MIN, RK_SECRET_MAX);
+		return -RK_ECONFIG;
+	}
+	if ((unsigned int)c->auth > RK_AUTH_OFF) {
+		seterr(err, errlen, "RK_AUTH=%d: not one of auto, on, off", (int)c->auth);
+		return -RK_ECONFIG;
+	}
+	if (c->auth == RK_AUTH_OFF && c->secret_len) {
+		seterr(err, errlen, "RK_AUTH=off, but a secret is set (RK_SECRET_FILE): "
+		       "drop one of them");
+		return -RK_ECONFIG;
+	}
+	if (c->max_pending < 1) {
+		seterr(err, errlen, "RK_MAX_PENDING=0: a leader must admit at least one connection");
 		return -RK_ECONFIG;
 	}
 	return 0;
@@ -674,24 +849,29 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 		k = knob_find(var, (size_t)(eq - var));
 		if (!k || strncmp(var, k->env, (size_t)(eq - var))) {	/* env names only */
 			unknown_var(var, (size_t)(eq - var), err, errlen);
-			return -RK_ECONFIG;
+			goto fail;
+		}
+		if (k->kind == KIND_SECRET) {
+			if (rk_config_load_secret(&c, eq + 1, err, errlen))
+				goto fail;
+			continue;
 		}
 		if (knob_set(&c, k, eq + 1)) {
 			explain(k, eq + 1, err, errlen);
-			return -RK_ECONFIG;
+			goto fail;
 		}
 	}
-	if (c.peer_timeout_ns <= c.heartbeat_ns) {
-		seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
-		       ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
-		       c.peer_timeout_ns / NS_PER_MS, c.heartbeat_ns / NS_PER_MS);
-		return -RK_ECONFIG;
-	}
+	if (rk__config_check(&c, err, errlen))
+		goto fail;
 	if (check_rank(&c, "RK_RANK", err, errlen))
-		return -RK_ECONFIG;
+		goto fail;
 	*cfg = c;
+	rk__secure_zero(&c, sizeof(c));
 	rk__log_set_level(cfg->log_level);
 	return 0;
+fail:
+	rk__secure_zero(&c, sizeof(c));
+	return -RK_ECONFIG;
 }
 
 /* A launcher's integer variable: 0 when absent, 1 when read, -RK_ECONFIG if malformed. */
@@ -823,6 +1003,19 @@ void rk_config_print(const struct rk_config *cfg, void *f)
 			break;
 		case KIND_SESSION:
 			fprintf(out, "%s=0x%" PRIx64 "\n", k->env, *(const uint64_t *)p);
+			break;
+		case KIND_AUTH:
+			v = *(const int *)p;
+			fprintf(out, "%s=%s\n", k->env,
+				v >= 0 && (size_t)v < ARRAY_SIZE(auth_names) ? auth_names[v] : "?");
+			break;
+		case KIND_SECRET:
+			/* the secret itself is never printed, nor where it came from */
+			if (cfg->secret_len)
+				fprintf(out, "# %s: a secret of %u bytes is set\n", k->env,
+					cfg->secret_len);
+			else
+				fprintf(out, "# %s unset\n", k->env);
 			break;
 		case KIND_LOG:
 			v = *(const int *)p;

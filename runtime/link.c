@@ -3,7 +3,8 @@
  * Links: the transport-independent half of a control link.
  *
  * A link owns, once for every transport: the frame decoder over received
- * bytes (any split), the HELLO/WELCOME handshake state, sequence numbers,
+ * bytes (any split), the handshake (HELLO/WELCOME/AUTH, with the proofs that
+ * both sides hold the job's secret, WIRE.md), sequence numbers,
  * the send batch (frames queued by handlers leave in one send before the loop
  * waits), and the per-link memory bounds (a partial frame <= max_frame, unsent
  * bytes <= tx_limit: a peer that stops reading fails with RK_ESLOWPEER).
@@ -38,6 +39,7 @@ void rk__link_init(struct rk_link *l, struct rk_loop *loop, const struct rk__tra
 	l->max_frame = cfg->max_frame;
 	l->tx_limit = cfg->tx_limit;
 	l->created = l->last_rx = l->last_tx = rk_loop_now(loop);
+	l->accepted = state == RK_LINK_ACCEPTED;
 	l->flusher.fn = link_flush_cb;
 	rk__loop_ref(loop);
 }
@@ -56,6 +58,7 @@ static void link_maybe_free(struct rk_link *l)
 	free(l->out.p);
 	free(l->rx);
 	l->q.p = l->out.p = l->rx = NULL;
+	rk__secure_zero(l->key, sizeof(l->key));
 	rk__loop_unref(loop);
 	l->tops->destroy(l);	/* frees l */
 }
@@ -160,8 +163,8 @@ static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
 		return NULL;
 	}
 	if (tx_pending(l) + need > l->tx_limit) {
-		rk__warn(l->rank, "link to rank %d: %zu bytes unsent, peer is not reading",
-			 l->peer, tx_pending(l));
+		rk__link_warn(l, "link to rank %d: %zu bytes unsent, peer is not reading",
+			      l->peer, tx_pending(l));
 		rk__link_fail(l, -RK_ESLOWPEER, false);
 		*err = -RK_ESLOWPEER;
 		return NULL;
@@ -278,6 +281,11 @@ const char *rk_link_transport(const struct rk_link *l)
 
 void rk__link_fail(struct rk_link *l, int err, bool tell)
 {
+	rk__link_fail_msg(l, err, tell, NULL);
+}
+
+void rk__link_fail_msg(struct rk_link *l, int err, bool tell, const char *msg)
+{
 	if (l->state == RK_LINK_CLOSED || l->state == RK_LINK_FAILED)
 		return;
 	l->err = err;
@@ -285,7 +293,7 @@ void rk__link_fail(struct rk_link *l, int err, bool tell)
 	if (tell) {
 		uint8_t buf[16 + RK_WIRE_ERRMSG_MAX];
 		int n = rk_wire_encode_error(buf, sizeof(buf), err, RK_WIRE_RANK_NONE,
-					     rk_strerror(err));
+					     msg ? msg : rk_strerror(err));
 
 		/* Best effort, and only if there is room: the peer may be why we fail. */
 		if (n > 0 && tx_pending(l) + RK_WIRE_HDR_LEN + (size_t)n <= l->tx_limit)
@@ -332,32 +340,242 @@ void rk__link_close(struct rk_link *l, bool bye)
 
 /* ---- receive ----------------------------------------------------------------------- */
 
-void rk__link_connected(struct rk_link *l)
+/* ---- the handshake (WIRE.md, "Handshake" and "Authentication") ------------------- */
+
+static const struct rk_config *link_cfg(const struct rk_link *l)
 {
-	const struct rk_config *cfg = rk_loop_config(l->loop);
+	return rk_loop_config(l->loop);
+}
+
+/* Whether this side authenticates: it holds a secret. */
+static bool link_auth(const struct rk_link *l)
+{
+	return link_cfg(l)->secret_len > 0;
+}
+
+/* Encode our HELLO (connecting side) or WELCOME (accepting side) with a fresh
+ * nonce into its half of the transcript, and queue it. */
+static int link_send_hello(struct rk_link *l, unsigned int type)
+{
+	const struct rk_config *cfg = link_cfg(l);
 	struct rk_wire_hello h = {
 		.proto_version = RK_WIRE_VERSION,
 		.world_size = (uint32_t)cfg->world_size,
 		.rank = (uint32_t)cfg->rank,
+		.auth = link_auth(l) ? RK_WIRE_AUTH_HMAC : RK_WIRE_AUTH_NONE,
 		.session_id = cfg->session_id,
 		.caps = 0,
 	};
-	uint8_t buf[RK_WIRE_HELLO_LEN];
+	uint8_t *half = l->transcript + (type == RK_FRAME_HELLO ? 0 : RK_WIRE_HELLO_LEN);
 	int n;
+
+	n = rk__auth_random(h.nonce, sizeof(h.nonce));
+	if (n < 0)
+		return n;
+	n = rk_wire_encode_hello(half, RK_WIRE_HELLO_LEN, &h);
+	if (n < 0)
+		return n;
+	return rk__link_send_raw(l, type, 0, half, (uint32_t)n);
+}
+
+/* Queue our AUTH frame: the proof of @which over the transcript. */
+static int link_send_proof(struct rk_link *l, enum rk__auth_label which)
+{
+	const struct rk_config *cfg = link_cfg(l);
+	uint8_t mac[RK_WIRE_MAC_LEN];
+	int ret;
+
+	ret = rk__auth_mac(cfg->secret, cfg->secret_len, which, l->transcript, mac);
+	if (!ret)
+		ret = rk__link_send_raw(l, RK_FRAME_AUTH, 0, mac, sizeof(mac));
+	rk__secure_zero(mac, sizeof(mac));
+	return ret;
+}
+
+/* Check the peer's AUTH payload against the proof of @which. 0 or -RK_EAUTH. */
+static int link_check_proof(struct rk_link *l, enum rk__auth_label which, const uint8_t *payload)
+{
+	const struct rk_config *cfg = link_cfg(l);
+	uint8_t mac[RK_WIRE_MAC_LEN];
+	int ret;
+
+	ret = rk__auth_mac(cfg->secret, cfg->secret_len, which, l->transcript, mac);
+	if (!ret && !rk__auth_equal(mac, payload, sizeof(mac)))
+		ret = -RK_EAUTH;
+	rk__secure_zero(mac, sizeof(mac));
+	return ret;
+}
+
+void rk__link_connected(struct rk_link *l)
+{
+	int ret;
 
 	l->state = RK_LINK_HELLO_SENT;
 	l->last_rx = rk_loop_now(l->loop);
-	n = rk_wire_encode_hello(buf, sizeof(buf), &h);
-	if (n < 0 || rk__link_send_raw(l, RK_FRAME_HELLO, 0, buf, (uint32_t)n) < 0)
-		rk__link_fail(l, n < 0 ? n : -ENOMEM, false);
+	ret = link_send_hello(l, RK_FRAME_HELLO);
+	if (ret < 0)
+		rk__link_fail(l, ret, false);
+}
+
+/*
+ * The handshake completed (and the peer proved the secret, if we use one):
+ * the link is up before the owner hears of it, since accepting may complete
+ * the world and the ready callback sends on this very link.
+ */
+static int link_up(struct rk_link *l)
+{
+	const struct rk_config *cfg = link_cfg(l);
+	enum rk__link_state prev = l->state;
+	int ret;
+
+	if (link_auth(l)) {
+		ret = rk__auth_mac(cfg->secret, cfg->secret_len, RK__AUTH_LINK_KEY, l->transcript,
+				   l->key);
+		if (ret)
+			return ret;
+		l->authed = true;
+	}
+	l->state = RK_LINK_UP;
+	l->was_up = true;
+	ret = l->oops->handshake(l);
+	if (ret) {
+		l->was_up = false;	/* refused: it never was a member */
+		l->state = prev;
+	}
+	return ret;
+}
+
+/* What the peer's HELLO or WELCOME must agree on with us; the refusal's text. */
+static int link_check_hello(struct rk_link *l, const struct rk_wire_hdr *h,
+			    const struct rk_wire_hello *p, const char **why)
+{
+	const struct rk_config *cfg = link_cfg(l);
+	bool mine = link_auth(l);
+	int ret;
+
+	if (p->proto_version != RK_WIRE_VERSION)
+		return -RK_EPROTOVER;
+	if (p->world_size != (uint32_t)cfg->world_size)
+		return -RK_EWORLD;
+	if (p->session_id != cfg->session_id)
+		return -RK_ESESSION;
+	if (p->rank >= p->world_size || h->src_rank != p->rank)
+		return -RK_ERANK;
+	ret = l->oops->check(l, p);
+	if (ret)
+		return ret;
+	if (mine != (p->auth == RK_WIRE_AUTH_HMAC)) {
+		*why = mine ? "RK_EAUTH: this side requires a secret (RK_SECRET_FILE)" :
+			      "RK_EAUTH: this side has no secret (set the same RK_SECRET_FILE)";
+		return -RK_EAUTH;
+	}
+	return 0;
+}
+
+/*
+ * A handshake frame in state @l->state (the header admitted its type already).
+ * Return 0, or an error that fails the link (the peer is told).
+ */
+static int link_handshake(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload)
+{
+	struct rk_wire_hello hello;
+	const char *why = NULL;
+	int ret;
+
+	if (h->type == RK_FRAME_ERROR) {
+		struct rk_wire_error e;
+
+		rk_wire_decode_error(payload, h->len, &e);
+		rk__link_warn(l, "peer refused the handshake: %s (%.*s)", rk_errname(e.code),
+			      (int)e.msg_len, e.msg);
+		rk__link_fail(l, e.code < 0 ? e.code : -RK_EPEERERR, false);
+		return 0;
+	}
+	switch (l->state) {
+	case RK_LINK_ACCEPTED:		/* HELLO */
+	case RK_LINK_HELLO_SENT:	/* WELCOME */
+		rk_wire_decode_hello(payload, h->len, &hello);
+		ret = link_check_hello(l, h, &hello, &why);
+		if (ret)
+			break;
+		l->peer = (int)hello.rank;
+		if (l->state == RK_LINK_ACCEPTED) {
+			memcpy(l->transcript, payload, RK_WIRE_HELLO_LEN);
+			ret = link_send_hello(l, RK_FRAME_WELCOME);
+			if (!ret && link_auth(l)) {
+				ret = link_send_proof(l, RK__AUTH_LEADER);
+				l->state = RK_LINK_AUTH_WAIT;
+				break;
+			}
+		} else {
+			memcpy(l->transcript + RK_WIRE_HELLO_LEN, payload, RK_WIRE_HELLO_LEN);
+			if (link_auth(l)) {
+				l->state = RK_LINK_WELCOMED;
+				break;
+			}
+		}
+		if (!ret)
+			ret = link_up(l);
+		break;
+	case RK_LINK_WELCOMED:		/* the leader's AUTH */
+		ret = link_check_proof(l, RK__AUTH_LEADER, payload);
+		if (!ret)
+			ret = link_send_proof(l, RK__AUTH_FOLLOWER);
+		if (!ret)
+			ret = link_up(l);
+		break;
+	case RK_LINK_AUTH_WAIT:		/* the follower's AUTH */
+		ret = link_check_proof(l, RK__AUTH_FOLLOWER, payload);
+		if (!ret)
+			ret = link_up(l);
+		break;
+	default:
+		return 0;
+	}
+	if (ret) {
+		rk__link_fail_msg(l, ret, ret != -ENOMEM, why);
+		if (l->accepted)
+			l->peer = -1;	/* never a member: its failure is no rank's */
+	}
+	return 0;
+}
+
+/*
+ * Which frame types may start in this state, decided from the header alone,
+ * before a payload byte is buffered: a stranger can make the leader hold at
+ * most one handshake frame (RK_WIRE_HELLO_LEN) at a time.
+ */
+static int link_admit(const struct rk_link *l, unsigned int type)
+{
+	switch (l->state) {
+	case RK_LINK_ACCEPTED:
+		return type == RK_FRAME_HELLO ? 0 : -RK_EHANDSHAKE;
+	case RK_LINK_AUTH_WAIT:
+		return type == RK_FRAME_AUTH || type == RK_FRAME_ERROR ? 0 : -RK_EHANDSHAKE;
+	case RK_LINK_HELLO_SENT:
+		return type == RK_FRAME_WELCOME || type == RK_FRAME_ERROR ? 0 : -RK_EHANDSHAKE;
+	case RK_LINK_WELCOMED:
+		return type == RK_FRAME_AUTH || type == RK_FRAME_ERROR ? 0 : -RK_EHANDSHAKE;
+	case RK_LINK_UP:
+		return type == RK_FRAME_HELLO || type == RK_FRAME_WELCOME ||
+			       type == RK_FRAME_AUTH ? -RK_EHANDSHAKE : 0;
+	default:
+		return 0;
+	}
+}
+
+/* The largest payload accepted now: the handshake's until the link is up. */
+static uint32_t link_max_len(const struct rk_link *l)
+{
+	if (l->state == RK_LINK_UP)
+		return l->max_frame;
+	return l->accepted ? RK_WIRE_HELLO_LEN : 16 + RK_WIRE_ERRMSG_MAX;
 }
 
 /* One complete, header-validated frame. Return 0, or an error (the link fails). */
 static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload)
 {
-	struct rk_wire_hello hello;
 	enum rk_activity act = RK_IDLE;
-	enum rk__link_state prev;
 	int ret;
 
 	ret = rk_wire_check_payload(h, payload);
@@ -376,39 +594,13 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 	switch (l->state) {
 	case RK_LINK_ACCEPTED:
 	case RK_LINK_HELLO_SENT:
-		if (h->type == RK_FRAME_ERROR) {
-			struct rk_wire_error e;
-
-			rk_wire_decode_error(payload, h->len, &e);
-			rk__warn(l->rank, "peer refused the handshake: %s (%.*s)",
-				 rk_errname(e.code), (int)e.msg_len, e.msg);
-			return e.code < 0 ? e.code : -RK_EPEERERR;
-		}
-		if ((l->state == RK_LINK_ACCEPTED && h->type != RK_FRAME_HELLO) ||
-		    (l->state == RK_LINK_HELLO_SENT && h->type != RK_FRAME_WELCOME))
-			return -RK_EHANDSHAKE;
-		rk_wire_decode_hello(payload, h->len, &hello);
-		if (h->src_rank != hello.rank)
-			return -RK_ERANK;
-		/* Up before the owner hears of it: accepting may complete the
-		 * world, and the ready callback sends on this very link. */
-		prev = l->state;
-		l->peer = (int)hello.rank;
-		l->state = RK_LINK_UP;
-		ret = l->oops->handshake(l, h, &hello);
-		if (ret) {
-			l->peer = -1;
-			l->state = prev;
-			rk__link_fail(l, ret, true);
-		}
-		return 0;
+	case RK_LINK_WELCOMED:
+	case RK_LINK_AUTH_WAIT:
+		return link_handshake(l, h, payload);
 	case RK_LINK_UP:
 		if (h->src_rank != (uint32_t)l->peer)
 			return -RK_ERANK;
 		switch (h->type) {
-		case RK_FRAME_HELLO:
-		case RK_FRAME_WELCOME:
-			return -RK_EHANDSHAKE;
 		case RK_FRAME_HEARTBEAT:
 			l->stats.heartbeats_rx++;
 			rk__loop_note(l->loop, RK_IDLE);
@@ -444,8 +636,19 @@ static int rx_append(struct rk_link *l, const uint8_t *p, size_t n)
 
 static bool link_receiving(const struct rk_link *l)
 {
-	return l->state == RK_LINK_ACCEPTED || l->state == RK_LINK_HELLO_SENT ||
-	       l->state == RK_LINK_UP;
+	return l->state >= RK_LINK_ACCEPTED && l->state <= RK_LINK_UP;
+}
+
+/* Decode a header and admit its type in this state (-EAGAIN: not enough bytes). */
+static int64_t link_hdr(const struct rk_link *l, const uint8_t *p, size_t n, struct rk_wire_hdr *h)
+{
+	int64_t total = rk_wire_decode_hdr(p, n, link_max_len(l), h);
+	int ret;
+
+	if (total < 0)
+		return total;
+	ret = link_admit(l, h->type);
+	return ret ? ret : total;
 }
 
 /*
@@ -471,7 +674,7 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 				p += take;
 				n -= take;
 			}
-			total = rk_wire_decode_hdr(l->rx, l->rx_len, l->max_frame, &h);
+			total = link_hdr(l, l->rx, l->rx_len, &h);
 			if (total == -EAGAIN)
 				continue;
 			if (total < 0)
@@ -491,7 +694,7 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 				return ret;
 			continue;
 		}
-		total = rk_wire_decode_hdr(p, n, l->max_frame, &h);
+		total = link_hdr(l, p, n, &h);
 		if (total == -EAGAIN)
 			return rx_append(l, p, n);
 		if (total < 0)
@@ -516,8 +719,8 @@ int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 	l->in_dispatch++;
 	ret = link_rx(l, p, n);
 	if (ret) {
-		rk__warn(l->rank, "link to rank %d (%s): %s", l->peer, l->tops->name,
-			 rk_strerror(ret));
+		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, l->tops->name,
+			      l->peer_addr, rk_strerror(ret));
 		rk__link_fail(l, ret, ret != -ENOMEM);
 	}
 	l->in_dispatch--;

@@ -669,9 +669,15 @@ static int ring_setup(struct rk_loop *loop)
 int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 {
 	struct rk_loop *loop;
+	char err[256];
 	sigset_t set;
 	int ret;
 
+	/* a config filled in by hand meets the rules RK_* variables meet */
+	if (cfg && rk__config_check(cfg, err, sizeof(err))) {
+		rk__err(cfg->rank, "rk_loop_create: %s", err);
+		return -RK_ECONFIG;
+	}
 	loop = calloc(1, sizeof(*loop));
 	if (!loop)
 		return -ENOMEM;
@@ -727,6 +733,7 @@ err_bufring:
 err_close_wake:
 	close(loop->wake_fd);
 err_free:
+	rk__secure_zero(loop->cfg.secret, sizeof(loop->cfg.secret));
 	free(loop);
 	return ret;
 }
@@ -745,6 +752,7 @@ int rk_loop_destroy(struct rk_loop *loop)
 		close(loop->sig_fd);
 		pthread_sigmask(SIG_SETMASK, &loop->sig_oldmask, NULL);
 	}
+	rk__secure_zero(loop->cfg.secret, sizeof(loop->cfg.secret));
 	free(loop);
 	return 0;
 }

@@ -29,6 +29,15 @@ struct rk_world;
 /* ---- configuration ------------------------------------------------------- */
 
 #define RK_RDMA_DEV_MAX 64	/* an RDMA device name, with its NUL */
+#define RK_SECRET_MIN	32	/* bytes: the shortest secret accepted */
+#define RK_SECRET_MAX	512	/* bytes: the longest */
+
+/* Whether ranks prove to each other that they hold the job's secret (README "Security"). */
+enum rk_auth_mode {
+	RK_AUTH_AUTO = 0,	/* with a secret, always; without one, only on loopback */
+	RK_AUTH_ON = 1,		/* a secret is required, whatever the address */
+	RK_AUTH_OFF = 2,	/* never (anyone who reaches the port can join; logs a warning) */
+};
 
 enum rk_wait_mode {
 	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
@@ -96,6 +105,23 @@ struct rk_config {
 	 * that shares a device; a rank on another device sets these). */
 	char rdma_dev[RK_RDMA_DEV_MAX];	/* RK_RDMA_DEV, e.g. "rxe0", "mlx5_0" */
 	int rdma_gid;			/* RK_RDMA_GID: 0..255, -1 = not set */
+
+	/*
+	 * Authentication. Every rank of a job holds the same secret; the
+	 * handshake proves it both ways (HMAC-SHA256 over fresh nonces, WIRE.md)
+	 * without sending it. Set it with RK_SECRET_FILE (rk_config_from_env()),
+	 * rk_config_load_secret() or rk_config_set_secret(); never print it.
+	 * rk_loop_destroy() wipes the loop's copy.
+	 */
+	enum rk_auth_mode auth;		/* RK_AUTH */
+	uint32_t secret_len;		/* bytes of secret[] in use, 0 = none */
+	uint8_t secret[RK_SECRET_MAX];
+
+	/* strangers on the leader's port */
+	unsigned int max_pending;	/* RK_MAX_PENDING: accepted, not yet handshaken; when
+					 * full, the oldest is dropped for a new connection */
+	uint64_t refused_log_ns;	/* RK_REFUSED_LOG_MS: refused connections log one line,
+					 * then one summary of counts per this interval */
 };
 
 /**
@@ -130,7 +156,27 @@ RK_EXPORT int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen
  */
 RK_EXPORT int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen);
 
-/** rk_config_print() - write every knob with its value to @f (a FILE *). */
+/**
+ * rk_config_set_secret() - hold @len bytes at @key as the job's secret (copied;
+ * @len 0 removes it). For embedders that keep the key in memory.
+ * Return: 0, or -RK_ECONFIG when @len is outside [RK_SECRET_MIN, RK_SECRET_MAX].
+ * Any thread, on a config no loop uses yet.
+ */
+RK_EXPORT int rk_config_set_secret(struct rk_config *cfg, const void *key, size_t len);
+
+/**
+ * rk_config_load_secret() - read the secret from the file @path (what
+ * RK_SECRET_FILE does): a regular file that group and others can neither read
+ * nor write (chmod 600), whose content less a trailing newline is 32 to 512
+ * bytes. The bytes are copied into @cfg; the error text names the path, never
+ * the content.
+ * Return: 0, or -RK_ECONFIG with @err saying why. Any thread.
+ */
+RK_EXPORT int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err,
+				    size_t errlen);
+
+/** rk_config_print() - write every knob with its value to @f (a FILE *); the secret
+ * is shown only as "set, N bytes". */
 RK_EXPORT void rk_config_print(const struct rk_config *cfg, void *f);
 
 /** rk_wait_mode_name() - "adaptive", "spin", "block". */
@@ -462,9 +508,18 @@ struct rk_world_ops {
  * rk_world_create() - start the bootstrap: the leader (rank 0) listens on
  * cfg->leader and accepts world_size - 1 followers; a follower connects to the
  * leader (retrying until connect_timeout) and sends HELLO.
- * Return: 0 and *@out, -RK_ECONFIG (rank/size/leader missing or invalid),
- * -errno from socket setup (-EADDRINUSE...); for a roce:// leader also
- * -ENODEV, -ENOENT, -EOPNOTSUPP (see rk_rdma.h). Loop thread.
+ *
+ * Peers authenticate when the config holds a secret: a follower joins only
+ * after both sides proved they hold it (a stranger who knows the port gets
+ * RK_EAUTH and never takes a rank). Without a secret a world of more than one
+ * rank must live on loopback, or set RK_AUTH=off.
+ *
+ * Return: 0 and *@out, -RK_ECONFIG (rank/size/leader missing or invalid,
+ * RK_AUTH=off with a secret), -RK_ENOSECRET (no secret, and the leader's
+ * address is not loopback or RK_AUTH=on), -EOPNOTSUPP (a secret, but rankrt
+ * was built without OpenSSL), -errno from socket setup (-EADDRINUSE...); for a
+ * roce:// leader also -ENODEV, -ENOENT, -EOPNOTSUPP (see rk_rdma.h). Each
+ * failure is logged with what to change. Loop thread.
  */
 RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *arg,
 			      struct rk_world **out);
@@ -501,6 +556,32 @@ RK_EXPORT struct rk_loop *rk_world_loop(const struct rk_world *w);
 RK_EXPORT int rk_world_port(const struct rk_world *w);
 /** rk_world_failed() - the first peer error (negative), or 0. */
 RK_EXPORT int rk_world_failed(const struct rk_world *w);
+
+/*
+ * Counters of a world: what came to the leader's port. "Refused" counts
+ * connections dropped before their handshake completed, by cause; a cause's
+ * log lines are rate-limited (RK_REFUSED_LOG_MS), these counts are not.
+ */
+struct rk_world_stats {
+	uint64_t accepted;		/* connections accepted on the leader's port */
+	uint64_t joined;		/* followers that completed the handshake */
+	uint64_t pending;		/* handshakes in progress now */
+	uint64_t pending_max;		/* the most at once */
+	uint64_t refused_magic;		/* not rankrt: bad magic or header CRC (scanners) */
+	uint64_t refused_version;	/* another wire or protocol version */
+	uint64_t refused_frame;		/* a malformed or out-of-order handshake frame */
+	uint64_t refused_job;		/* another job: world size or session id differ */
+	uint64_t refused_rank;		/* rank out of range, the leader's, or taken */
+	uint64_t refused_auth;		/* RK_EAUTH: no proof, a wrong one, or no secret */
+	uint64_t refused_timeout;	/* no complete handshake within RK_HANDSHAKE_MS */
+	uint64_t refused_evicted;	/* dropped for a newer connection (table full) */
+	uint64_t refused_closed;	/* the peer closed or reset before completing */
+	uint64_t refused_other;		/* anything else (a peer's ERROR, no memory) */
+	uint64_t log_suppressed;	/* refusals counted but not logged one by one */
+};
+
+/** rk_world_stats() - copy the world's counters. Loop thread. */
+RK_EXPORT void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out);
 
 /**
  * rk_world_destroy() - send BYE on every link, flush briefly (bounded by

@@ -24,7 +24,10 @@
 #define RK_DEF_HEARTBEAT_MS	500
 #define RK_DEF_PEER_TIMEOUT_MS	5000
 #define RK_DEF_CONNECT_MS	30000
-#define RK_DEF_HANDSHAKE_MS	5000
+#define RK_DEF_HANDSHAKE_MS	2000
+#define RK_DEF_MAX_PENDING	64
+#define RK_DEF_REFUSED_LOG_MS	10000
+#define RK_RX_POOL_MAX		(1ull << 30)	/* RK_RX_BUF_COUNT x RK_RX_BUF_SIZE */
 
 /* ---- logging: "rankrt[r<rank>] <level>: <message>" ---- */
 /* rank < 0 prints "rankrt[-]". Thread-safe: one write() per line. */
@@ -44,6 +47,10 @@ int rk__log_level(void);
 	} while (0)
 
 /* ---- config parsing helpers (config.c) ---- */
+/* The rules between knobs (timeouts, the receive pool's size, SQPOLL_CPU against
+ * this machine, the secret and RK_AUTH). 0 or -RK_ECONFIG with @err naming the
+ * variables. rk_config_from_env() and rk_loop_create() apply it. */
+int rk__config_check(const struct rk_config *c, char *err, size_t errlen);
 /* Strict unsigned parse of the whole string; 0 or -RK_ECONFIG. */
 int rk__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* "tcp://host:port", "roce://host:port?dev=rxe0&gid=1" or "host:port" (tcp).
@@ -61,11 +68,30 @@ int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid);
 /* 64-bit FNV-1a. */
 uint64_t rk__fnv1a64(const void *p, size_t n);
 
+/* ---- authentication (auth.c, over OpenSSL's libcrypto) ---- */
+/* The handshake transcript: the HELLO payload, then the WELCOME payload. */
+#define RK__TRANSCRIPT_LEN	(2 * RK_WIRE_HELLO_LEN)
+enum rk__auth_label {
+	RK__AUTH_LEADER,	/* the leader's proof (its AUTH frame) */
+	RK__AUTH_FOLLOWER,	/* the follower's proof */
+	RK__AUTH_LINK_KEY,	/* the link's own key, for whatever later needs one */
+	RK__AUTH__COUNT,
+};
+/* Whether this build can authenticate (it has libcrypto). */
+bool rk__auth_available(void);
+/* HMAC-SHA256(key, label || transcript). 0, -EOPNOTSUPP (no OpenSSL) or -EIO. */
+int rk__auth_mac(const uint8_t *key, size_t keylen, enum rk__auth_label which,
+		 const uint8_t transcript[RK__TRANSCRIPT_LEN], uint8_t out[RK_WIRE_MAC_LEN]);
+/* Constant-time equality of two proofs. */
+bool rk__auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
+/* Unpredictable bytes (nonces). 0 or -errno. */
+int rk__auth_random(void *buf, size_t n);
+/* Wipe key material (not optimised away). */
+void rk__secure_zero(void *p, size_t n);
+
 /* Grow *@p (@elem-byte elements, capacity *@cap) to hold @need, doubling from
  * @min. Return: 0 or -ENOMEM (then *@p and *@cap are unchanged). */
 int rk__grow(void **p, size_t *cap, size_t need, size_t elem, size_t min);
-
-#endif /* RK_RUNTIME_INT_H */
 
 /* ---- the loop's internal interface (loop.c), used by links and transports ---- */
 #include <liburing.h>
@@ -243,13 +269,20 @@ struct rk__transport_ops {
 	void (*destroy)(struct rk_link *l);
 };
 
-/* What a link reports to its owner (the world). All on the loop thread. */
+/*
+ * What a link reports to its owner (the world). All on the loop thread.
+ * The link runs the handshake itself (WIRE.md): it checks the peer's protocol
+ * version, world size, session, rank range and authentication mode, exchanges
+ * the proofs, and asks the owner only what the owner knows.
+ */
 struct rk__link_owner_ops {
-	/* HELLO (accepting side) or WELCOME (connecting side) arrived, already
-	 * decoded and validated as a payload; return 0 to accept, or an error
-	 * that is sent back as ERROR before the link closes. */
-	int (*handshake)(struct rk_link *l, const struct rk_wire_hdr *h,
-			 const struct rk_wire_hello *hello);
+	/* The peer's HELLO (accepting side) or WELCOME (connecting side) passed
+	 * the link's checks: may this rank join? (No proof has been checked yet:
+	 * decide nothing lasting.) Return 0, or an error sent back as ERROR. */
+	int (*check)(struct rk_link *l, const struct rk_wire_hello *hello);
+	/* The handshake completed, the peer's proof included when a secret is
+	 * used: the link is up. Return 0 to take it, or an error sent back. */
+	int (*handshake)(struct rk_link *l);
 	/* a frame for the application, or an ERROR frame */
 	enum rk_activity (*frame)(struct rk_link *l, const struct rk_wire_hdr *h,
 				  const uint8_t *payload);
@@ -263,6 +296,8 @@ enum rk__link_state {
 	RK_LINK_CONNECTING,	/* transport connecting */
 	RK_LINK_ACCEPTED,	/* waiting for HELLO */
 	RK_LINK_HELLO_SENT,	/* waiting for WELCOME */
+	RK_LINK_WELCOMED,	/* connecting side: waiting for the leader's AUTH */
+	RK_LINK_AUTH_WAIT,	/* accepting side: WELCOME and AUTH sent, waiting for AUTH */
 	RK_LINK_UP,
 	RK_LINK_FAILED,		/* draining an ERROR/BYE frame, then closing */
 	RK_LINK_CLOSED,		/* I/O shut down, waiting for ops to end */
@@ -296,6 +331,12 @@ struct rk_link {
 	bool close_after_flush;
 	bool reserved;
 	bool failed_reported;
+	bool accepted;			/* the accepting side (a stranger until it is up) */
+	bool was_up;			/* the handshake completed once */
+	bool authed;			/* the peer proved the secret; key[] is the link's */
+	uint8_t transcript[RK__TRANSCRIPT_LEN];	/* HELLO payload, then WELCOME payload */
+	uint8_t key[RK_WIRE_MAC_LEN];	/* the link's own key (WIRE.md), once authed */
+	char peer_addr[64];		/* "host:port" of the peer, for log lines */
 	struct rk_link_stats stats;
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
@@ -317,6 +358,8 @@ int rk__link_send_raw(struct rk_link *l, unsigned int type, unsigned int flags,
 /* Fail the link with @err: report it to the owner once; if @tell, send the
  * peer an ERROR frame first; then close. Safe to call repeatedly. */
 void rk__link_fail(struct rk_link *l, int err, bool tell);
+/* As rk__link_fail(), with @msg (NULL: rk_strerror(err)) as the ERROR's text. */
+void rk__link_fail_msg(struct rk_link *l, int err, bool tell, const char *msg);
 /* Orderly close: send BYE (if up), flush, then shut down. */
 void rk__link_close(struct rk_link *l, bool bye);
 /* Shut the transport down now (after a linger), skipping unsent frames. */
@@ -329,6 +372,19 @@ static inline void rk__link_op_start(struct rk_link *l)
 void rk__link_op_done(struct rk_link *l);
 /* The transport connected: start the handshake (HELLO) as rank @rank. */
 void rk__link_connected(struct rk_link *l);
+/* A stranger: an accepted link whose handshake has not completed. Its
+ * failures are the owner's to count and log (rate-limited), not the link's. */
+static inline bool rk__link_stranger(const struct rk_link *l)
+{
+	return l->accepted && !l->was_up;
+}
+/* A warning about a link; about a stranger it is only a debug line. */
+#define rk__link_warn(l, ...)							\
+	rk__log(rk__link_stranger(l) ? RK_LOG_DEBUG : RK_LOG_WARN, (l)->rank, __VA_ARGS__)
+/* "host:port" of @ss into @buf (for peer_addr). */
+void rk__sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len);
+/* 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
+bool rk__sockaddr_loopback(const struct sockaddr_storage *ss);
 
 /* ---- the TCP transport (tcp.c) ---- */
 /* Start a multishot accept on a listening socket; @cb gets each new fd. */
@@ -350,25 +406,38 @@ int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
 		    socklen_t *len);
 
-/* ---- the verbs transport (rdma/verbs.c; rdma/rdma.c stubs without verbs) ---- */
-/* This rank's end of a roce:// link. */
-struct rk__verbs_opts {
-	char dev[RK_RDMA_DEV_MAX];
-	int gid;			/* GID index */
-	int port;			/* device port, 1 */
+/* ---- transport classes (transport.c): how a world's links are made, by scheme ---- */
+/*
+ * One class per address scheme (rdma-core's provider pattern): the world looks
+ * the leader address's scheme up here and never names a transport itself. The
+ * leader always listens on TCP (for roce:// that socket is the side channel);
+ * a class turns each accepted socket into a link, and connects a follower's.
+ * A class registers itself from its own module (a constructor), so a new
+ * transport plugs in without touching world.c.
+ */
+struct rk__transport_class {
+	const char *scheme;		/* "tcp", "roce" (at most 7 characters) */
+	/* Once per world, before any link: check this rank's end for address @a
+	 * (a device, a GID index) and keep what its links need in *@ctx. May be
+	 * NULL. Return: 0 or -errno / -RK_ECONFIG, logged by the class. */
+	int (*prepare)(struct rk_loop *loop, const struct rk__addr *a, void **ctx);
+	/* Free what prepare() kept. May be NULL. */
+	void (*release)(void *ctx);
+	/* Follower: connect to @a; the link starts the handshake once connected,
+	 * and a failure to connect comes through oops->failed(). */
+	int (*connect)(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+		       const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
+	/* Leader: a link over the socket @fd accepted on the world's port, in state
+	 * RK_LINK_ACCEPTED. It owns @fd on success only. */
+	int (*from_fd)(struct rk_loop *loop, int fd, void *ctx,
+		       const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
 };
-/* Resolve this rank's device and GID index (RK_RDMA_DEV/RK_RDMA_GID over the
- * address's dev=/gid=) and check that the device opens and has that GID.
- * Loop thread, before any link. Return: 0; -RK_ECONFIG (malformed or missing,
- * logged by name); -ENODEV; -EOPNOTSUPP (built without verbs, logged). */
-int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk__verbs_opts *o);
-/* As rk__tcp_link_from_fd(), for a roce:// link: @fd is the accepted TCP side
- * channel; the QP description is exchanged on it, then frames go over the QP.
- * The link owns @fd on success only. */
-int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_opts *o,
-			   const struct rk__link_owner_ops *oops, void *owner,
-			   struct rk_link **out);
-/* As rk__tcp_connect(), for a roce:// link. */
-int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
-		      const struct rk__verbs_opts *o, const struct rk__link_owner_ops *oops,
-		      void *owner, struct rk_link **out);
+/* Add @c. Return: 0, -EEXIST (its scheme is taken), -ENOSPC. Not thread-safe:
+ * constructors, and tests before any world exists. */
+int rk__transport_register(const struct rk__transport_class *c);
+/* Remove @c again (tests). */
+void rk__transport_unregister(const struct rk__transport_class *c);
+/* The class of @scheme, or NULL. */
+const struct rk__transport_class *rk__transport_find(const char *scheme);
+
+#endif /* RK_RUNTIME_INT_H */

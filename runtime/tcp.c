@@ -12,6 +12,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +85,8 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 		int err = res == 0 ? -ECONNRESET : res;
 
 		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
-			rk__warn(l->rank, "link to rank %d: %s", l->peer,
-				 res == 0 ? "peer closed the connection" : rk_strerror(res));
+			rk__link_warn(l, "link to rank %d (%s): %s", l->peer, l->peer_addr,
+				      res == 0 ? "peer closed the connection" : rk_strerror(res));
 		rk__link_fail(l, err, false);
 	}
 	if (more) {
@@ -134,7 +135,8 @@ static void tcp_send_done(struct rk__op *op, int res, unsigned int flags)
 	t->send_armed = false;
 	if (res < 0) {
 		if (res != -ECANCELED && l->state != RK_LINK_CLOSED)
-			rk__warn(l->rank, "link to rank %d: send: %s", l->peer, rk_strerror(res));
+			rk__link_warn(l, "link to rank %d (%s): send: %s", l->peer, l->peer_addr,
+				      rk_strerror(res));
 		rk__link_fail(l, res, false);
 	} else {
 		rk__link_tx_done(l, (size_t)res);
@@ -238,6 +240,9 @@ int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_own
 	ret = tcp_link_new(loop, fd, oops, owner, state, &t);
 	if (ret)
 		return ret;
+	t->addrlen = sizeof(t->addr);
+	if (getpeername(fd, (struct sockaddr *)&t->addr, &t->addrlen) == 0)
+		rk__sockaddr_str(&t->addr, t->link.peer_addr, sizeof(t->link.peer_addr));
 	set_nodelay(fd);
 	tcp_recv_arm(t);
 	*out = &t->link;
@@ -261,6 +266,41 @@ static void tcp_connect_done(struct rk__op *op, int res, unsigned int flags)
 		rk__link_connected(l);
 	}
 	rk__link_op_done(l);
+}
+
+void rk__sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+	const void *a;
+	unsigned int port;
+
+	if (ss->ss_family == AF_INET) {
+		a = &((const struct sockaddr_in *)ss)->sin_addr;
+		port = ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	} else if (ss->ss_family == AF_INET6) {
+		a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		port = ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	} else {
+		snprintf(buf, len, "?");
+		return;
+	}
+	if (!inet_ntop(ss->ss_family, a, host, sizeof(host)))
+		snprintf(host, sizeof(host), "?");
+	snprintf(buf, len, ss->ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
+}
+
+bool rk__sockaddr_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			return a->s6_addr[12] == 127;
+		return IN6_IS_ADDR_LOOPBACK(a);
+	}
+	return false;
 }
 
 int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
@@ -312,6 +352,7 @@ int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 		}
 		t->addr = ss;
 		t->addrlen = len;
+		rk__sockaddr_str(&ss, t->link.peer_addr, sizeof(t->link.peer_addr));
 	}
 	sqe = rk__loop_sqe(loop);
 	if (!sqe) {
@@ -440,4 +481,33 @@ void rk__tcp_listener_close(struct rk__listener *ls, bool *gone)
 		io_uring_sqe_set_data64(sqe, RK_UDATA_INTERNAL);
 	}
 	shutdown(ls->fd, SHUT_RDWR);
+}
+
+/* ---- the tcp:// class ------------------------------------------------------------- */
+
+static int tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			     const struct rk__link_owner_ops *oops, void *owner,
+			     struct rk_link **out)
+{
+	(void)ctx;
+	return rk__tcp_connect(loop, a, oops, owner, out);
+}
+
+static int tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			     const struct rk__link_owner_ops *oops, void *owner,
+			     struct rk_link **out)
+{
+	(void)ctx;
+	return rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
+}
+
+static const struct rk__transport_class tcp_class = {
+	.scheme = "tcp",
+	.connect = tcp_class_connect,
+	.from_fd = tcp_class_from_fd,
+};
+
+static void __attribute__((constructor)) tcp_class_register(void)
+{
+	rk__transport_register(&tcp_class);
 }

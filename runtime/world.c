@@ -2,11 +2,16 @@
 /*
  * The world: a star of links around the leader (rank 0).
  *
- * The leader listens on cfg.leader and accepts followers; an accepted socket
- * must send a valid HELLO within handshake_timeout or it is dropped, alone
- * (port scanners, stray or mismatched ranks never disturb the others). A
- * follower connects, retrying with backoff until connect_timeout, and sends
- * HELLO; the leader answers WELCOME. Heartbeats flow on idle links; a peer
+ * The leader listens on cfg.leader and accepts followers. Until an accepted
+ * socket has completed the handshake (and, with a secret, proved it holds
+ * it) it is a stranger: it holds no rank, it may send only the handshake,
+ * it must finish within handshake_timeout, at most max_pending strangers are
+ * kept (a new one pushes the oldest out, so strangers never starve a real
+ * rank), and its failure is counted by cause and logged at a bounded rate.
+ * A follower connects, retrying with backoff until connect_timeout, and sends
+ * HELLO; the leader answers WELCOME (and both prove the secret with AUTH).
+ * Links are made by the transport class of the leader address's scheme
+ * (runtime_int.h), so this file names no transport. Heartbeats flow on idle links; a peer
  * silent for peer_timeout is declared dead. When the leader loses a follower
  * it tells every other follower with an ERROR frame naming the rank, so every
  * rank learns of a death within peer_timeout + heartbeat.
@@ -14,13 +19,45 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
 
-#define RK_MAX_PENDING 64	/* accepted sockets that have not said HELLO yet */
+/* Why a stranger was dropped: the counters of struct rk_world_stats. */
+enum refusal {
+	REF_MAGIC,
+	REF_VERSION,
+	REF_FRAME,
+	REF_JOB,
+	REF_RANK,
+	REF_AUTH,
+	REF_TIMEOUT,
+	REF_EVICTED,
+	REF_CLOSED,
+	REF_OTHER,
+	REF__COUNT,
+};
+
+static const char *const refusal_names[] = {
+	[REF_MAGIC] = "not rankrt",
+	[REF_VERSION] = "version",
+	[REF_FRAME] = "bad frame",
+	[REF_JOB] = "another job",
+	[REF_RANK] = "rank",
+	[REF_AUTH] = "auth",
+	[REF_TIMEOUT] = "timeout",
+	[REF_EVICTED] = "evicted",
+	[REF_CLOSED] = "closed",
+	[REF_OTHER] = "other",
+};
+_Static_assert(ARRAY_SIZE(refusal_names) == REF__COUNT, "every refusal needs a name");
+
+/* The error a stranger is evicted with (never sent: it is not told). */
+#define ERR_EVICTED (-ECONNABORTED)
 
 struct rk_world {
 	struct rk_loop *loop;
@@ -28,8 +65,8 @@ struct rk_world {
 	void *arg;
 	int rank, size;
 	struct rk__addr addr;
-	bool roce;			/* links are verbs QPs behind a TCP side channel */
-	struct rk__verbs_opts vopts;	/* this rank's device end of them */
+	const struct rk__transport_class *tc;	/* the leader address's scheme */
+	void *tctx;			/* what its prepare() kept */
 	struct rk_link **links;		/* [size]: links that are up */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
@@ -45,6 +82,11 @@ struct rk_world {
 	bool ready;
 	bool destroying;
 	int failed;
+	struct rk_world_stats stats;
+	/* refusals: the first of an interval is logged, the rest summed */
+	uint64_t log_at;		/* when the interval began */
+	uint64_t folded[REF__COUNT];	/* refusals since then, not logged */
+	uint64_t nr_folded;
 };
 
 static void pending_remove(struct rk_world *w, struct rk_link *l)
@@ -85,45 +127,154 @@ static void report_peer(struct rk_world *w, int rank, int err)
 		w->ops->peer_error(w, rank, err, w->arg);
 }
 
+/* ---- strangers: counted by cause, logged at a bounded rate ----------------------- */
+
+static enum refusal refusal_of(int err)
+{
+	switch (err) {
+	case -RK_EMAGIC:
+	case -RK_EHDRCRC:
+		return REF_MAGIC;
+	case -RK_EVERSION:
+	case -RK_EPROTOVER:
+		return REF_VERSION;
+	case -RK_ETYPE:
+	case -RK_EFLAGS:
+	case -RK_ERESERVED:
+	case -RK_ETOOBIG:
+	case -RK_EPAYCRC:
+	case -RK_ESHORT:
+	case -RK_ETRAILING:
+	case -RK_EFIELD:
+	case -RK_EHANDSHAKE:
+	case -RK_ESEQ:
+		return REF_FRAME;
+	case -RK_EWORLD:
+	case -RK_ESESSION:
+		return REF_JOB;
+	case -RK_ERANK:
+		return REF_RANK;
+	case -RK_EAUTH:
+		return REF_AUTH;
+	case -RK_ETIMEOUT:
+		return REF_TIMEOUT;
+	case ERR_EVICTED:
+		return REF_EVICTED;
+	case -ECONNRESET:
+	case -EPIPE:
+	case -ECANCELED:
+		return REF_CLOSED;
+	default:
+		return REF_OTHER;
+	}
+}
+
+static uint64_t *refusal_counter(struct rk_world_stats *st, enum refusal r)
+{
+	switch (r) {
+	case REF_MAGIC:
+		return &st->refused_magic;
+	case REF_VERSION:
+		return &st->refused_version;
+	case REF_FRAME:
+		return &st->refused_frame;
+	case REF_JOB:
+		return &st->refused_job;
+	case REF_RANK:
+		return &st->refused_rank;
+	case REF_AUTH:
+		return &st->refused_auth;
+	case REF_TIMEOUT:
+		return &st->refused_timeout;
+	case REF_EVICTED:
+		return &st->refused_evicted;
+	case REF_CLOSED:
+		return &st->refused_closed;
+	default:
+		return &st->refused_other;
+	}
+}
+
+/* One summary line for the refusals folded since the interval began. */
+static void refusals_flush(struct rk_world *w, uint64_t now)
+{
+	char buf[512];
+	size_t n = 0;
+	int i;
+
+	if (!w->nr_folded)
+		return;
+	for (i = 0; i < REF__COUNT && n < sizeof(buf); i++)
+		if (w->folded[i])
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s %llu", n ? ", " : "",
+					      refusal_names[i], (unsigned long long)w->folded[i]);
+	rk__warn(w->rank, "refused %llu more connections in the last %llu ms: %s",
+		 (unsigned long long)w->nr_folded,
+		 (unsigned long long)((now - w->log_at) / 1000000), buf);
+	memset(w->folded, 0, sizeof(w->folded));
+	w->nr_folded = 0;
+	w->log_at = now;
+}
+
+/*
+ * A stranger was dropped: count it; log it when it is the first of an
+ * interval, else fold it into the interval's summary (hb_timer_cb prints it),
+ * so a flood costs one line per RK_REFUSED_LOG_MS, however fast it comes.
+ */
+static void refused(struct rk_world *w, struct rk_link *l, int err)
+{
+	const struct rk_config *cfg = rk_loop_config(w->loop);
+	enum refusal r = refusal_of(err);
+	uint64_t now = rk_loop_now(w->loop);
+
+	(*refusal_counter(&w->stats, r))++;
+	if (w->destroying)
+		return;
+	if (w->log_at && now - w->log_at < cfg->refused_log_ns) {
+		w->folded[r]++;
+		w->nr_folded++;
+		w->stats.log_suppressed++;
+		return;
+	}
+	w->log_at = now;
+	rk__warn(w->rank, "refused a connection from %s before its handshake: %s (%s)%s",
+		 l->peer_addr[0] ? l->peer_addr : "?", refusal_names[r], rk_errname(err),
+		 r == REF_AUTH ? ": it did not prove the job's secret" : "");
+}
+
 /* ---- link owner callbacks ------------------------------------------------------ */
 
-static int world_handshake(struct rk_link *l, const struct rk_wire_hdr *h,
-			   const struct rk_wire_hello *hello)
+/* The peer's HELLO or WELCOME passed the link's checks: may it join? */
+static int world_check(struct rk_link *l, const struct rk_wire_hello *hello)
 {
 	struct rk_world *w = l->owner;
-	const struct rk_config *cfg = rk_loop_config(w->loop);
-	struct rk_wire_hello me = {
-		.proto_version = RK_WIRE_VERSION,
-		.world_size = (uint32_t)w->size,
-		.rank = (uint32_t)w->rank,
-		.session_id = cfg->session_id,
-	};
-	uint8_t buf[RK_WIRE_HELLO_LEN];
-	int n, r = (int)hello->rank;
+	int r = (int)hello->rank;
 
-	(void)h;
-	if (hello->proto_version != RK_WIRE_VERSION)
-		return -RK_EPROTOVER;
-	if (hello->world_size != (uint32_t)w->size)
-		return -RK_EWORLD;
-	if (hello->session_id != cfg->session_id)
-		return -RK_ESESSION;
+	if (w->rank == 0)
+		return r <= 0 || r >= w->size || w->links[r] ? -RK_ERANK : 0;
+	return r != 0 ? -RK_ERANK : 0;
+}
+
+/* The handshake completed (the peer proved the secret, where one is set). */
+static int world_handshake(struct rk_link *l)
+{
+	struct rk_world *w = l->owner;
+	int r = l->peer;
+
 	if (w->rank == 0) {
+		/* another link may have taken the rank while this one proved itself */
 		if (r <= 0 || r >= w->size || w->links[r])
 			return -RK_ERANK;
-		n = rk_wire_encode_hello(buf, sizeof(buf), &me);
-		if (n < 0 || rk__link_send_raw(l, RK_FRAME_WELCOME, 0, buf, (uint32_t)n) < 0)
-			return -ENOMEM;
 		pending_remove(w, l);
 		w->links[r] = l;
 		w->nr_up++;
-		rk__info(w->rank, "rank %d joined (%d/%d)", r, w->nr_up + 1, w->size);
+		w->stats.joined++;
+		rk__info(w->rank, "rank %d joined from %s (%d/%d)%s", r, l->peer_addr,
+			 w->nr_up + 1, w->size, l->authed ? ", authenticated" : "");
 		if (w->nr_up == w->size - 1)
 			world_set_ready(w);
 		return 0;
 	}
-	if (r != 0)
-		return -RK_ERANK;
 	w->connecting = NULL;
 	w->links[0] = l;
 	w->nr_up = 1;
@@ -140,9 +291,10 @@ static enum rk_activity world_frame(struct rk_link *l, const struct rk_wire_hdr 
 		struct rk_wire_error e;
 
 		rk_wire_decode_error(payload, h->len, &e);
-		if (e.rank != RK_WIRE_RANK_NONE && (int)e.rank != l->peer &&
-		    (int)e.rank < w->size) {
-			/* the leader reports another rank's failure */
+		/* Only the leader speaks of other ranks, and only of real ones: a
+		 * rank this world does not have (0xfffffffe) is the link's own error. */
+		if (w->rank != 0 && l->peer == 0 && e.rank != RK_WIRE_RANK_NONE &&
+		    e.rank < (uint32_t)w->size && e.rank != 0 && e.rank != (uint32_t)w->rank) {
 			report_peer(w, (int)e.rank, e.code < 0 ? e.code : -RK_EPEERERR);
 			return RK_BUSY;
 		}
@@ -218,8 +370,8 @@ static void world_link_failed(struct rk_link *l, int err)
 		return;
 	}
 	/* an accepted socket that never completed the handshake: drop it alone */
-	rk__info(w->rank, "dropped a connection before its handshake: %s", rk_strerror(err));
 	pending_remove(w, l);
+	refused(w, l, err);
 }
 
 static void world_link_closed(struct rk_link *l)
@@ -251,6 +403,7 @@ static void live_add(struct rk_world *w, struct rk_link *l)
 }
 
 static const struct rk__link_owner_ops world_link_ops = {
+	.check = world_check,
 	.handshake = world_handshake,
 	.frame = world_frame,
 	.failed = world_link_failed,
@@ -259,25 +412,59 @@ static const struct rk__link_owner_ops world_link_ops = {
 
 /* ---- leader: accept ---------------------------------------------------------------- */
 
+/* The stranger to drop for a new one: the oldest that has not sent a valid
+ * HELLO yet, or failing that the oldest. */
+static struct rk_link *pending_victim(struct rk_world *w)
+{
+	struct rk_link *l, *old = NULL, *old_quiet = NULL;
+
+	for (l = w->pending; l; l = l->next) {
+		if (l->state >= RK_LINK_FAILED)
+			continue;
+		if (!old || l->created <= old->created)
+			old = l;
+		if (l->state == RK_LINK_ACCEPTED && (!old_quiet || l->created <= old_quiet->created))
+			old_quiet = l;
+	}
+	return old_quiet ? old_quiet : old;
+}
+
 static void world_accept(struct rk__listener *ls, int fd)
 {
 	struct rk_world *w = rk__listener_arg(ls);
+	unsigned int max = rk_loop_config(w->loop)->max_pending;
 	struct rk_link *l;
+	int ret;
 
-	if (w->destroying || w->nr_pending >= RK_MAX_PENDING) {
-		rk__warn(w->rank, "refusing a connection: %u handshakes pending", w->nr_pending);
+	if (w->destroying) {
 		close(fd);
 		return;
 	}
-	if (w->roce ? rk__verbs_link_from_fd(w->loop, fd, &w->vopts, &world_link_ops, w, &l) :
-		      rk__tcp_link_from_fd(w->loop, fd, &world_link_ops, w, RK_LINK_ACCEPTED, &l)) {
+	w->stats.accepted++;
+	while (w->nr_pending >= max) {
+		l = pending_victim(w);
+		if (!l)
+			break;
+		pending_remove(w, l);
+		rk__link_fail(l, ERR_EVICTED, false);
+	}
+	if (w->nr_pending >= max) {
+		close(fd);	/* every pending one is already closing */
+		(*refusal_counter(&w->stats, REF_EVICTED))++;
+		return;
+	}
+	ret = w->tc->from_fd(w->loop, fd, w->tctx, &world_link_ops, w, &l);
+	if (ret) {
 		close(fd);
+		(*refusal_counter(&w->stats, REF_OTHER))++;
 		return;
 	}
 	live_add(w, l);
 	l->next = w->pending;
 	w->pending = l;
 	w->nr_pending++;
+	if (w->nr_pending > w->stats.pending_max)
+		w->stats.pending_max = w->nr_pending;
 }
 
 /* ---- follower: connect ------------------------------------------------------------- */
@@ -287,10 +474,7 @@ static void world_retry_connect(struct rk_world *w)
 	struct rk_link *l;
 	int ret;
 
-	if (w->roce)
-		ret = rk__verbs_connect(w->loop, &w->addr, &w->vopts, &world_link_ops, w, &l);
-	else
-		ret = rk__tcp_connect(w->loop, &w->addr, &world_link_ops, w, &l);
+	ret = w->tc->connect(w->loop, &w->addr, w->tctx, &world_link_ops, w, &l);
 	if (ret) {
 		report_peer(w, 0, ret);
 		return;
@@ -342,6 +526,8 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 		if (now - l->created >= cfg->handshake_timeout_ns)
 			rk__link_fail(l, -RK_ETIMEOUT, false);
 	}
+	if (w->nr_folded && now - w->log_at >= cfg->refused_log_ns)
+		refusals_flush(w, now);
 	if (!w->ready && !w->failed && now >= w->deadline) {
 		rk__err(w->rank, "world not ready after %llu ms (%d of %d ranks)",
 			(unsigned long long)(cfg->connect_timeout_ns / 1000000), w->nr_up + 1,
@@ -352,6 +538,48 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 }
 
 /* ---- public ------------------------------------------------------------------------ */
+
+/*
+ * Safe by default: a world of several ranks authenticates with the job's
+ * secret, or lives on loopback, or says RK_AUTH=off out loud.
+ */
+static int world_auth_policy(struct rk_world *w, const struct rk_config *cfg)
+{
+	static atomic_bool warned_off;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int ret;
+
+	if (cfg->secret_len) {
+		if (rk__auth_available())
+			return 0;
+		rk__err(w->rank, "world: a secret is set, but rankrt was built without OpenSSL "
+			"and cannot authenticate (configure --with-openssl)");
+		return -EOPNOTSUPP;
+	}
+	if (cfg->auth == RK_AUTH_ON) {
+		rk__err(w->rank, "world: RK_AUTH=on, but no secret: set RK_SECRET_FILE to the "
+			"job's secret file");
+		return -RK_ENOSECRET;
+	}
+	if (cfg->auth == RK_AUTH_OFF) {
+		if (!atomic_exchange(&warned_off, true))
+			rk__warn(w->rank, "world: RK_AUTH=off: any process that reaches %s:%u can "
+				 "join this job as a rank", w->addr.host, w->addr.port);
+		return 0;
+	}
+	ret = rk__tcp_resolve(&w->addr, w->rank == 0, &ss, &len);
+	if (ret)
+		return ret;
+	if (rk__sockaddr_loopback(&ss))
+		return 0;
+	rk__err(w->rank, "world: %s:%u is not a loopback address and no secret is set, so "
+		"anyone who reaches it could join the job. Set RK_SECRET_FILE to a file (chmod "
+		"600) holding the job's secret, the same on every rank (make one with: openssl "
+		"rand -hex 32), or set RK_AUTH=off to run without authentication",
+		w->addr.host, w->addr.port);
+	return -RK_ENOSECRET;
+}
 
 int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *arg,
 		    struct rk_world **out)
@@ -390,33 +618,32 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 			goto err_free_links;
 		}
 		ret = rk__addr_parse(cfg->leader, &w->addr);
+		if (ret) {
+			rk__err(w->rank, "world: RK_LEADER='%.64s' is not an address this build "
+				"takes", cfg->leader);
+			goto err_free_links;
+		}
+		w->tc = rk__transport_find(w->addr.scheme);
+		ret = world_auth_policy(w, cfg);
 		if (ret)
 			goto err_free_links;
-		if (!strcmp(w->addr.scheme, "roce")) {
-			/* the TCP address is the side channel; the device is checked
-			 * here, once, so a wrong one fails at start, by name */
-			w->roce = true;
-			ret = rk__verbs_prepare(loop, &w->addr, &w->vopts);
+		if (w->tc->prepare) {
+			ret = w->tc->prepare(loop, &w->addr, &w->tctx);
 			if (ret)
 				goto err_free_links;
-		} else if (strcmp(w->addr.scheme, "tcp") != 0) {
-			rk__err(w->rank, "world: transport '%s' is not available in this build",
-				w->addr.scheme);
-			ret = -EOPNOTSUPP;
-			goto err_free_links;
 		}
 		if (w->rank == 0) {
 			ret = rk__tcp_listen(loop, &w->addr, world_accept, w, &w->ls);
 			if (ret) {
 				rk__err(0, "world: cannot listen on %s: %s", cfg->leader,
 					rk_strerror(ret));
-				goto err_free_links;
+				goto err_release;
 			}
 		} else {
 			world_retry_connect(w);
 			if (w->failed) {
 				ret = w->failed;
-				goto err_free_links;
+				goto err_release;
 			}
 		}
 	}
@@ -430,6 +657,9 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 	*out = w;
 	return 0;
 
+err_release:
+	if (w->tc->release)
+		w->tc->release(w->tctx);
 err_free_links:
 	free(w->links);
 err_free:
@@ -504,6 +734,12 @@ int rk_world_failed(const struct rk_world *w)
 	return w->failed;
 }
 
+void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
+{
+	*out = w->stats;
+	out->pending = w->nr_pending;
+}
+
 int rk_world_port(const struct rk_world *w)
 {
 	return w->ls ? rk__tcp_listener_port(w->ls) : -ENOTCONN;
@@ -557,6 +793,8 @@ int rk_world_destroy(struct rk_world *w)
 	}
 	rk_timer_stop(&linger);
 	rk__loop_unref(w->loop);
+	if (w->tc && w->tc->release)
+		w->tc->release(w->tctx);
 	free(w->links);
 	free(w);
 	return 0;

@@ -9,6 +9,8 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,11 +170,15 @@ START_TEST(test_print_defaults)
 		"RK_HEARTBEAT_MS=500\n"
 		"RK_PEER_TIMEOUT_MS=5000\n"
 		"RK_CONNECT_TIMEOUT_MS=30000\n"
-		"RK_HANDSHAKE_MS=5000\n"
+		"RK_HANDSHAKE_MS=2000\n"
 		"RK_LOG=warn\n"
 		"RK_SIGNALS=0\n"
 		"# RK_RDMA_DEV unset\n"
-		"# RK_RDMA_GID unset\n";
+		"# RK_RDMA_GID unset\n"
+		"RK_AUTH=auto\n"
+		"# RK_SECRET_FILE unset\n"
+		"RK_MAX_PENDING=64\n"
+		"RK_REFUSED_LOG_MS=10000\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);
 
@@ -209,6 +215,8 @@ START_TEST(test_print_roundtrip)
 	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *eq = strchr(line, '=');
 
+		if (!strcmp(line, "# RK_SECRET_FILE unset"))
+			continue;	/* a secret is never printed, so it cannot round-trip */
 		ck_assert_msg(eq && line[0] != '#', "line '%s'", line);
 		*eq = '\0';
 		ck_assert_msg(rk_config_set(&b, line, eq + 1, err, sizeof(err)) == 0, "%s", err);
@@ -546,7 +554,8 @@ START_TEST(test_env_unknown)
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(!strncmp(err, "unknown variable RK_SPINUS (known: RK_RANK ", 43), "%s",
 		      err);
-	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_RDMA_GID)"), "%s", err);
+	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_REFUSED_LOG_MS)"), "%s",
+		      err);
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);	/* nothing applied */
 
 	/* short names are for rk_config_set() only; RK_ alone is unknown too */
@@ -1160,6 +1169,210 @@ START_TEST(test_log_handler_reset)
 }
 END_TEST
 
+/* ---- the secret, RK_AUTH, and the bounds between knobs ---------------------- */
+
+#define KEY64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* A file of @len bytes of @fill (and a newline if @nl) with @mode; its path in @path. */
+static void key_file(char *path, size_t cap, mode_t mode, size_t len, char fill, bool nl)
+{
+	char *buf = malloc(len + 1);
+	int fd;
+
+	ck_assert_ptr_nonnull(buf);
+	memset(buf, fill, len);
+	buf[len] = '\n';
+	snprintf(path, cap, "/tmp/check_config-key-%d-XXXXXX", (int)getpid());
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, buf, len + nl), (ssize_t)(len + nl));
+	ck_assert_int_eq(fchmod(fd, mode), 0);
+	close(fd);
+	free(buf);
+}
+
+START_TEST(test_secret_file_good)
+{
+	struct rk_config c = defaults();
+	char path[128], err[512] = "", *out;
+
+	key_file(path, sizeof(path), 0600, 64, 'k', true);
+	ck_assert_msg(rk_config_set(&c, "RK_SECRET_FILE", path, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.secret_len, 64);	/* the newline is not the key's */
+	ck_assert_int_eq(c.secret[0], 'k');
+	ck_assert_int_eq(c.secret[63], 'k');
+	out = print_cfg(&c);
+	ck_assert_msg(has_line(out, "# RK_SECRET_FILE: a secret of 64 bytes is set"), "%s", out);
+	ck_assert_ptr_null(strstr(out, "kkkk"));	/* never a byte of it */
+	ck_assert_ptr_null(strstr(out, path));
+	free(out);
+	unlink(path);
+
+	/* 0400 is fine too, and the short name; exactly RK_SECRET_MIN bytes, no newline */
+	key_file(path, sizeof(path), 0400, RK_SECRET_MIN, 'x', false);
+	ck_assert_int_eq(rk_config_set(&c, "secret_file", path, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.secret_len, RK_SECRET_MIN);
+	unlink(path);
+
+	/* the environment reads it too */
+	key_file(path, sizeof(path), 0600, RK_SECRET_MAX, 'y', true);
+	setenv("RK_SECRET_FILE", path, 1);
+	c = defaults();
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(c.secret_len, RK_SECRET_MAX);
+	unlink(path);
+}
+END_TEST
+
+static const struct bad_key {
+	const char *name;
+	mode_t mode;
+	size_t len;
+	const char *want;	/* in the message */
+} bad_keys[] = {
+	{ "group-readable", 0640, 64, "mode 0640 lets group or others" },
+	{ "world-readable", 0604, 64, "mode 0604 lets group or others" },
+	{ "group-writable", 0620, 64, "mode 0620 lets group or others" },
+	{ "too short", 0600, RK_SECRET_MIN - 1, "holds 31 bytes, a secret needs at least 32" },
+	{ "empty", 0600, 0, "holds 0 bytes" },
+	{ "too long", 0600, RK_SECRET_MAX + 1, "longer than 512 bytes" },
+};
+
+START_TEST(test_secret_file_bad)
+{
+	const struct bad_key *b = &bad_keys[_i];
+	struct rk_config c = defaults(), d = defaults();
+	char path[128], err[512] = "";
+
+	key_file(path, sizeof(path), b->mode, b->len, 'S', true);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", path, err, sizeof(err)),
+			 -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_SECRET_FILE='", 16) && strstr(err, path) &&
+		      strstr(err, b->want), "%s: %s", b->name, err);
+	ck_assert_ptr_null(strstr(err, "SSSS"));
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+
+	/* from the environment: refused by name, nothing applied */
+	setenv("RK_SECRET_FILE", path, 1);
+	setenv("RK_SPIN_US", "7", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_SECRET_FILE") && strstr(err, b->want), "%s", err);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_secret_file_missing)
+{
+	struct rk_config c = defaults();
+	char err[512] = "";
+
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", "/nonexistent/rk-key", err,
+				       sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "'/nonexistent/rk-key': cannot open it"), "%s", err);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", "/tmp", err, sizeof(err)),
+			 -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", "", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_int_eq(c.secret_len, 0);
+}
+END_TEST
+
+START_TEST(test_secret_set)
+{
+	struct rk_config c = defaults();
+	char key[RK_SECRET_MAX + 1];
+
+	memset(key, 'z', sizeof(key));
+	ck_assert_int_eq(rk_config_set_secret(&c, key, RK_SECRET_MIN - 1), -RK_ECONFIG);
+	ck_assert_int_eq(rk_config_set_secret(&c, key, RK_SECRET_MAX + 1), -RK_ECONFIG);
+	ck_assert_int_eq(rk_config_set_secret(&c, NULL, 40), -RK_ECONFIG);
+	ck_assert_uint_eq(c.secret_len, 0);
+	ck_assert_int_eq(rk_config_set_secret(&c, key, 40), 0);
+	ck_assert_uint_eq(c.secret_len, 40);
+	ck_assert_int_eq(rk_config_set_secret(&c, NULL, 0), 0);
+	ck_assert_uint_eq(c.secret_len, 0);
+	ck_assert_int_eq(c.secret[0], 0);	/* wiped */
+}
+END_TEST
+
+START_TEST(test_auth_knob)
+{
+	struct rk_config c = defaults();
+	char path[128], err[512] = "";
+
+	ck_assert_int_eq(c.auth, RK_AUTH_AUTO);
+	ck_assert_int_eq(rk_config_set(&c, "RK_AUTH", "on", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.auth, RK_AUTH_ON);
+	ck_assert_int_eq(rk_config_set(&c, "auth", "off", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.auth, RK_AUTH_OFF);
+	ck_assert_int_eq(rk_config_set(&c, "RK_AUTH", "yes", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_AUTH='yes': not one of auto, on, off");
+
+	/* off and a secret contradict each other: refused, naming both */
+	key_file(path, sizeof(path), 0600, 64, 'k', true);
+	setenv("RK_AUTH", "off", 1);
+	setenv("RK_SECRET_FILE", path, 1);
+	c = defaults();
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_AUTH=off") && strstr(err, "RK_SECRET_FILE"), "%s", err);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(test_bounds_between_knobs)
+{
+	struct rk_config c = defaults();
+	char err[512] = "";
+	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	char cpu[32];
+
+	/* a receive pool of 32 GiB: refused by name before anything is allocated */
+	setenv("RK_RX_BUF_COUNT", "32768", 1);
+	setenv("RK_RX_BUF_SIZE", "1048576", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_RX_BUF_COUNT=32768 x RK_RX_BUF_SIZE=1048576") &&
+		      strstr(err, "32768 MiB"), "%s", err);
+	c.rx_buf_count = 32768;
+	c.rx_buf_size = 1u << 20;
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
+	c.rx_buf_count = 1024;		/* 1 GiB: the most a loop may take */
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), 0);
+	unsetenv("RK_RX_BUF_COUNT");
+	unsetenv("RK_RX_BUF_SIZE");
+
+	/* an SQPOLL CPU this machine does not have */
+	c = defaults();
+	snprintf(cpu, sizeof(cpu), "%ld", ncpu);
+	setenv("RK_SQPOLL_CPU", cpu, 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_SQPOLL_CPU=", 14) && strstr(err, "this machine has CPUs"),
+		      "%s", err);
+	snprintf(cpu, sizeof(cpu), "%ld", ncpu - 1);
+	setenv("RK_SQPOLL_CPU", cpu, 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.wait.sqpoll_cpu, ncpu - 1);
+	unsetenv("RK_SQPOLL_CPU");
+
+	/* a hand-filled config is held to the same rules at rk_loop_create() */
+	c = defaults();
+	c.rx_buf_count = 32768;
+	c.rx_buf_size = 1u << 20;
+	{
+		struct rk_loop *loop;
+
+		ck_assert_int_eq(rk_loop_create(&c, &loop), -RK_ECONFIG);
+	}
+	c = defaults();
+	c.secret_len = 5;
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
+	c = defaults();
+	c.max_pending = 0;
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_MAX_PENDING=0: a leader must admit at least one connection");
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------- */
 
 static TCase *tcase(Suite *s, const char *name)
@@ -1200,6 +1413,15 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_env_bad_value);
 	tcase_add_test(tc, test_env_cross_heartbeat);
 	tcase_add_test(tc, test_env_cross_rank);
+
+	tc = tcase(s, "secret");
+	tcase_add_checked_fixture(tc, env_setup, env_teardown);
+	tcase_add_test(tc, test_secret_file_good);
+	tcase_add_loop_test(tc, test_secret_file_bad, 0, ARRAY_SIZE(bad_keys));
+	tcase_add_test(tc, test_secret_file_missing);
+	tcase_add_test(tc, test_secret_set);
+	tcase_add_test(tc, test_auth_knob);
+	tcase_add_test(tc, test_bounds_between_knobs);
 
 	tc = tcase(s, "launcher");
 	tcase_add_checked_fixture(tc, env_setup, env_teardown);

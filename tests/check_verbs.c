@@ -36,6 +36,7 @@
 #include "rk_rdma.h"
 
 #define TIMEOUT_S 240
+#define SECRET "check_verbs: the pair's test secret, 32+ bytes"
 
 enum { TAG_DATA = 1, TAG_DONE, TAG_ACK };
 
@@ -204,6 +205,11 @@ static void node_config(struct node *n, struct rk_config *c)
 	c->peer_timeout_ns = 20000000000ull; /* TCG guests stall: only real failures */
 	c->heartbeat_ns = 1000000000ull;
 	c->log_level = g_verbose ? RK_LOG_DEBUG : RK_LOG_WARN;
+	/* the guests' addresses are not loopback: authenticate, as such worlds must */
+	if (rk__auth_available())
+		ck_assert_int_eq(rk_config_set_secret(c, SECRET, sizeof(SECRET) - 1), 0);
+	else
+		c->auth = RK_AUTH_OFF;
 }
 
 static int node_start(struct node *n)

@@ -16,6 +16,7 @@
 
 #include "rk_wire.h"
 #include "wire_int.h"
+#include "runtime_int.h"	/* the handshake's HMAC (runtime/auth.c) */
 
 #define TIMEOUT_S	60
 #define BUF_LEN		4096
@@ -73,23 +74,73 @@ static void fix_hdr_crc(uint8_t *f)
 	rk__le32_store(f + 28, crc32c_ref(0, f, 28));
 }
 
+static void pattern_bytes(uint8_t *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 37 + 11);
+}
+
 /* ---- golden vectors (WIRE.md) -------------------------------------------- */
 
 /* HEARTBEAT with RK_FRAME_F_REPLY from rank 1, seq 5, time_ns 0x0102030405060708. */
 static const uint8_t golden_heartbeat[] = {
-	0x52, 0x4b, 0x52, 0x54, 0x01, 0x02, 0x01, 0x00,	/* "RKRT", v1, HEARTBEAT, REPLY */
+	0x52, 0x4b, 0x52, 0x54, 0x02, 0x02, 0x01, 0x00,	/* "RKRT", v2, HEARTBEAT, REPLY */
 	0x01, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00,	/* src_rank 1, len 8 */
 	0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* seq 5 */
-	0x1c, 0x02, 0xf9, 0x26, 0xff, 0xa4, 0xe2, 0xe8,	/* payload CRC, header CRC */
+	0x1c, 0x02, 0xf9, 0x26, 0x9c, 0x95, 0xde, 0x23,	/* payload CRC, header CRC */
 	0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,	/* time_ns */
 };
 
-/* HELLO: proto 1, world 4, rank 2, session 0x1122334455667788, caps VERBS|NCCL. */
+/* HELLO: proto 2, world 4, rank 2, auth HMAC, session 0x1122334455667788, caps
+ * VERBS|NCCL, nonce 00 01 .. 1f. */
 static const uint8_t golden_hello[] = {
-	0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00,
-	0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x02, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00,	/* proto 2, world 4 */
+	0x02, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,	/* rank 2, auth 1 */
+	0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,	/* session */
+	0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* caps */
+	0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,	/* nonce */
+	0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+	0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
+	0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+};
+
+/* The leader's WELCOME to it: rank 0, caps 0, nonce 20 21 .. 3f. */
+static const uint8_t golden_welcome[] = {
+	0x02, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
 	0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
-	0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+	0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27,
+	0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f,
+	0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37,
+	0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x3e, 0x3f,
+};
+
+/*
+ * With the key "rankrt-test-key-0123456789abcdef" (32 ASCII bytes), the AUTH
+ * payloads and the link key of that handshake: HMAC-SHA256(key, label ||
+ * golden_hello || golden_welcome), computed with Python's hmac module.
+ */
+static const char golden_key[] = "rankrt-test-key-0123456789abcdef";
+static const uint8_t golden_leader_proof[] = {	/* "rankrt v2 leader proof" */
+	0x36, 0x45, 0x3a, 0x8e, 0xac, 0xac, 0x43, 0x59,
+	0x19, 0xfd, 0xa5, 0x06, 0x42, 0x6c, 0x09, 0x25,
+	0xf1, 0x69, 0x5f, 0xa6, 0x4e, 0x76, 0xdc, 0xc3,
+	0x6e, 0x37, 0xb1, 0x6f, 0x98, 0x0a, 0x36, 0x22,
+};
+static const uint8_t golden_follower_proof[] = {	/* "rankrt v2 follower proof" */
+	0x18, 0xb9, 0x6e, 0x7f, 0xad, 0xbf, 0xb0, 0x7c,
+	0x26, 0xdf, 0x6b, 0x38, 0x9a, 0x25, 0x3d, 0x81,
+	0x0a, 0x5d, 0x43, 0x57, 0x4a, 0x62, 0xd4, 0xe6,
+	0x9e, 0xef, 0xe4, 0x4d, 0x73, 0xb1, 0x9e, 0xf3,
+};
+static const uint8_t golden_link_key[] = {	/* "rankrt v2 link key" */
+	0x42, 0xb8, 0xeb, 0x63, 0xa4, 0x9d, 0x35, 0x64,
+	0x51, 0x0e, 0x81, 0xb9, 0x79, 0x25, 0x00, 0xe9,
+	0xb6, 0x6f, 0xaa, 0x8f, 0x46, 0x68, 0x49, 0xc0,
+	0xec, 0x2e, 0x7c, 0xbe, 0x01, 0xcc, 0xaa, 0x7d,
 };
 
 /* ROUND 7, two streams: stream 100 decodes one token and verifies two drafts,
@@ -130,12 +181,6 @@ static const uint8_t golden_error[] = {
 /* A valid payload of each type, the base of the crafted frames. */
 static size_t sample_payload(unsigned int type, uint8_t *p)
 {
-	static const uint8_t welcome[] = {
-		0x01, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00,
-		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
-		0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-	};
 	static const uint8_t done[] = {
 		0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* round_id 7 */
 		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* status 0, reserved */
@@ -152,8 +197,8 @@ static size_t sample_payload(unsigned int type, uint8_t *p)
 		memcpy(p, golden_hello, sizeof(golden_hello));
 		return sizeof(golden_hello);
 	case RK_FRAME_WELCOME:
-		memcpy(p, welcome, sizeof(welcome));
-		return sizeof(welcome);
+		memcpy(p, golden_welcome, sizeof(golden_welcome));
+		return sizeof(golden_welcome);
 	case RK_FRAME_HEARTBEAT:
 		memcpy(p, golden_heartbeat + RK_WIRE_HDR_LEN, 8);
 		return 8;
@@ -176,6 +221,9 @@ static size_t sample_payload(unsigned int type, uint8_t *p)
 	case RK_FRAME_ERROR:
 		memcpy(p, golden_error, sizeof(golden_error));
 		return sizeof(golden_error);
+	case RK_FRAME_AUTH:
+		memcpy(p, golden_leader_proof, sizeof(golden_leader_proof));
+		return sizeof(golden_leader_proof);
 	}
 	ck_abort_msg("no sample for type %u", type);
 	return 0;
@@ -300,6 +348,13 @@ static void assert_canonical(const uint8_t *f, size_t n)
 		len = rk_wire_encode_error(out + RK_WIRE_HDR_LEN, h.len, x.code, x.rank, msg);
 		break;
 	}
+	case RK_FRAME_AUTH: {
+		uint8_t mac[RK_WIRE_MAC_LEN];
+
+		ck_assert_int_eq(rk_wire_decode_auth(p, h.len, mac), 0);
+		len = rk_wire_encode_auth(out + RK_WIRE_HDR_LEN, h.len, mac);
+		break;
+	}
 	default:
 		ck_abort_msg("decoded an unknown type %u", h.type);
 	}
@@ -411,14 +466,14 @@ START_TEST(test_golden_heartbeat)
 	ck_assert_int_eq(rk_wire_decode_hdr(golden_heartbeat, sizeof(golden_heartbeat),
 					    RK_WIRE_MAX_PAYLOAD, &h), 40);
 	ck_assert_uint_eq(h.magic, RK_WIRE_MAGIC);
-	ck_assert_uint_eq(h.version, 1);
+	ck_assert_uint_eq(h.version, 2);
 	ck_assert_uint_eq(h.type, RK_FRAME_HEARTBEAT);
 	ck_assert_uint_eq(h.flags, RK_FRAME_F_REPLY);
 	ck_assert_uint_eq(h.src_rank, 1);
 	ck_assert_uint_eq(h.len, 8);
 	ck_assert_uint_eq(h.seq, 5);
 	ck_assert_uint_eq(h.payload_crc, 0x26f9021cu);
-	ck_assert_uint_eq(h.hdr_crc, 0xe8e2a4ffu);
+	ck_assert_uint_eq(h.hdr_crc, 0x23de959cu);
 	ck_assert_int_eq(rk_wire_check_payload(&h, golden_heartbeat + 32), 0);
 	ck_assert_int_eq(rk_wire_decode_heartbeat(golden_heartbeat + 32, 8, &got), 0);
 	ck_assert_uint_eq(got.time_ns, 0x0102030405060708ull);
@@ -427,20 +482,65 @@ END_TEST
 
 START_TEST(test_golden_hello)
 {
-	const struct rk_wire_hello in = { .proto_version = 1, .world_size = 4, .rank = 2,
-					  .session_id = 0x1122334455667788ull,
-					  .caps = RK_CAP_VERBS | RK_CAP_NCCL };
+	struct rk_wire_hello in = { .proto_version = 2, .world_size = 4, .rank = 2,
+				    .auth = RK_WIRE_AUTH_HMAC,
+				    .session_id = 0x1122334455667788ull,
+				    .caps = RK_CAP_VERBS | RK_CAP_NCCL };
 	struct rk_wire_hello got;
 	uint8_t out[RK_WIRE_HELLO_LEN];
+	unsigned int i;
 
+	for (i = 0; i < RK_WIRE_NONCE_LEN; i++)
+		in.nonce[i] = (uint8_t)i;
 	ck_assert_int_eq(rk_wire_encode_hello(out, sizeof(out), &in), RK_WIRE_HELLO_LEN);
 	ck_assert_mem_eq(out, golden_hello, sizeof(golden_hello));
 	ck_assert_int_eq(rk_wire_decode_hello(golden_hello, sizeof(golden_hello), &got), 0);
-	ck_assert_uint_eq(got.proto_version, 1);
+	ck_assert_uint_eq(got.proto_version, 2);
 	ck_assert_uint_eq(got.world_size, 4);
 	ck_assert_uint_eq(got.rank, 2);
+	ck_assert_uint_eq(got.auth, RK_WIRE_AUTH_HMAC);
 	ck_assert_uint_eq(got.session_id, 0x1122334455667788ull);
 	ck_assert_uint_eq(got.caps, RK_CAP_VERBS | RK_CAP_NCCL);
+	ck_assert_mem_eq(got.nonce, in.nonce, RK_WIRE_NONCE_LEN);
+}
+END_TEST
+
+/* The proofs of WIRE.md's worked example, from the library's HMAC (OpenSSL). */
+START_TEST(test_golden_auth)
+{
+	uint8_t t[RK__TRANSCRIPT_LEN], mac[RK_WIRE_MAC_LEN], f[RK_WIRE_HDR_LEN + RK_WIRE_MAC_LEN];
+	const uint8_t *key = (const uint8_t *)golden_key;
+	size_t klen = strlen(golden_key);
+
+	if (!rk__auth_available()) {
+		ck_assert_int_eq(rk__auth_mac(key, klen, RK__AUTH_LEADER, t, mac), -EOPNOTSUPP);
+		return;
+	}
+	memcpy(t, golden_hello, RK_WIRE_HELLO_LEN);
+	memcpy(t + RK_WIRE_HELLO_LEN, golden_welcome, RK_WIRE_HELLO_LEN);
+	ck_assert_int_eq(rk__auth_mac(key, klen, RK__AUTH_LEADER, t, mac), 0);
+	ck_assert_mem_eq(mac, golden_leader_proof, sizeof(mac));
+	ck_assert_int_eq(rk__auth_mac(key, klen, RK__AUTH_FOLLOWER, t, mac), 0);
+	ck_assert_mem_eq(mac, golden_follower_proof, sizeof(mac));
+	ck_assert_int_eq(rk__auth_mac(key, klen, RK__AUTH_LINK_KEY, t, mac), 0);
+	ck_assert_mem_eq(mac, golden_link_key, sizeof(mac));
+	/* any bit of the transcript or the key changes the proof */
+	t[RK_WIRE_HELLO_LEN + 40] ^= 1;
+	ck_assert_int_eq(rk__auth_mac(key, klen, RK__AUTH_LEADER, t, mac), 0);
+	ck_assert(!rk__auth_equal(mac, golden_leader_proof, sizeof(mac)));
+	t[RK_WIRE_HELLO_LEN + 40] ^= 1;
+	ck_assert_int_eq(rk__auth_mac(key, klen - 1, RK__AUTH_LEADER, t, mac), 0);
+	ck_assert(!rk__auth_equal(mac, golden_leader_proof, sizeof(mac)));
+	/* the AUTH frame: 32 bytes, no flags */
+	ck_assert_int_eq(rk_wire_encode_auth(f + RK_WIRE_HDR_LEN, RK_WIRE_MAC_LEN,
+					     golden_leader_proof), RK_WIRE_MAC_LEN);
+	ck_assert_int_eq(rk_wire_encode_auth(f + RK_WIRE_HDR_LEN, RK_WIRE_MAC_LEN - 1,
+					     golden_leader_proof), -ENOSPC);
+	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_AUTH, 0, 0, 1, f + RK_WIRE_HDR_LEN,
+					    RK_WIRE_MAC_LEN), RK_WIRE_HDR_LEN);
+	ck_assert_int_eq(rk_wire_decode_auth(f + RK_WIRE_HDR_LEN, RK_WIRE_MAC_LEN, mac), 0);
+	ck_assert_mem_eq(mac, golden_leader_proof, sizeof(mac));
+	ck_assert_str_eq(rk_wire_frame_name(RK_FRAME_AUTH), "AUTH");
 }
 END_TEST
 
@@ -516,12 +616,14 @@ START_TEST(test_roundtrip)
 	switch (type) {
 	case RK_FRAME_HELLO:
 	case RK_FRAME_WELCOME: {
-		struct rk_wire_hello a = { 7, 8, 7, 0xfedcba9876543210ull, ~0ull }, b;
+		struct rk_wire_hello a = { 7, 8, 7, RK_WIRE_AUTH_HMAC, 0xfedcba9876543210ull, ~0ull,
+					   { 0xff, 1, 2, 3 } }, b;
 
 		len = rk_wire_encode_hello(p, cap, &a);
 		ck_assert_int_eq(rk_wire_decode_hello(p, (size_t)len, &b), 0);
 		ck_assert(a.proto_version == b.proto_version && a.world_size == b.world_size &&
-			  a.rank == b.rank && a.session_id == b.session_id && a.caps == b.caps);
+			  a.rank == b.rank && a.auth == b.auth && a.session_id == b.session_id &&
+			  a.caps == b.caps && !memcmp(a.nonce, b.nonce, sizeof(a.nonce)));
 		break;
 	}
 	case RK_FRAME_HEARTBEAT: {
@@ -604,6 +706,16 @@ START_TEST(test_roundtrip)
 		len = rk_wire_encode_bye(p, cap, &a);
 		ck_assert_int_eq(rk_wire_decode_bye(p, (size_t)len, &b), 0);
 		ck_assert_uint_eq(b.reason, 2);
+		break;
+	}
+	case RK_FRAME_AUTH: {
+		uint8_t a[RK_WIRE_MAC_LEN], b[RK_WIRE_MAC_LEN];
+
+		pattern_bytes(a, sizeof(a));
+		len = rk_wire_encode_auth(p, cap, a);
+		ck_assert_int_eq(len, RK_WIRE_MAC_LEN);
+		ck_assert_int_eq(rk_wire_decode_auth(p, (size_t)len, b), 0);
+		ck_assert_mem_eq(a, b, sizeof(a));
 		break;
 	}
 	case RK_FRAME_ERROR: {
@@ -798,12 +910,13 @@ static const struct bad_frame bad_frames[] = {
 	{ "header CRC first", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 9), .corrupt = C_HDR_CRC,
 	  .expect = -RK_EHDRCRC },
 	{ "version 0", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 0), .expect = -RK_EVERSION },
-	{ "version 2", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 2), .expect = -RK_EVERSION },
-	{ "version before type", RK_FRAME_HEARTBEAT, .hdr = P(4, 2, 0xff02),
+	{ "version 1", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 1), .expect = -RK_EVERSION },
+	{ "version 3", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 3), .expect = -RK_EVERSION },
+	{ "version before type", RK_FRAME_HEARTBEAT, .hdr = P(4, 2, 0xff03),
 	  .expect = -RK_EVERSION },
-	{ "type 9", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, RK_FRAME__COUNT), .expect = -RK_ETYPE },
+	{ "type 10", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, RK_FRAME__COUNT), .expect = -RK_ETYPE },
 	{ "type 255", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, 255), .expect = -RK_ETYPE },
-	{ "type before flags", RK_FRAME_HEARTBEAT, .hdr = P(5, 3, 0xffff09), .expect = -RK_ETYPE },
+	{ "type before flags", RK_FRAME_HEARTBEAT, .hdr = P(5, 3, 0xffff0a), .expect = -RK_ETYPE },
 
 	/* fixed-size types: exact length */
 	{ "HELLO short", RK_FRAME_HELLO, .len_delta = -1, .expect = -RK_ESHORT },
@@ -817,6 +930,8 @@ static const struct bad_frame bad_frames[] = {
 	{ "ROUND_DONE long", RK_FRAME_ROUND_DONE, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "NCCL_ID short", RK_FRAME_NCCL_ID, .len_delta = -1, .expect = -RK_ESHORT },
 	{ "NCCL_ID long", RK_FRAME_NCCL_ID, .len_delta = 1, .expect = -RK_ETRAILING },
+	{ "AUTH short", RK_FRAME_AUTH, .len_delta = -1, .expect = -RK_ESHORT },
+	{ "AUTH long", RK_FRAME_AUTH, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "BYE short", RK_FRAME_BYE, .len_delta = -1, .expect = -RK_ESHORT },
 	{ "BYE long", RK_FRAME_BYE, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "fixed len 4G", RK_FRAME_BYE, .hdr = P(12, 4, 0xffffffff), .feed = 32,
@@ -834,6 +949,7 @@ static const struct bad_frame bad_frames[] = {
 	/* flags the type does not define */
 	{ "HELLO flag", RK_FRAME_HELLO, .flags = 1, .expect = -RK_EFLAGS },
 	{ "WELCOME flag", RK_FRAME_WELCOME, .flags = 1, .expect = -RK_EFLAGS },
+	{ "AUTH flag", RK_FRAME_AUTH, .flags = 1, .expect = -RK_EFLAGS },
 	{ "HEARTBEAT flag 2", RK_FRAME_HEARTBEAT, .flags = 2, .expect = -RK_EFLAGS },
 	{ "HEARTBEAT flag 0x8000", RK_FRAME_HEARTBEAT, .flags = 0x8001, .expect = -RK_EFLAGS },
 	{ "ROUND flag 4", RK_FRAME_ROUND, .flags = 7, .expect = -RK_EFLAGS },
@@ -955,15 +1071,18 @@ static const struct bad_frame bad_frames[] = {
 	  .expect = -RK_ERESERVED },
 
 	/* HELLO / WELCOME */
-	{ "HELLO rank == world", RK_FRAME_HELLO, .pay = { P(8, 4, 4) }, .expect = -RK_EFIELD },
-	{ "HELLO rank 4G", RK_FRAME_HELLO, .pay = { P(8, 4, 0xffffffff) }, .expect = -RK_EFIELD },
+	/* ranks are the link's to judge (RK_ERANK): any value decodes */
+	{ "HELLO rank == world ok", RK_FRAME_HELLO, .pay = { P(8, 4, 4) }, .expect = 0 },
+	{ "HELLO rank 4G ok", RK_FRAME_HELLO, .pay = { P(8, 4, 0xffffffff) }, .expect = 0 },
+	{ "HELLO auth 2", RK_FRAME_HELLO, .pay = { P(12, 4, 2) }, .expect = -RK_EFIELD },
+	{ "HELLO auth 4G", RK_FRAME_HELLO, .pay = { P(12, 4, 0xffffffff) }, .expect = -RK_EFIELD },
+	{ "HELLO auth none ok", RK_FRAME_HELLO, .pay = { P(12, 4, 0) }, .expect = 0 },
 	{ "HELLO world 0", RK_FRAME_HELLO, .pay = { P(4, 4, 0), P(8, 4, 0) },
 	  .expect = -RK_EFIELD },
-	{ "HELLO reserved", RK_FRAME_HELLO, .pay = { P(12, 4, 1) }, .expect = -RK_ERESERVED },
 	{ "HELLO last rank ok", RK_FRAME_HELLO, .pay = { P(8, 4, 3) }, .expect = 0 },
 	{ "HELLO any version ok", RK_FRAME_HELLO, .pay = { P(0, 4, 99) }, .expect = 0 },
-	{ "WELCOME rank > world", RK_FRAME_WELCOME, .pay = { P(8, 4, 5) }, .expect = -RK_EFIELD },
-	{ "WELCOME reserved", RK_FRAME_WELCOME, .pay = { P(12, 4, 2) }, .expect = -RK_ERESERVED },
+	{ "WELCOME rank > world ok", RK_FRAME_WELCOME, .pay = { P(8, 4, 5) }, .expect = 0 },
+	{ "WELCOME auth 2", RK_FRAME_WELCOME, .pay = { P(12, 4, 2) }, .expect = -RK_EFIELD },
 };
 
 static void apply_patch(uint8_t *p, const struct patch *pt)
@@ -1033,8 +1152,9 @@ END_TEST
 START_TEST(test_payload_alone)
 {
 	static const size_t fixed[RK_FRAME__COUNT] = {
-		[RK_FRAME_HELLO] = 32, [RK_FRAME_WELCOME] = 32, [RK_FRAME_HEARTBEAT] = 8,
+		[RK_FRAME_HELLO] = 64, [RK_FRAME_WELCOME] = 64, [RK_FRAME_HEARTBEAT] = 8,
 		[RK_FRAME_ROUND_DONE] = 24, [RK_FRAME_NCCL_ID] = 128, [RK_FRAME_BYE] = 8,
+		[RK_FRAME_AUTH] = 32,
 	};
 	static const size_t min[RK_FRAME__COUNT] = {
 		[RK_FRAME_ROUND] = 16, [RK_FRAME_USER] = 8, [RK_FRAME_ERROR] = 16,
@@ -1090,7 +1210,8 @@ END_TEST
 
 START_TEST(test_encode_payload_errors)
 {
-	struct rk_wire_hello hello = { 1, 4, 4, 0, 0 };
+	struct rk_wire_hello hello = { .proto_version = 1, .world_size = 4, .rank = 4,
+				       .auth = 2 };
 	struct rk_wire_heartbeat hb = { 1 };
 	struct rk_wire_round_done done = { 1, 1, 1 };
 	struct rk_wire_bye bye = { 3 };
@@ -1102,6 +1223,7 @@ START_TEST(test_encode_payload_errors)
 
 	/* -RK_EFIELD for values the decoder would refuse */
 	ck_assert_int_eq(rk_wire_encode_hello(out, sizeof(out), &hello), -RK_EFIELD);
+	hello.auth = RK_WIRE_AUTH_HMAC;
 	hello.world_size = 0;
 	hello.rank = 0;
 	ck_assert_int_eq(rk_wire_encode_hello(out, sizeof(out), &hello), -RK_EFIELD);
@@ -1150,8 +1272,8 @@ START_TEST(test_encode_payload_errors)
 
 	/* -ENOSPC one byte short, exact fit succeeds */
 	hello.world_size = 1;
-	ck_assert_int_eq(rk_wire_encode_hello(out, 31, &hello), -ENOSPC);
-	ck_assert_int_eq(rk_wire_encode_hello(out, 32, &hello), 32);
+	ck_assert_int_eq(rk_wire_encode_hello(out, 63, &hello), -ENOSPC);
+	ck_assert_int_eq(rk_wire_encode_hello(out, 64, &hello), 64);
 	ck_assert_int_eq(rk_wire_encode_heartbeat(out, 7, &hb), -ENOSPC);
 	ck_assert_int_eq(rk_wire_encode_heartbeat(out, 8, &hb), 8);
 	done.status = 0;
@@ -1220,7 +1342,8 @@ START_TEST(test_garbage)
 			if (r & 1)	/* often an exact fixed size */
 				len = (uint32_t)(r >> 8) % 2 ? 8 : 32;
 			rng_fill(&s, f + 32, len);
-			put_hdr(f, RK_WIRE_MAGIC, r % 16 ? 1 : 2, (uint8_t)(r >> 16) % 10,
+			put_hdr(f, RK_WIRE_MAGIC, r % 16 ? RK_WIRE_VERSION : 1,
+				(uint8_t)(r >> 16) % 11,
 				(r >> 24) % 4 ? 0 : (uint16_t)(r >> 32) & 7, (uint32_t)r,
 				r % 8 ? len : len + 1, r, crc32c_ref(0, f + 32, len));
 			n = 32 + len + (r >> 40) % 3;
@@ -1416,6 +1539,7 @@ static Suite *wire_suite(void)
 	tc = tcase(s, "golden");
 	tcase_add_test(tc, test_golden_heartbeat);
 	tcase_add_test(tc, test_golden_hello);
+	tcase_add_test(tc, test_golden_auth);
 	tcase_add_test(tc, test_golden_round);
 	tcase_add_test(tc, test_golden_error);
 

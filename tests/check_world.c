@@ -39,6 +39,11 @@
 #define TIMEOUT_S	30
 #define MS		1000000ull
 #define SESSION		0x72616e6b72740001ull
+#define SECRET		"check_world: the job's secret, 32+ bytes"
+#define WRONG_SECRET	"check_world: a stranger's guess, 32 bytes"
+
+/* Worlds authenticate whenever this build can (it has OpenSSL): the default. */
+static bool g_auth;
 #define MAX_ERRS	16
 
 enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT, TAG_DIE,
@@ -50,7 +55,7 @@ enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT,
 /* ---- log capture ---------------------------------------------------------------- */
 
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned int g_log_dropped;	/* "dropped a connection before its handshake" */
+static unsigned int g_log_dropped;	/* "refused a connection ... before its handshake" */
 static unsigned int g_log_lines;
 static bool g_log_verbose;
 
@@ -59,7 +64,7 @@ static void log_capture(int level, int rank, const char *msg, void *arg)
 	(void)arg;
 	pthread_mutex_lock(&g_log_lock);
 	g_log_lines++;
-	if (strstr(msg, "dropped a connection"))
+	if (strstr(msg, "refused a connection"))
 		g_log_dropped++;
 	pthread_mutex_unlock(&g_log_lock);
 	if (g_log_verbose)
@@ -237,6 +242,20 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 	c->max_frame = 4u << 20;
 	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
 	c->log_level = RK_LOG_INFO;
+	g_auth = rk__auth_available();
+	if (g_auth)
+		ck_assert_int_eq(rk_config_set_secret(c, SECRET, strlen(SECRET)), 0);
+}
+
+/* Handshake frames each way on a link, and their bytes. */
+static unsigned int hs_frames(void)
+{
+	return g_auth ? 2 : 1;
+}
+
+static uint64_t hs_bytes(void)
+{
+	return RK_WIRE_HDR_LEN + RK_WIRE_HELLO_LEN + (g_auth ? RK_WIRE_HDR_LEN + RK_WIRE_MAC_LEN : 0);
 }
 
 /* A port the kernel just handed out (nothing listens on it once we return). */
@@ -418,7 +437,8 @@ static void put64(uint8_t *p, uint64_t v)
 	put32(p + 4, (uint32_t)(v >> 32));
 }
 
-/* A HELLO/WELCOME payload with any field values (the encoder refuses some). */
+/* A HELLO/WELCOME payload with any field values (the encoder refuses some); no
+ * authentication, a fixed nonce. */
 static void hello_payload(uint8_t out[RK_WIRE_HELLO_LEN], uint32_t proto, uint32_t size,
 			  uint32_t rank, uint64_t session)
 {
@@ -427,6 +447,7 @@ static void hello_payload(uint8_t out[RK_WIRE_HELLO_LEN], uint32_t proto, uint32
 	put32(out + 4, size);
 	put32(out + 8, rank);
 	put64(out + 16, session);
+	memset(out + 32, 0x5a, RK_WIRE_NONCE_LEN);
 }
 
 /* A frame into @out (32 + @len bytes). */
@@ -597,17 +618,44 @@ static void raw_expect_error(struct raw *r, struct node **ns, size_t nn, int cod
 	raw_wait_eof(r, ns, nn, 3000);
 }
 
-/* Join as @rank with a correct HELLO and check the WELCOME. */
-static void raw_join(struct raw *r, struct node **ns, size_t nn, uint32_t rank, uint32_t size)
+/* A HELLO payload as a follower of @size would send it; @auth says whether it
+ * claims to authenticate, @nonce_byte fills its nonce. */
+static void raw_hello(uint8_t out[RK_WIRE_HELLO_LEN], uint32_t rank, uint32_t size, bool auth,
+		      uint8_t nonce_byte)
 {
-	uint8_t hello[RK_WIRE_HELLO_LEN], pl[64];
+	hello_payload(out, RK_WIRE_VERSION, size, rank, SESSION);
+	put32(out + 12, auth ? RK_WIRE_AUTH_HMAC : RK_WIRE_AUTH_NONE);
+	memset(out + 32, nonce_byte, RK_WIRE_NONCE_LEN);
+}
+
+/* The proof of @which over HELLO @hello and WELCOME @welcome, with @key. */
+static void raw_proof(const char *key, enum rk__auth_label which, const uint8_t *hello,
+		      const uint8_t *welcome, uint8_t mac[RK_WIRE_MAC_LEN])
+{
+	uint8_t t[RK__TRANSCRIPT_LEN];
+
+	memcpy(t, hello, RK_WIRE_HELLO_LEN);
+	memcpy(t + RK_WIRE_HELLO_LEN, welcome, RK_WIRE_HELLO_LEN);
+	ck_assert_int_eq(rk__auth_mac((const uint8_t *)key, strlen(key), which, t, mac), 0);
+}
+
+/*
+ * Join as @rank: send HELLO, check the WELCOME (and, when worlds authenticate,
+ * the leader's proof), answer with our proof made with @key. @hello_out and
+ * @auth_out (either may be NULL) receive the frames sent, for replays.
+ */
+static void raw_join_key(struct raw *r, struct node **ns, size_t nn, uint32_t rank, uint32_t size,
+			 const char *key, uint8_t *hello_out, uint8_t *auth_out)
+{
+	uint8_t hello[RK_WIRE_HELLO_LEN], pl[64], welcome[RK_WIRE_HELLO_LEN], mac[RK_WIRE_MAC_LEN];
 	struct rk_wire_hdr h;
 	struct rk_wire_hello wl;
 
-	hello_payload(hello, RK_WIRE_VERSION, size, rank, SESSION);
+	raw_hello(hello, rank, size, g_auth, (uint8_t)(0x40 + rank));
 	raw_send_frame(r, RK_FRAME_HELLO, 0, rank, hello, sizeof(hello));
 	ck_assert_int_eq(raw_next(r, ns, nn, 3000, &h, pl, sizeof(pl)), 1);
-	ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+	ck_assert_msg(h.type == RK_FRAME_WELCOME, "raw: got %s, want WELCOME",
+		      rk_wire_frame_name(h.type));
 	ck_assert_uint_eq(h.seq, 0);
 	ck_assert_uint_eq(h.src_rank, 0);
 	ck_assert_int_eq(rk_wire_decode_hello(pl, h.len, &wl), 0);
@@ -615,6 +663,28 @@ static void raw_join(struct raw *r, struct node **ns, size_t nn, uint32_t rank, 
 	ck_assert_uint_eq(wl.world_size, size);
 	ck_assert_uint_eq(wl.session_id, SESSION);
 	ck_assert_uint_eq(wl.proto_version, RK_WIRE_VERSION);
+	ck_assert_uint_eq(wl.auth, g_auth ? RK_WIRE_AUTH_HMAC : RK_WIRE_AUTH_NONE);
+	memcpy(welcome, pl, sizeof(welcome));
+	if (hello_out)
+		memcpy(hello_out, hello, sizeof(hello));
+	if (!g_auth)
+		return;
+	ck_assert_int_eq(raw_next(r, ns, nn, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_AUTH);
+	ck_assert_uint_eq(h.seq, 1);
+	/* the leader proved the secret: its proof is ours to check too */
+	raw_proof(SECRET, RK__AUTH_LEADER, hello, welcome, mac);
+	ck_assert_mem_eq(pl, mac, sizeof(mac));
+	raw_proof(key, RK__AUTH_FOLLOWER, hello, welcome, mac);
+	raw_send_frame(r, RK_FRAME_AUTH, 0, rank, mac, sizeof(mac));
+	if (auth_out)
+		memcpy(auth_out, mac, sizeof(mac));
+}
+
+/* Join as @rank with the job's secret. */
+static void raw_join(struct raw *r, struct node **ns, size_t nn, uint32_t rank, uint32_t size)
+{
+	raw_join_key(r, ns, nn, rank, size, SECRET, NULL, NULL);
 }
 
 /* ---- 1. two loops in one process ---------------------------------------------------- */
@@ -782,13 +852,13 @@ START_TEST(test_frames_both_ways)
 	/* counters: one handshake frame each way, heartbeats, and ours */
 	rk_link_stats(l0, &ls0);
 	rk_link_stats(l1, &ls1);
-	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, 1 + k0);
-	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, 1 + k1);
-	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, 1 + k1);
-	ck_assert_uint_eq(ls1.rx_frames - ls1.heartbeats_rx, 1 + k0);
-	ck_assert_uint_eq(ls0.rx_bytes - ls0.heartbeats_rx * 40, 64 + app_bytes1);
-	ck_assert_uint_eq(ls1.rx_bytes - ls1.heartbeats_rx * 40, 64 + app_bytes0);
-	ck_assert_uint_eq(ls0.tx_bytes - ls0.heartbeats_tx * 40, 64 + app_bytes0);
+	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, hs_frames() + k0);
+	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, hs_frames() + k1);
+	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, hs_frames() + k1);
+	ck_assert_uint_eq(ls1.rx_frames - ls1.heartbeats_rx, hs_frames() + k0);
+	ck_assert_uint_eq(ls0.rx_bytes - ls0.heartbeats_rx * 40, hs_bytes() + app_bytes1);
+	ck_assert_uint_eq(ls1.rx_bytes - ls1.heartbeats_rx * 40, hs_bytes() + app_bytes0);
+	ck_assert_uint_eq(ls0.tx_bytes - ls0.heartbeats_tx * 40, hs_bytes() + app_bytes0);
 	ck_assert_uint_ge(ls0.tx_flushes, 1);
 	ck_assert_uint_le(ls0.tx_flushes, ls0.tx_frames);
 	ck_assert_uint_ge(ls0.tx_queued_max, app_bytes0);
@@ -1460,18 +1530,19 @@ static const struct garbage {
 	{ .name = "silent (handshake timeout)", .kind = G_SILENT },
 	{ .name = "HTTP GET", .kind = G_HTTP, .want = -RK_EMAGIC },
 	{ .name = "truncated HELLO then EOF", .kind = G_TRUNC },
-	{ "world size", G_HELLO, RK_FRAME_HELLO, 1, 3, 1, 1, SESSION, false, -RK_EWORLD },
-	{ "session id", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION + 1, false, -RK_ESESSION },
-	{ "protocol version", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 1, SESSION, false, -RK_EPROTOVER },
-	{ "duplicate rank", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION, false, -RK_ERANK },
-	{ "the leader's rank", G_HELLO, RK_FRAME_HELLO, 1, 2, 0, 0, SESSION, false, -RK_ERANK },
-	/* rank >= world_size is malformed at the wire level already */
-	{ "rank past the size", G_HELLO, RK_FRAME_HELLO, 1, 2, 7, 7, SESSION, false, -RK_EFIELD },
-	{ "src_rank unlike HELLO's", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 0, SESSION, false,
+	{ "world size", G_HELLO, RK_FRAME_HELLO, 2, 3, 1, 1, SESSION, false, -RK_EWORLD },
+	{ "session id", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 1, SESSION + 1, false, -RK_ESESSION },
+	{ "protocol version", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION, false, -RK_EPROTOVER },
+	{ "duplicate rank", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 1, SESSION, false, -RK_ERANK },
+	{ "the leader's rank", G_HELLO, RK_FRAME_HELLO, 2, 2, 0, 0, SESSION, false, -RK_ERANK },
+	{ "rank of the world size", G_HELLO, RK_FRAME_HELLO, 2, 2, 2, 2, SESSION, false,
 	  -RK_ERANK },
-	{ "WELCOME first", G_HELLO, RK_FRAME_WELCOME, 1, 2, 1, 1, SESSION, false,
+	{ "rank past the size", G_HELLO, RK_FRAME_HELLO, 2, 2, 7, 7, SESSION, false, -RK_ERANK },
+	{ "src_rank unlike HELLO's", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 0, SESSION, false,
+	  -RK_ERANK },
+	{ "WELCOME first", G_HELLO, RK_FRAME_WELCOME, 2, 2, 1, 1, SESSION, false,
 	  -RK_EHANDSHAKE },
-	{ "HELLO payload CRC", G_HELLO, RK_FRAME_HELLO, 1, 2, 1, 1, SESSION, true, -RK_EPAYCRC },
+	{ "HELLO payload CRC", G_HELLO, RK_FRAME_HELLO, 2, 2, 1, 1, SESSION, true, -RK_EPAYCRC },
 };
 
 START_TEST(test_garbage)

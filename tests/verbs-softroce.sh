@@ -65,6 +65,10 @@ PP=$SR_PINGPONG
 PPARGS="--count=2000 --warmup=200 --runs=3 --wait=adaptive"
 # TCG is slow and both ranks share 1-2 vCPUs: generous bounds.
 export RK_CONNECT_TIMEOUT_MS=90000 RK_PEER_TIMEOUT_MS=30000 RK_HANDSHAKE_MS=30000
+# The guests' addresses are not loopback, so the ranks authenticate, as every
+# such world must: one fixed test secret in a 0600 file, the same in each guest.
+(umask 077 && printf '%s\n' "verbs-softroce: a fixed test secret, 32+ bytes" >/tmp/rk.key)
+export RK_SECRET_FILE=/tmp/rk.key
 fails=0
 last=$(cut -d' ' -f1 /proc/uptime)
 

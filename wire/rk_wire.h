@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rankrt wire format v1: the control-frame codec.
+ * rankrt wire format v2: the control-frame codec.
  *
  * Pure code: no I/O, no allocation, no global state; every function is
  * thread-safe. Decoders take a caller's buffer and return views into it;
@@ -21,14 +21,16 @@ extern "C" {
 #endif
 
 #define RK_WIRE_MAGIC		0x54524b52u	/* "RKRT" as little-endian bytes */
-#define RK_WIRE_VERSION		1
+#define RK_WIRE_VERSION		2
 #define RK_WIRE_HDR_LEN		32
 #define RK_WIRE_MAX_PAYLOAD	(16u << 20)	/* hard cap of any frame, 16 MiB */
 #define RK_WIRE_NCCL_ID_LEN	128
 #define RK_WIRE_ERRMSG_MAX	256
 #define RK_WIRE_ROUND_HDR_LEN	16
 #define RK_WIRE_ROUND_STREAM_LEN 40
-#define RK_WIRE_HELLO_LEN	32
+#define RK_WIRE_HELLO_LEN	64
+#define RK_WIRE_NONCE_LEN	32	/* HELLO/WELCOME: fresh random bytes per handshake */
+#define RK_WIRE_MAC_LEN		32	/* AUTH: an HMAC-SHA256 proof */
 #define RK_WIRE_RANK_NONE	0xffffffffu
 
 enum rk_frame_type {
@@ -41,6 +43,7 @@ enum rk_frame_type {
 	RK_FRAME_USER = 6,	/* opaque application payload */
 	RK_FRAME_BYE = 7,	/* orderly close */
 	RK_FRAME_ERROR = 8,	/* the sender reports an error, then closes */
+	RK_FRAME_AUTH = 9,	/* handshake: the sender's proof that it holds the job's key */
 	RK_FRAME__COUNT,
 };
 
@@ -48,6 +51,10 @@ enum rk_frame_type {
 #define RK_FRAME_F_DRAFTED	0x0001u	/* ROUND: some stream carries drafted tokens */
 #define RK_FRAME_F_PREFILL	0x0002u	/* ROUND: some stream carries more than one input token */
 #define RK_FRAME_F_REPLY	0x0001u	/* HEARTBEAT: this is an echo of a HEARTBEAT */
+
+/* HELLO/WELCOME auth field: how the handshake proves the key (WIRE.md). */
+#define RK_WIRE_AUTH_NONE	0u	/* no secret: no AUTH frames */
+#define RK_WIRE_AUTH_HMAC	1u	/* HMAC-SHA256 over the transcript, AUTH both ways */
 
 /* Capability bits in HELLO/WELCOME. */
 #define RK_CAP_VERBS		0x0001u
@@ -121,13 +128,15 @@ RK_EXPORT uint32_t rk_wire_crc32c(uint32_t crc, const void *p, size_t n);
 
 /* ---- typed payloads ----------------------------------------------------- */
 
-/* HELLO and WELCOME share one 32-byte layout. */
+/* HELLO and WELCOME share one 64-byte layout. */
 struct rk_wire_hello {
 	uint32_t proto_version;	/* RK_WIRE_VERSION of the sender */
 	uint32_t world_size;
 	uint32_t rank;		/* HELLO: the follower's rank; WELCOME: the leader's (0) */
+	uint32_t auth;		/* RK_WIRE_AUTH_* */
 	uint64_t session_id;
 	uint64_t caps;		/* RK_CAP_* */
+	uint8_t nonce[RK_WIRE_NONCE_LEN];
 };
 
 struct rk_wire_heartbeat {
@@ -196,6 +205,7 @@ RK_EXPORT int rk_wire_decode_nccl_id(const uint8_t *p, size_t n,
 RK_EXPORT int rk_wire_decode_user(const uint8_t *p, size_t n, struct rk_wire_user *out);
 RK_EXPORT int rk_wire_decode_bye(const uint8_t *p, size_t n, struct rk_wire_bye *out);
 RK_EXPORT int rk_wire_decode_error(const uint8_t *p, size_t n, struct rk_wire_error *out);
+RK_EXPORT int rk_wire_decode_auth(const uint8_t *p, size_t n, uint8_t mac[RK_WIRE_MAC_LEN]);
 
 /**
  * rk_wire_decode_payload() - validate any payload by type (dispatches to the above
@@ -229,6 +239,7 @@ RK_EXPORT int rk_wire_encode_user(uint8_t *out, size_t cap, uint32_t tag, const 
 RK_EXPORT int rk_wire_encode_bye(uint8_t *out, size_t cap, const struct rk_wire_bye *b);
 RK_EXPORT int rk_wire_encode_error(uint8_t *out, size_t cap, int32_t code, uint32_t rank,
 				   const char *msg);
+RK_EXPORT int rk_wire_encode_auth(uint8_t *out, size_t cap, const uint8_t mac[RK_WIRE_MAC_LEN]);
 
 /**
  * rk_wire_round_size() - payload bytes of a ROUND with @n_streams streams and

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rankrt wire format v1: frame header and typed payload codec (layouts in WIRE.md).
+ * rankrt wire format v2: frame header and typed payload codec (layouts in WIRE.md).
  *
  * Pure code: no I/O, no allocation, no mutable state. Decoders validate everything
  * before they write their output, so a failed decode leaves @out untouched, and
@@ -56,6 +56,7 @@ static const struct frame_def frame_defs[] = {
 	[RK_FRAME_USER] = { "USER", USER_HDR_LEN, RK_WIRE_MAX_PAYLOAD, 0 },
 	[RK_FRAME_BYE] = { "BYE", BYE_LEN, BYE_LEN, 0 },
 	[RK_FRAME_ERROR] = { "ERROR", ERROR_HDR_LEN, ERROR_HDR_LEN + RK_WIRE_ERRMSG_MAX, 0 },
+	[RK_FRAME_AUTH] = { "AUTH", RK_WIRE_MAC_LEN, RK_WIRE_MAC_LEN, 0 },
 };
 _Static_assert(ARRAY_SIZE(frame_defs) == RK_FRAME__COUNT, "every frame type needs a def");
 _Static_assert(RK_WIRE_MAX_PAYLOAD <= INT32_MAX - RK_WIRE_HDR_LEN,
@@ -164,11 +165,12 @@ static int check_fixed(size_t n, size_t len)
 	return n > len ? -RK_ETRAILING : 0;
 }
 
-/* HELLO/WELCOME: u32 proto_version, u32 world_size, u32 rank, u32 reserved,
- * u64 session_id, u64 caps. Versions and sessions are compared by the link. */
-static int hello_fields_ok(uint32_t world_size, uint32_t rank)
+/* HELLO/WELCOME: u32 proto_version, u32 world_size, u32 rank, u32 auth,
+ * u64 session_id, u64 caps, 32 bytes nonce. Versions, sessions and ranks are
+ * compared by the link, which knows what it expects. */
+static int hello_fields_ok(uint32_t world_size, uint32_t auth)
 {
-	return world_size != 0 && rank < world_size;
+	return world_size != 0 && auth <= RK_WIRE_AUTH_HMAC;
 }
 
 int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out)
@@ -179,14 +181,14 @@ int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out)
 	ret = check_fixed(n, RK_WIRE_HELLO_LEN);
 	if (ret < 0)
 		return ret;
-	if (rk__le32_load(p + 12))
-		return -RK_ERESERVED;
 	t.proto_version = rk__le32_load(p);
 	t.world_size = rk__le32_load(p + 4);
 	t.rank = rk__le32_load(p + 8);
+	t.auth = rk__le32_load(p + 12);
 	t.session_id = rk__le64_load(p + 16);
 	t.caps = rk__le64_load(p + 24);
-	if (!hello_fields_ok(t.world_size, t.rank))
+	memcpy(t.nonce, p + 32, RK_WIRE_NONCE_LEN);
+	if (!hello_fields_ok(t.world_size, t.auth))
 		return -RK_EFIELD;
 	*out = t;
 	return 0;
@@ -194,17 +196,38 @@ int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out)
 
 int rk_wire_encode_hello(uint8_t *out, size_t cap, const struct rk_wire_hello *h)
 {
-	if (!hello_fields_ok(h->world_size, h->rank))
+	if (!hello_fields_ok(h->world_size, h->auth))
 		return -RK_EFIELD;
 	if (cap < RK_WIRE_HELLO_LEN)
 		return -ENOSPC;
 	rk__le32_store(out, h->proto_version);
 	rk__le32_store(out + 4, h->world_size);
 	rk__le32_store(out + 8, h->rank);
-	rk__le32_store(out + 12, 0);
+	rk__le32_store(out + 12, h->auth);
 	rk__le64_store(out + 16, h->session_id);
 	rk__le64_store(out + 24, h->caps);
+	memcpy(out + 32, h->nonce, RK_WIRE_NONCE_LEN);
 	return RK_WIRE_HELLO_LEN;
+}
+
+/* AUTH: 32 bytes of HMAC-SHA256 (how it is computed: WIRE.md, runtime/auth.c). */
+int rk_wire_decode_auth(const uint8_t *p, size_t n, uint8_t mac[RK_WIRE_MAC_LEN])
+{
+	int ret;
+
+	ret = check_fixed(n, RK_WIRE_MAC_LEN);
+	if (ret < 0)
+		return ret;
+	memcpy(mac, p, RK_WIRE_MAC_LEN);
+	return 0;
+}
+
+int rk_wire_encode_auth(uint8_t *out, size_t cap, const uint8_t mac[RK_WIRE_MAC_LEN])
+{
+	if (cap < RK_WIRE_MAC_LEN)
+		return -ENOSPC;
+	memcpy(out, mac, RK_WIRE_MAC_LEN);
+	return RK_WIRE_MAC_LEN;
 }
 
 /* HEARTBEAT: u64 time_ns. */
@@ -549,6 +572,7 @@ int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
 		struct rk_wire_user user;
 		struct rk_wire_bye bye;
 		struct rk_wire_error error;
+		uint8_t mac[RK_WIRE_MAC_LEN];
 	} u;
 
 	switch (type) {
@@ -569,6 +593,8 @@ int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
 		return rk_wire_decode_bye(p, n, &u.bye);
 	case RK_FRAME_ERROR:
 		return rk_wire_decode_error(p, n, &u.error);
+	case RK_FRAME_AUTH:
+		return rk_wire_decode_auth(p, n, u.mac);
 	default:
 		return -RK_ETYPE;
 	}
