@@ -31,8 +31,8 @@ endif
 ## HTTP ones run only when rk-serve has its HTTP server (rk-load alone is not enough).
 TESTS += tests/decode-bench.sh tests/decode-netns.sh tests/decode-mpi.sh
 if HAVE_SERVE
-TESTS += tests/decode-exact.sh tests/decode-kill.sh
+TESTS += tests/decode-exact.sh tests/decode-kill.sh tests/decode-stranger.sh
 endif
-EXTRA_DIST += tests/decode-exact.sh tests/decode-kill.sh tests/decode-netns.sh \
+EXTRA_DIST += tests/decode-exact.sh tests/decode-kill.sh tests/decode-stranger.sh tests/decode-netns.sh \
 	tests/decode-mpi.sh tests/decode-bench.sh tests/bench-serve.sh tests/bench-bcast.sh \
 	examples/demo.sh docs/SERVE.md

@@ -57,6 +57,8 @@ enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT,
 static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int g_log_dropped;	/* "refused a connection ... before its handshake" */
 static unsigned int g_log_lines;
+static unsigned int g_log_summaries;	/* "refused N more connections ..." */
+static bool g_log_leak;			/* a line held a byte of the secret */
 static bool g_log_verbose;
 
 static void log_capture(int level, int rank, const char *msg, void *arg)
@@ -66,9 +68,23 @@ static void log_capture(int level, int rank, const char *msg, void *arg)
 	g_log_lines++;
 	if (strstr(msg, "refused a connection"))
 		g_log_dropped++;
+	if (strstr(msg, "more connections in the last"))
+		g_log_summaries++;
+	if (strstr(msg, "secret, 32+") || strstr(msg, "guess, 32"))
+		g_log_leak = true;
 	pthread_mutex_unlock(&g_log_lock);
 	if (g_log_verbose)
 		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
+}
+
+static unsigned int log_summaries(void)
+{
+	unsigned int n;
+
+	pthread_mutex_lock(&g_log_lock);
+	n = g_log_summaries;
+	pthread_mutex_unlock(&g_log_lock);
+	return n;
 }
 
 static unsigned int log_dropped(void)
@@ -85,7 +101,8 @@ static unsigned int log_dropped(void)
 static void log_setup(void)
 {
 	g_log_verbose = getenv("CHECK_WORLD_VERBOSE") != NULL;
-	g_log_dropped = g_log_lines = 0;
+	g_log_dropped = g_log_lines = g_log_summaries = 0;
+	g_log_leak = false;
 	rk_log_set_handler(log_capture, NULL);
 	rk__log_set_level(RK_LOG_INFO);
 }
@@ -389,8 +406,10 @@ static int start_world(struct node *n, int nreal, const struct rk_config *tmpl)
 	}
 	for (;;) {
 		all = nreal < tmpl->world_size || n[0].ready;
+		/* a follower is ready once the leader proved itself; the leader takes
+		 * it a moment later, when the follower's proof is in */
 		for (i = 1; i < nreal; i++)
-			all = all && n[i].ready;
+			all = all && n[i].ready && rk_world_link(n[0].w, i);
 		if (all)
 			break;
 		ck_assert_msg(rk_test_now_ns() < deadline, "world not ready after 5 s");
@@ -599,8 +618,9 @@ static uint64_t raw_wait_eof(struct raw *r, struct node **ns, size_t nn, unsigne
 	}
 }
 
-/* Expect an ERROR frame with @code for the link itself, then EOF. */
-static void raw_expect_error(struct raw *r, struct node **ns, size_t nn, int code)
+/* Expect an ERROR frame with @code for the link itself from rank @src, then EOF. */
+static void raw_expect_error_from(struct raw *r, struct node **ns, size_t nn, int code,
+				  uint32_t src)
 {
 	uint8_t pl[512];
 	struct rk_wire_hdr h;
@@ -610,12 +630,18 @@ static void raw_expect_error(struct raw *r, struct node **ns, size_t nn, int cod
 		      "raw: EOF without an ERROR frame (want %s)", rk_errname(code));
 	ck_assert_msg(h.type == RK_FRAME_ERROR, "raw: got %s, want ERROR",
 		      rk_wire_frame_name(h.type));
-	ck_assert_uint_eq(h.src_rank, 0);
+	ck_assert_uint_eq(h.src_rank, src);
 	ck_assert_int_eq(rk_wire_decode_error(pl, h.len, &e), 0);
 	ck_assert_msg(e.code == code, "ERROR carries %s, want %s", rk_errname(e.code),
 		      rk_errname(code));
 	ck_assert_uint_eq(e.rank, RK_WIRE_RANK_NONE);
 	raw_wait_eof(r, ns, nn, 3000);
+}
+
+/* Expect an ERROR frame with @code from the leader, then EOF. */
+static void raw_expect_error(struct raw *r, struct node **ns, size_t nn, int code)
+{
+	raw_expect_error_from(r, ns, nn, code, 0);
 }
 
 /* A HELLO payload as a follower of @size would send it; @auth says whether it
@@ -1915,6 +1941,8 @@ START_TEST(test_no_leader)
 	c.heartbeat_ns = no_leader_hb_ms[_i] * MS;
 	if (c.handshake_timeout_ns < c.heartbeat_ns)
 		c.handshake_timeout_ns = c.heartbeat_ns;
+	if (c.peer_timeout_ns <= c.heartbeat_ns)
+		c.peer_timeout_ns = 2 * c.heartbeat_ns;	/* rk_loop_create() insists */
 	node_start(&n, &c);
 	t0 = rk_test_now_ns();
 	ret = rk_world_wait_ready(n.w);
@@ -2023,6 +2051,536 @@ START_TEST(test_world_of_one)
 }
 END_TEST
 
+/* ---- 9. trust: strangers who know the port but not the secret ---------------------- */
+
+enum { S_WRONG_KEY, S_NO_KEY, S_NO_PROOF, S_REPLAY, S_REFLECT, S_RANK0, S_RANK1, S_RANKSIZE };
+
+static const struct stranger {
+	const char *name;
+	int kind;
+	int want;	/* the ERROR it gets; 0: dropped without one (its time ran out) */
+} strangers[] = {
+	{ "a wrong key", S_WRONG_KEY, -RK_EAUTH },
+	{ "no key", S_NO_KEY, -RK_EAUTH },
+	{ "no proof at all", S_NO_PROOF, 0 },
+	{ "a real handshake replayed", S_REPLAY, -RK_EAUTH },
+	{ "the leader's own proof sent back", S_REFLECT, -RK_EAUTH },
+	{ "a HELLO claiming rank 0", S_RANK0, -RK_ERANK },
+	{ "a HELLO claiming a taken rank", S_RANK1, -RK_ERANK },
+	{ "a HELLO claiming the world size", S_RANKSIZE, -RK_ERANK },
+};
+
+/* Pump until the leader's world reports @rank failed (peer_error). */
+static bool saw_error_for(const struct node *n, int rank)
+{
+	int i;
+
+	for (i = 0; i < n->nerr && i < MAX_ERRS; i++)
+		if (n->errs[i].rank == rank)
+			return true;
+	return false;
+}
+
+/*
+ * A world of 3 whose rank 2 has not joined yet: a stranger tries to take that
+ * rank (or another) without the secret. It is refused with RK_EAUTH or
+ * RK_ERANK, holds no rank meanwhile, the counters say why, nothing leaks into
+ * the log, and the real rank 2 then joins.
+ */
+START_TEST(test_stranger)
+{
+	const struct stranger *g = &strangers[_i];
+	struct node n[3] = { 0 };
+	struct rk_config c;
+	struct rk_world_stats st0, st;
+	struct rk_wire_hdr h;
+	struct raw r, rec;
+	uint8_t hello[RK_WIRE_HELLO_LEN], welcome[RK_WIRE_HELLO_LEN], mac[RK_WIRE_MAC_LEN];
+	uint8_t rec_hello[RK_WIRE_HELLO_LEN], rec_auth[RK_WIRE_MAC_LEN], pl[64];
+	uint32_t rank = 2;
+	int port;
+
+	cfg_base(&c, 0, 3, 0);
+	if (!g_auth) {
+		/* no OpenSSL: such a build refuses a secret instead */
+		ck_assert_int_eq(rk_config_set_secret(&c, SECRET, strlen(SECRET)), 0);
+		ck_assert_int_eq(node_create(&n[0], &c), -EOPNOTSUPP);
+		return;
+	}
+	c.peer_timeout_ns = 5000 * MS;	/* raw peers send no heartbeats */
+	port = start_world(n, 2, &c);
+	ck_assert_int_eq(n[0].ready, 0);
+	rk_world_stats(n[0].w, &st0);
+
+	if (g->kind == S_REPLAY) {
+		/* first a real handshake as rank 2, recorded; then rank 2 goes away */
+		raw_connect(&rec, port, 0);
+		raw_join_key(&rec, NODES(&n[0], &n[1]), 2, 3, SECRET, rec_hello, rec_auth);
+		ck_assert(PUMP_UNTIL(3000, n[0].ready, &n[0], &n[1]));
+		raw_close(&rec);
+		ck_assert(PUMP_UNTIL(3000, saw_error_for(&n[0], 2), &n[0], &n[1]));
+		rk_world_stats(n[0].w, &st0);
+	}
+	raw_connect(&r, port, 0);
+	switch (g->kind) {
+	case S_RANK0:
+		rank = 0;
+		break;
+	case S_RANK1:
+		rank = 1;
+		break;
+	case S_RANKSIZE:
+		rank = 3;
+		break;
+	}
+	if (g->kind == S_REPLAY)
+		memcpy(hello, rec_hello, sizeof(hello));
+	else
+		raw_hello(hello, rank, 3, g->kind != S_NO_KEY, 0x77);
+	raw_send_frame(&r, RK_FRAME_HELLO, 0, rank, hello, sizeof(hello));
+	if (g->want == -RK_EAUTH && g->kind != S_NO_KEY) {
+		/* the leader proves itself first, to anyone: that costs nothing */
+		ck_assert_int_eq(raw_next(&r, NODES(&n[0], &n[1]), 3000, &h, pl, sizeof(pl)), 1);
+		ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+		memcpy(welcome, pl, sizeof(welcome));
+		ck_assert_int_eq(raw_next(&r, NODES(&n[0], &n[1]), 3000, &h, pl, sizeof(pl)), 1);
+		ck_assert_uint_eq(h.type, RK_FRAME_AUTH);
+		if (g->kind == S_WRONG_KEY)
+			raw_proof(WRONG_SECRET, RK__AUTH_FOLLOWER, hello, welcome, mac);
+		else if (g->kind == S_REPLAY)
+			memcpy(mac, rec_auth, sizeof(mac));
+		else
+			memcpy(mac, pl, sizeof(mac));	/* S_REFLECT */
+		raw_send_frame(&r, RK_FRAME_AUTH, 0, rank, mac, sizeof(mac));
+	}
+	if (g->want) {
+		raw_expect_error(&r, NODES(&n[0], &n[1]), g->want);
+	} else {
+		/* it never proves anything: dropped when its handshake time is up */
+		ck_assert_int_eq(raw_next(&r, NODES(&n[0], &n[1]), 3000, &h, pl, sizeof(pl)), 1);
+		ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+		ck_assert_ptr_null(rk_world_link(n[0].w, 2));	/* it holds no rank */
+		raw_wait_eof(&r, NODES(&n[0], &n[1]), 3000);
+	}
+	raw_close(&r);
+
+	rk_world_stats(n[0].w, &st);
+	if (g->want == -RK_EAUTH)
+		ck_assert_uint_eq(st.refused_auth, st0.refused_auth + 1);
+	else if (g->want == -RK_ERANK)
+		ck_assert_uint_eq(st.refused_rank, st0.refused_rank + 1);
+	else
+		ck_assert_uint_eq(st.refused_timeout, st0.refused_timeout + 1);
+	ck_assert_uint_eq(st.joined, st0.joined);
+	ck_assert_ptr_null(rk_world_link(n[0].w, 2));
+	ck_assert_int_eq(n[0].ready, g->kind == S_REPLAY);
+	ck_assert(rk_link_up(rk_world_link(n[0].w, 1)));
+	ping_pong(&n[0], &n[1]);
+
+	/* the real rank 2 joins, with the secret */
+	c.rank = 2;
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	node_start(&n[2], &c);
+	ck_assert(PUMP_UNTIL(5000, n[2].ready && rk_world_link(n[0].w, 2), &n[0], &n[1], &n[2]));
+	ping_pong(&n[0], &n[2]);
+	ck_assert(!g_log_leak);
+	node_stop(&n[2]);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* A stranger mid-handshake for rank 2 does not keep the real rank 2 out. */
+START_TEST(test_stranger_holds_no_rank)
+{
+	struct node n[3] = { 0 };
+	struct rk_config c;
+	struct raw r;
+	uint8_t hello[RK_WIRE_HELLO_LEN];
+	int port;
+
+	cfg_base(&c, 0, 3, 0);
+	c.handshake_timeout_ns = 5000 * MS;
+	port = start_world(n, 2, &c);
+	raw_connect(&r, port, 0);
+	raw_hello(hello, 2, 3, g_auth, 0x99);
+	raw_send_frame(&r, RK_FRAME_HELLO, 0, 2, hello, sizeof(hello));
+	PUMP_FOR(50, &n[0], &n[1]);	/* its HELLO is in: it waits for a proof */
+
+	c.rank = 2;
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	node_start(&n[2], &c);
+	if (!g_auth) {
+		/* without a secret nothing tells them apart: the first HELLO wins */
+		ck_assert(PUMP_UNTIL(3000, n[2].nerr > 0, &n[0], &n[1], &n[2]));
+		ck_assert_int_eq(n[2].errs[0].err, -RK_ERANK);
+	} else {
+		ck_assert(PUMP_UNTIL(5000, n[0].ready && n[2].ready, &n[0], &n[1], &n[2]));
+		ping_pong(&n[0], &n[2]);
+	}
+	raw_close(&r);
+	node_stop(&n[2]);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* A raw "leader" on a port the follower dials: it answers HELLO as told. */
+struct fake_leader {
+	int ls;
+	int port;
+	struct raw r;
+};
+
+static void fake_leader_listen(struct fake_leader *f)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(f->ls, 0);
+	ck_assert_int_eq(bind(f->ls, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(f->ls, 4), 0);
+	ck_assert_int_eq(getsockname(f->ls, (struct sockaddr *)&a, &len), 0);
+	f->port = ntohs(a.sin_port);
+}
+
+/* Accept the follower and read its HELLO into @hello. */
+static void fake_leader_accept(struct fake_leader *f, struct node *n, uint8_t *hello)
+{
+	uint8_t pl[RK_WIRE_HELLO_LEN];
+	struct rk_wire_hdr h;
+	uint64_t dl = rk_test_now_ns() + 3000 * MS;
+	int fd;
+
+	memset(&f->r, 0, sizeof(f->r));
+	for (;;) {
+		fd = accept4(f->ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			break;
+		ck_assert_msg(rk_test_now_ns() < dl, "the follower did not connect");
+		pump_once(&n, 1);
+	}
+	f->r.fd = fd;
+	f->r.cap = 65536;
+	f->r.buf = malloc(f->r.cap);
+	ck_assert_ptr_nonnull(f->r.buf);
+	ck_assert_int_eq(raw_next(&f->r, &n, 1, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_HELLO);
+	memcpy(hello, pl, RK_WIRE_HELLO_LEN);
+}
+
+/* The follower's side: a leader that cannot prove the secret is refused. */
+START_TEST(test_follower_refuses_fake_leader)
+{
+	struct node n = { 0 };
+	struct fake_leader f;
+	struct rk_config c;
+	uint8_t hello[RK_WIRE_HELLO_LEN], welcome[RK_WIRE_HELLO_LEN], mac[RK_WIRE_MAC_LEN];
+
+	if (!rk__auth_available())
+		return;
+	fake_leader_listen(&f);
+	cfg_base(&c, 1, 2, f.port);
+	node_start(&n, &c);
+	fake_leader_accept(&f, &n, hello);
+	ck_assert_uint_eq(hello[12], RK_WIRE_AUTH_HMAC);
+	raw_hello(welcome, 0, 2, _i == 0, 0x33);
+	raw_send_frame(&f.r, RK_FRAME_WELCOME, 0, 0, welcome, sizeof(welcome));
+	if (_i == 0) {	/* a proof made with a guess */
+		raw_proof(WRONG_SECRET, RK__AUTH_LEADER, hello, welcome, mac);
+		raw_send_frame(&f.r, RK_FRAME_AUTH, 0, 0, mac, sizeof(mac));
+	}			/* else: it claims to use no secret */
+	raw_expect_error_from(&f.r, NODES(&n), -RK_EAUTH, 1);
+	ck_assert(PUMP_UNTIL(3000, n.nerr > 0, &n));
+	ck_assert_int_eq(n.errs[0].rank, 0);
+	ck_assert_msg(n.errs[0].err == -RK_EAUTH, "peer_error %s", rk_errname(n.errs[0].err));
+	ck_assert_int_eq(n.ready, 0);
+	raw_close(&f.r);
+	close(f.ls);
+	node_stop(&n);
+}
+END_TEST
+
+/*
+ * An ERROR frame naming a rank the world does not have (0xfffffffe, the
+ * follower itself, a rank past the size) is the link's own error: peer_error
+ * gets rank 0, never -2.
+ */
+START_TEST(test_error_rank_checked)
+{
+	static const uint32_t ranks[] = { 0xfffffffeu, 1, 5 };
+	struct node n = { 0 };
+	struct fake_leader f;
+	struct rk_config c;
+	struct rk_wire_hdr h;
+	uint8_t hello[RK_WIRE_HELLO_LEN], welcome[RK_WIRE_HELLO_LEN], mac[RK_WIRE_MAC_LEN];
+	uint8_t pl[512];
+	int m;
+
+	fake_leader_listen(&f);
+	cfg_base(&c, 1, 2, f.port);
+	node_start(&n, &c);
+	fake_leader_accept(&f, &n, hello);
+	raw_hello(welcome, 0, 2, g_auth, 0x34);
+	raw_send_frame(&f.r, RK_FRAME_WELCOME, 0, 0, welcome, sizeof(welcome));
+	if (g_auth) {
+		raw_proof(SECRET, RK__AUTH_LEADER, hello, welcome, mac);
+		raw_send_frame(&f.r, RK_FRAME_AUTH, 0, 0, mac, sizeof(mac));
+		ck_assert_int_eq(raw_next(&f.r, NODES(&n), 3000, &h, pl, sizeof(pl)), 1);
+		ck_assert_uint_eq(h.type, RK_FRAME_AUTH);
+		raw_proof(SECRET, RK__AUTH_FOLLOWER, hello, welcome, mac);
+		ck_assert_mem_eq(pl, mac, sizeof(mac));
+	}
+	ck_assert(PUMP_UNTIL(3000, n.ready, &n));
+	m = rk_wire_encode_error(pl, sizeof(pl), -RK_EPEERDEAD, ranks[_i], "made up");
+	ck_assert_int_gt(m, 0);
+	raw_send_frame(&f.r, RK_FRAME_ERROR, 0, 0, pl, (uint32_t)m);
+	ck_assert(PUMP_UNTIL(3000, n.nerr > 0, &n));
+	ck_assert_int_eq(n.nerr, 1);
+	ck_assert_int_eq(n.errs[0].rank, 0);	/* the link to the leader, nothing else */
+	ck_assert_int_eq(n.errs[0].err, -RK_EPEERDEAD);
+	raw_close(&f.r);
+	close(f.ls);
+	node_stop(&n);
+}
+END_TEST
+
+/* Before its handshake a stranger may send only HELLO, of HELLO's size: a bigger
+ * length or another type is refused from the header alone, at once, before the
+ * leader buffers any payload. */
+static const struct big_frame {
+	const char *name;
+	unsigned int type;
+	uint32_t len;		/* claimed in the header; only the header is sent */
+	int want;
+} big_frames[] = {
+	{ "USER of max_frame bytes", RK_FRAME_USER, 4u << 20, -RK_ETOOBIG },
+	{ "ROUND of 16 MiB", RK_FRAME_ROUND, RK_WIRE_MAX_PAYLOAD, -RK_ETOOBIG },
+	{ "HELLO of 16 MiB", RK_FRAME_HELLO, RK_WIRE_MAX_PAYLOAD, -RK_ETRAILING },
+	{ "a small USER frame", RK_FRAME_USER, 8, -RK_EHANDSHAKE },
+	{ "AUTH before HELLO", RK_FRAME_AUTH, RK_WIRE_MAC_LEN, -RK_EHANDSHAKE },
+};
+
+START_TEST(test_stranger_big_frame)
+{
+	const struct big_frame *b = &big_frames[_i];
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct raw r;
+	uint8_t f[RK_WIRE_HDR_LEN];
+	uint64_t t0;
+	int port;
+
+	cfg_base(&c, 0, 2, 0);
+	c.handshake_timeout_ns = 20000 * MS;	/* far: the answer must not wait for it */
+	port = start_world(n, 2, &c);
+	raw_connect(&r, port, 0);
+	memset(f, 0, sizeof(f));
+	put32(f, RK_WIRE_MAGIC);
+	f[4] = RK_WIRE_VERSION;
+	f[5] = (uint8_t)b->type;
+	put32(f + 8, 1);
+	put32(f + 12, b->len);
+	reseal_hdr(f);
+	t0 = rk_test_now_ns();
+	raw_send(&r, f, sizeof(f));
+	raw_expect_error(&r, NODES(&n[0], &n[1]), b->want);
+	ck_assert_uint_lt(rk_test_now_ns() - t0, 15000 * MS);	/* not the handshake timeout */
+	raw_close(&r);
+	ping_pong(&n[0], &n[1]);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/*
+ * 200 idle sockets, then 300 more connections one after another: the pending
+ * table never holds more than RK_MAX_PENDING, each new one pushes the oldest
+ * out, and the real follower still joins.
+ */
+START_TEST(test_pending_evict)
+{
+	enum { IDLE = 200, RAPID = 300 };
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct rk_world_stats st;
+	struct raw *r;
+	int port, i, closed;
+
+	cfg_base(&c, 0, 2, 0);
+	c.handshake_timeout_ns = 30000 * MS;	/* only eviction may close them */
+	c.max_pending = 16;
+	node_start(&n[0], (c.rank = 0, &c));
+	port = rk_world_port(n[0].w);
+	r = calloc(IDLE, sizeof(*r));
+	ck_assert_ptr_nonnull(r);
+	for (i = 0; i < IDLE; i++) {
+		raw_connect(&r[i], port, 0);
+		if (i % 16 == 15)
+			PUMP_FOR(2, &n[0]);	/* the accept queue holds 128 */
+	}
+#define COUNT_CLOSED()								\
+	({									\
+		closed = 0;							\
+		for (i = 0; i < IDLE; i++) {					\
+			raw_poll(&r[i]);					\
+			closed += r[i].eof;					\
+		}								\
+		closed;								\
+	})
+	ck_assert(PUMP_UNTIL(5000, COUNT_CLOSED() >= IDLE - 16, &n[0]));
+	rk_world_stats(n[0].w, &st);
+	ck_assert_uint_eq(st.accepted, IDLE);
+	ck_assert_uint_le(st.pending, 16);
+	ck_assert_uint_le(st.pending_max, 16);
+	ck_assert_uint_ge(st.refused_evicted, IDLE - 16);
+	/* the ones left are the newest: the first 184 were pushed out */
+	for (i = 0; i < IDLE - 16; i++)
+		ck_assert_msg(r[i].eof, "socket %d of %d is still open", i, IDLE);
+	for (i = 0; i < RAPID; i++) {
+		struct raw q;
+
+		raw_connect(&q, port, 0);
+		raw_close(&q);
+		if (i % 16 == 15)
+			PUMP_FOR(2, &n[0]);
+	}
+	/* the real follower joins through all that */
+	c.rank = 1;
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	node_start(&n[1], &c);
+	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[1].ready, &n[0], &n[1]));
+	ping_pong(&n[0], &n[1]);
+	rk_world_stats(n[0].w, &st);
+	ck_assert_uint_le(st.pending_max, 16);
+	ck_assert_uint_eq(st.joined, 1);
+	ck_assert_uint_ge(st.accepted, IDLE + RAPID + 1);
+	COUNT_CLOSED();
+	ck_assert_int_eq(closed, IDLE);	/* the rapid ones pushed out the last idle ones */
+#undef COUNT_CLOSED
+	for (i = 0; i < IDLE; i++)
+		raw_close(&r[i]);
+	free(r);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/*
+ * A flood of refusals costs one log line, then one summary line per
+ * RK_REFUSED_LOG_MS with the counts; the counters hold every one.
+ */
+START_TEST(test_refusal_log_rate)
+{
+	enum { FLOOD = 100 };
+	struct node n = { 0 };
+	struct rk_config c;
+	struct rk_world_stats st;
+	unsigned int lines0;
+	struct raw r;
+	int port, i;
+
+	cfg_base(&c, 0, 2, 0);
+	c.refused_log_ns = 300 * MS;
+	node_start(&n, &c);
+	port = rk_world_port(n.w);
+	lines0 = log_dropped();
+	for (i = 0; i < FLOOD; i++) {
+		raw_connect(&r, port, 0);
+		raw_send(&r, "GET / HTTP/1.0\r\n\r\n", 18);
+		raw_wait_eof(&r, NODES(&n), 3000);
+		raw_close(&r);
+	}
+	rk_world_stats(n.w, &st);
+	ck_assert_uint_eq(st.refused_magic, FLOOD);
+	ck_assert_uint_ge(st.log_suppressed, 1);
+	/* lines: one at the start of each interval, whatever the flood's pace */
+	ck_assert_uint_eq(log_dropped() - lines0 + st.log_suppressed, FLOOD);
+	ck_assert_uint_lt(log_dropped() - lines0, FLOOD / 2);
+	ck_assert(PUMP_UNTIL(3000, log_summaries() >= 1, &n));
+	node_stop(&n);
+}
+END_TEST
+
+/* A transport class registered by scheme carries the world: world.c names none. */
+static unsigned int g_dummy_connects, g_dummy_accepts;
+
+static int dummy_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			 const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+{
+	g_dummy_connects++;
+	ck_assert_ptr_eq(ctx, &g_dummy_connects);
+	return rk__tcp_connect(loop, a, oops, owner, out);
+}
+
+static int dummy_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			 const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+{
+	g_dummy_accepts++;
+	ck_assert_ptr_eq(ctx, &g_dummy_connects);
+	return rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
+}
+
+static unsigned int g_dummy_prepared, g_dummy_released;
+
+static int dummy_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ctx)
+{
+	(void)loop;
+	ck_assert_str_eq(a->scheme, "dummy");
+	g_dummy_prepared++;
+	*ctx = &g_dummy_connects;
+	return 0;
+}
+
+static void dummy_release(void *ctx)
+{
+	ck_assert_ptr_eq(ctx, &g_dummy_connects);
+	g_dummy_released++;
+}
+
+static const struct rk__transport_class dummy_class = {
+	.scheme = "dummy",
+	.prepare = dummy_prepare,
+	.release = dummy_release,
+	.connect = dummy_connect,
+	.from_fd = dummy_from_fd,
+};
+
+START_TEST(test_transport_class)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct rk__addr a;
+
+	ck_assert_int_eq(rk__addr_parse("dummy://127.0.0.1:1", &a), -RK_ECONFIG);
+	ck_assert_int_eq(rk__transport_register(&dummy_class), 0);
+	ck_assert_int_eq(rk__transport_register(&dummy_class), -EEXIST);
+	ck_assert_ptr_eq(rk__transport_find("dummy"), &dummy_class);
+	ck_assert_ptr_nonnull(rk__transport_find("tcp"));
+	ck_assert_ptr_nonnull(rk__transport_find("roce"));
+	ck_assert_int_eq(rk__addr_parse("dummy://127.0.0.1:1", &a), 0);
+
+	cfg_base(&c, 0, 2, rk_test_free_port());
+	snprintf(c.leader, sizeof(c.leader), "dummy://127.0.0.1:%d", rk_test_free_port());
+	node_start(&n[0], &c);
+	c.rank = 1;
+	snprintf(c.leader, sizeof(c.leader), "dummy://127.0.0.1:%d", rk_world_port(n[0].w));
+	node_start(&n[1], &c);
+	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[1].ready, &n[0], &n[1]));
+	ping_pong(&n[0], &n[1]);
+	ck_assert_uint_ge(g_dummy_connects, 1);
+	ck_assert_uint_ge(g_dummy_accepts, 1);
+	ck_assert_uint_eq(g_dummy_prepared, 2);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+	ck_assert_uint_eq(g_dummy_released, 2);
+	rk__transport_unregister(&dummy_class);
+	ck_assert_ptr_null(rk__transport_find("dummy"));
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static TCase *new_tcase(Suite *s, const char *name)
@@ -2059,6 +2617,16 @@ static Suite *world_suite(void)
 	tc = new_tcase(s, "strangers");
 	tcase_add_loop_test(tc, test_garbage, 0, ARRAY_SIZE(garbage));
 	tcase_add_test(tc, test_pending_flood);
+
+	tc = new_tcase(s, "trust");
+	tcase_add_loop_test(tc, test_stranger, 0, ARRAY_SIZE(strangers));
+	tcase_add_test(tc, test_stranger_holds_no_rank);
+	tcase_add_loop_test(tc, test_follower_refuses_fake_leader, 0, 2);
+	tcase_add_loop_test(tc, test_error_rank_checked, 0, 3);
+	tcase_add_loop_test(tc, test_stranger_big_frame, 0, ARRAY_SIZE(big_frames));
+	tcase_add_test(tc, test_pending_evict);
+	tcase_add_test(tc, test_refusal_log_rate);
+	tcase_add_test(tc, test_transport_class);
 
 	tc = new_tcase(s, "bad_frames");
 	tcase_add_loop_test(tc, test_bad_frame, 0, ARRAY_SIZE(badframes));
