@@ -440,4 +440,8 @@ void rk__transport_unregister(const struct rk__transport_class *c);
 /* The class of @scheme, or NULL. */
 const struct rk__transport_class *rk__transport_find(const char *scheme);
 
+/* Leader: a connection accepted on the world's port (the listener's callback;
+ * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */
+void rk__world_accept(struct rk_world *w, int fd);
+
 #endif /* RK_RUNTIME_INT_H */

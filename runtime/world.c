@@ -429,9 +429,8 @@ static struct rk_link *pending_victim(struct rk_world *w)
 	return old_quiet ? old_quiet : old;
 }
 
-static void world_accept(struct rk__listener *ls, int fd)
+void rk__world_accept(struct rk_world *w, int fd)
 {
-	struct rk_world *w = rk__listener_arg(ls);
 	unsigned int max = rk_loop_config(w->loop)->max_pending;
 	struct rk_link *l;
 	int ret;
@@ -465,6 +464,11 @@ static void world_accept(struct rk__listener *ls, int fd)
 	w->nr_pending++;
 	if (w->nr_pending > w->stats.pending_max)
 		w->stats.pending_max = w->nr_pending;
+}
+
+static void world_accept(struct rk__listener *ls, int fd)
+{
+	rk__world_accept(rk__listener_arg(ls), fd);
 }
 
 /* ---- follower: connect ------------------------------------------------------------- */
