@@ -301,6 +301,7 @@ void rk__link_fail_msg(struct rk_link *l, int err, bool tell, const char *msg)
 	}
 	if (!l->failed_reported) {
 		l->failed_reported = true;
+		rk__loop_note(l->loop, RK_IDLE);	/* an event a ONCE run returns on */
 		if (l->oops && l->oops->failed)
 			l->oops->failed(l, err);
 	}
@@ -441,8 +442,11 @@ static int link_up(struct rk_link *l)
 	if (ret) {
 		l->was_up = false;	/* refused: it never was a member */
 		l->state = prev;
+		return ret;
 	}
-	return ret;
+	/* a rank joined: real work follows (and a ONCE run ends on it) */
+	rk__loop_note(l->loop, RK_BUSY);
+	return 0;
 }
 
 /* What the peer's HELLO or WELCOME must agree on with us; the refusal's text. */
@@ -596,6 +600,8 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 	case RK_LINK_HELLO_SENT:
 	case RK_LINK_WELCOMED:
 	case RK_LINK_AUTH_WAIT:
+		/* an event, not work: a stranger's bytes never keep the loop spinning */
+		rk__loop_note(l->loop, RK_IDLE);
 		return link_handshake(l, h, payload);
 	case RK_LINK_UP:
 		if (h->src_rank != (uint32_t)l->peer)
