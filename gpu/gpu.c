@@ -2,7 +2,8 @@
 /*
  * gpu/: the device probe, the driver entry points, and the -EOPNOTSUPP stubs
  * of everything that a build without CUDA (or without NCCL) compiles out.
- * The notifier is gpu/notifier.c, the NCCL bootstrap gpu/nccl.c.
+ * The notifier is gpu/notifier.c, the NCCL bootstrap gpu/nccl.c, the loading
+ * of the CUDA and NCCL libraries at run time gpu/load.c.
  */
 #include "config.h"
 
@@ -45,9 +46,12 @@ int rk_gpu_notify_mode_parse(const char *s)
 
 int rk_gpu_probe(void)
 {
-	int n = 0;
+	int n = 0, ret;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+	ret = rk__cuda_load();
+	if (ret)
+		return ret;
+	if (rk__cudart.cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
 		return -ENODEV;
 	return n;
 }
@@ -68,7 +72,7 @@ static void *entry(const char *sym)
 	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
 	void *fn = NULL;
 
-	if (cudaGetDriverEntryPointByVersion(sym, &fn, DRV_ABI, cudaEnableDefault, &q) !=
+	if (rk__cudart.cudaGetDriverEntryPointByVersion(sym, &fn, DRV_ABI, cudaEnableDefault, &q) !=
 		    cudaSuccess ||
 	    q != cudaDriverEntryPointSuccess)
 		return NULL;
@@ -77,6 +81,8 @@ static void *entry(const char *sym)
 
 static void drv_load(void)
 {
+	if (rk__cuda_load())
+		return;		/* no runtime to ask: every entry stays NULL */
 	g_drv.write_value64 = (rk__cu_write_value64_fn)entry("cuStreamWriteValue64");
 	g_drv.device_get = (rk__cu_device_get_fn)entry("cuDeviceGet");
 	g_drv.device_get_attribute =

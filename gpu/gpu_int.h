@@ -1,44 +1,156 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu/ internals: CUDA error conversion and the driver entry points. Never
- * installed; included only by gpu/ files built with CUDA.
+ * gpu/ internals: the run-time loaded CUDA and NCCL functions, CUDA error
+ * conversion and the driver entry points. Never installed; included only by
+ * gpu/ files built with CUDA (and the tests of them).
  */
 #ifndef RK_GPU_INT_H
 #define RK_GPU_INT_H
 
 #include <errno.h>
+#include <stddef.h>
 
 /*
- * cuda.h is read for its types only. libcuda is never linked (the driver is
- * absent on build machines): the few driver functions needed are looked up
- * at run time through cudart (cudaGetDriverEntryPointByVersion).
+ * The CUDA and NCCL headers are read for types and prototypes only: nothing
+ * here links libcuda, libcudart or libnccl, so librankrt loads on a host
+ * without them (gpu/load.c opens them at first use).
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#ifdef RK_HAVE_NCCL
+/* nccl.h declares a few functions without prototypes, e.g. ncclGroupStart() */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#endif
 
 #include "rk_gpu.h"
 #include "runtime_int.h"
 
 /*
+ * The functions gpu/ calls, one X(name) each, resolved by name with dlsym()
+ * from the library of the list. Each table member is declared with the type of
+ * the header's own prototype (__typeof__), so a call with the wrong arguments
+ * is a compile error, as with a direct call. The symbol looked up is the name
+ * after macro expansion (RK__XSTR): where a header maps a name (the _ptsz
+ * variants under per-thread default streams), the table follows it.
+ */
+#define RK__CUDART_FNS(X)			\
+	X(cudaGetErrorName)			\
+	X(cudaGetErrorString)			\
+	X(cudaGetDeviceCount)			\
+	X(cudaGetDevice)			\
+	X(cudaSetDevice)			\
+	X(cudaGetDriverEntryPointByVersion)	\
+	X(cudaStreamCreateWithFlags)		\
+	X(cudaStreamDestroy)			\
+	X(cudaStreamGetDevice)			\
+	X(cudaStreamSynchronize)		\
+	X(cudaStreamWaitEvent)			\
+	X(cudaEventCreateWithFlags)		\
+	X(cudaEventDestroy)			\
+	X(cudaEventRecord)			\
+	X(cudaLaunchHostFunc)			\
+	X(cudaHostAlloc)			\
+	X(cudaHostGetDevicePointer)		\
+	X(cudaFreeHost)
+
+#define RK__NCCL_FNS(X)				\
+	X(ncclGetErrorString)			\
+	X(ncclGetLastError)			\
+	X(ncclGetUniqueId)			\
+	X(ncclCommInitRankConfig)		\
+	X(ncclCommSplit)			\
+	X(ncclCommGetAsyncError)		\
+	X(ncclCommFinalize)			\
+	X(ncclCommDestroy)			\
+	X(ncclCommAbort)
+
+#define RK__STR(x)		#x
+#define RK__XSTR(x)		RK__STR(x)
+#define RK__FN_MEMBER(f)	__typeof__(f) *f;
+
+/* libcudart.so.<CUDART_VERSION / 1000>: filled once by rk__cuda_load(), then read-only. */
+struct rk__cudart_fns {
+	RK__CUDART_FNS(RK__FN_MEMBER)
+};
+extern struct rk__cudart_fns rk__cudart;
+
+#ifdef RK_HAVE_NCCL
+/* libnccl.so.<NCCL_MAJOR>: filled once by rk__nccl_load(), then read-only. */
+struct rk__nccl_fns {
+	RK__NCCL_FNS(RK__FN_MEMBER)
+};
+extern struct rk__nccl_fns rk__nccl;
+#endif
+
+/*
+ * rk__cuda_load() - open the CUDA driver (libcuda.so.1) and runtime
+ * (libcudart.so.<major of the build>) and fill rk__cudart, once per process.
+ * Any thread; the first call does the work, concurrent ones wait for it
+ * (pthread_once), later ones return its result. It initialises nothing in
+ * CUDA (no driver call is made). Return: 0, or -RK_ENOGPU when a library or
+ * one of its symbols cannot be loaded: that is logged once, with dlerror().
+ * Every rk__cudart call is made after a 0 from here, on this thread or on one
+ * that the caller synchronised with (an object created after it).
+ */
+int rk__cuda_load(void);
+
+#ifdef RK_HAVE_NCCL
+/*
+ * rk__nccl_load() - rk__cuda_load(), then open libnccl.so.<major> and fill
+ * rk__nccl, once. Return: 0 or -RK_ENOGPU (logged once, as above). Any thread.
+ */
+int rk__nccl_load(void);
+#endif
+
+/* The libraries gpu/load.c opens, in the order it opens them. */
+enum rk__gpu_lib {
+	RK__GPU_LIB_DRIVER,	/* libcuda.so.1: opened to be present, no symbol taken */
+	RK__GPU_LIB_CUDART,	/* rk__cudart */
+#ifdef RK_HAVE_NCCL
+	RK__GPU_LIB_NCCL,	/* rk__nccl */
+#endif
+	RK__GPU_LIB__COUNT,
+};
+
+/* rk__gpu_soname() - the soname opened for @lib ("libcudart.so.13"), "?" out of range. */
+const char *rk__gpu_soname(enum rk__gpu_lib lib);
+
+/*
+ * rk__gpu_dl_open() - one step of the loaders: dlopen @lib and resolve its
+ * table, with no once-guard and no log (the tests call it to check that every
+ * symbol of a table exists in the library). Not thread-safe. Return: 0, or
+ * -RK_ENOGPU with dlerror()'s text in @why (@cap bytes, always terminated).
+ */
+int rk__gpu_dl_open(enum rk__gpu_lib lib, char *why, size_t cap);
+
+/*
  * Convert a cudaError_t once, at the call: log its name and text, return
- * -EIO (0 on success). @what names the call.
+ * -EIO (0 on success). @what names the call. RK_CUDA(rank, fn, args...)
+ * calls rk__cudart.fn(args...) and converts its result.
  */
 static inline int rk__cuda_check(int rank, cudaError_t e, const char *what)
 {
 	if (e == cudaSuccess)
 		return 0;
-	rk__err(rank, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+	rk__err(rank, "%s: %s (%s)", what, rk__cudart.cudaGetErrorName(e),
+		rk__cudart.cudaGetErrorString(e));
 	return -EIO;
 }
-#define RK_CUDA(rank, call) rk__cuda_check((rank), (call), #call)
+#define RK_CUDA(rank, fn, ...)							\
+	rk__cuda_check((rank), rk__cudart.fn(__VA_ARGS__), #fn "(" #__VA_ARGS__ ")")
 
-/* Driver entry points, with our own typedefs (cudaTypedefs.h is not needed). */
-typedef CUresult (*rk__cu_write_value64_fn)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-					    unsigned int flags);
-typedef CUresult (*rk__cu_device_get_fn)(CUdevice *dev, int ordinal);
-typedef CUresult (*rk__cu_device_get_attribute_fn)(int *pi, CUdevice_attribute attrib,
-						   CUdevice dev);
-typedef CUresult (*rk__cu_get_error_name_fn)(CUresult error, const char **str);
+/*
+ * Driver entry points, typed from cuda.h's prototypes (cuStreamWriteValue64
+ * is its _v2, the ABI asked for). They come from the runtime
+ * (cudaGetDriverEntryPointByVersion), which hands out the driver's own.
+ */
+typedef __typeof__(cuStreamWriteValue64) *rk__cu_write_value64_fn;
+typedef __typeof__(cuDeviceGet) *rk__cu_device_get_fn;
+typedef __typeof__(cuDeviceGetAttribute) *rk__cu_device_get_attribute_fn;
+typedef __typeof__(cuGetErrorName) *rk__cu_get_error_name_fn;
 
 struct rk__cu_driver {
 	rk__cu_write_value64_fn write_value64;		/* NULL when the driver lacks it */
@@ -49,7 +161,8 @@ struct rk__cu_driver {
 
 /*
  * The process's driver entry points, looked up once (thread-safe).
- * Return: the table (members NULL where missing), never NULL.
+ * Return: the table (members NULL where missing, all NULL when CUDA could
+ * not be loaded), never NULL.
  */
 const struct rk__cu_driver *rk__cu_driver(void);
 

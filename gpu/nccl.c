@@ -37,13 +37,7 @@
 #include <string.h>
 #include <time.h>
 
-/* nccl.h declares a few functions without prototypes, e.g. ncclGroupStart() */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <nccl.h>
-#pragma GCC diagnostic pop
-
-#include "gpu_int.h"
+#include "gpu_int.h"	/* nccl.h, and the functions loaded from libnccl */
 
 #define FINALIZE_MS	5000	/* bound of the one blocking wait (destroy) */
 #define MS		1000000ull
@@ -78,8 +72,8 @@ static int nccl_check(const struct rk_nccl *n, ncclResult_t r, const char *what)
 {
 	if (r == ncclSuccess)
 		return 0;
-	rk__err(n->rank, "%s: %s (%s)", what, ncclGetErrorString(r),
-		ncclGetLastError(n->comm ? n->comm : n->parent));
+	rk__err(n->rank, "%s: %s (%s)", what, rk__nccl.ncclGetErrorString(r),
+		rk__nccl.ncclGetLastError(n->comm ? n->comm : n->parent));
 	return -EIO;
 }
 
@@ -109,14 +103,14 @@ static int comm_abort(struct rk_nccl *n)
 	if (!n->comm && !n->parent)
 		return 0;
 	release(n);
-	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+	ret = RK_CUDA(n->rank, cudaSetDevice, n->dev);
 	if (n->comm) {
-		r = nccl_check(n, ncclCommAbort(n->comm), "ncclCommAbort (child)");
+		r = nccl_check(n, rk__nccl.ncclCommAbort(n->comm), "ncclCommAbort (child)");
 		ret = ret ? ret : r;
 		n->comm = NULL;
 	}
 	if (n->parent) {
-		r = nccl_check(n, ncclCommAbort(n->parent), "ncclCommAbort");
+		r = nccl_check(n, rk__nccl.ncclCommAbort(n->parent), "ncclCommAbort");
 		ret = ret ? ret : r;
 		n->parent = NULL;
 	}
@@ -144,13 +138,13 @@ static int start_init(struct rk_nccl *n)
 	ncclResult_t r;
 	int ret;
 
-	ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+	ret = RK_CUDA(n->rank, cudaSetDevice, n->dev);
 	if (ret) {
 		fail(n, ret);
 		return ret;
 	}
 	cfg.blocking = 0;	/* returns at once; progress is polled from the loop */
-	r = ncclCommInitRankConfig(&n->parent, n->size, n->id, n->rank, &cfg);
+	r = rk__nccl.ncclCommInitRankConfig(&n->parent, n->size, n->id, n->rank, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress) {
 		ret = nccl_check(n, r, "ncclCommInitRankConfig");
 		fail(n, ret);
@@ -171,7 +165,7 @@ static int start_split(struct rk_nccl *n)
 
 	cfg.blocking = 1;	/* the child's collectives enqueue inline */
 	cfg.splitShare = 1;	/* and share the parent's channels and buffers */
-	r = ncclCommSplit(n->parent, 0, n->rank, &n->comm, &cfg);
+	r = rk__nccl.ncclCommSplit(n->parent, 0, n->rank, &n->comm, &cfg);
 	if (r != ncclSuccess && r != ncclInProgress) {
 		ret = nccl_check(n, r, "ncclCommSplit");
 		fail(n, ret);
@@ -191,7 +185,7 @@ static enum rk_activity poll_up(struct rk_nccl *n, ncclComm_t c, const char *wha
 	int ret;
 
 	*done = false;
-	ret = nccl_check(n, ncclCommGetAsyncError(c, &as), "ncclCommGetAsyncError");
+	ret = nccl_check(n, rk__nccl.ncclCommGetAsyncError(c, &as), "ncclCommGetAsyncError");
 	if (ret) {
 		fail(n, ret);
 		return RK_BUSY;
@@ -287,7 +281,8 @@ static enum rk_activity step(struct rk_nccl *n)
 			n->ready(n, 0, n->ready_arg);
 		return RK_BUSY;
 	case NS_READY:
-		ret = nccl_check(n, ncclCommGetAsyncError(n->comm, &as), "ncclCommGetAsyncError");
+		ret = nccl_check(n, rk__nccl.ncclCommGetAsyncError(n->comm, &as),
+				 "ncclCommGetAsyncError");
 		if (!ret && (as == ncclSuccess || as == ncclInProgress)) {
 			/* one look after the last collective, then quiet until the next */
 			if (!n->busy)
@@ -320,6 +315,12 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	const char *nvls, *rc;
 	int ret;
 
+	ret = rk__nccl_load();
+	if (ret) {
+		if (out)
+			*out = NULL;
+		return ret;
+	}
 	if (!w || !out || cuda_device < 0)
 		return -EINVAL;
 	n = calloc(1, sizeof(*n));
@@ -336,7 +337,7 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 		ret = -EINVAL;
 		goto err_free;
 	}
-	ret = RK_CUDA(n->rank, cudaSetDevice(cuda_device));
+	ret = RK_CUDA(n->rank, cudaSetDevice, cuda_device);
 	if (ret)
 		goto err_free;
 	nvls = getenv("NCCL_NVLS_ENABLE");
@@ -348,7 +349,7 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 		rk__warn(n->rank, "nccl: NCCL_RUNTIME_CONNECT is not 0: the first collective may "
 			 "block until every rank has issued it (docs/GPU.md)");
 	if (n->rank == 0) {
-		ret = nccl_check(n, ncclGetUniqueId(&n->id), "ncclGetUniqueId");
+		ret = nccl_check(n, rk__nccl.ncclGetUniqueId(&n->id), "ncclGetUniqueId");
 		if (ret)
 			goto err_free;
 		n->have_id = true;
@@ -464,11 +465,12 @@ static int finalize(struct rk_nccl *n, ncclComm_t *c, const char *name)
 	uint64_t until;
 	int ret;
 
-	r = ncclCommFinalize(*c);
+	r = rk__nccl.ncclCommFinalize(*c);
 	ret = r == ncclInProgress ? 0 : nccl_check(n, r, "ncclCommFinalize");
 	until = mono_ms() + FINALIZE_MS;
 	while (!ret && mono_ms() < until) {
-		ret = nccl_check(n, ncclCommGetAsyncError(*c, &as), "ncclCommGetAsyncError");
+		ret = nccl_check(n, rk__nccl.ncclCommGetAsyncError(*c, &as),
+				 "ncclCommGetAsyncError");
 		if (ret || as != ncclInProgress)
 			break;
 		nanosleep(&(struct timespec){ .tv_nsec = 100000 }, NULL);
@@ -477,10 +479,10 @@ static int finalize(struct rk_nccl *n, ncclComm_t *c, const char *name)
 		return ret;
 	if (as != ncclSuccess) {
 		rk__warn(n->rank, "nccl: finalize of the %s %s: aborting", name,
-			 as == ncclInProgress ? "timed out" : ncclGetErrorString(as));
+			 as == ncclInProgress ? "timed out" : rk__nccl.ncclGetErrorString(as));
 		return -EIO;
 	}
-	ret = nccl_check(n, ncclCommDestroy(*c), "ncclCommDestroy");
+	ret = nccl_check(n, rk__nccl.ncclCommDestroy(*c), "ncclCommDestroy");
 	*c = NULL;
 	return ret;
 }
@@ -494,7 +496,7 @@ int rk_nccl_destroy(struct rk_nccl *n)
 	rk_timer_stop(&n->timer);
 	if (n->comm && n->st == NS_READY) {
 		release(n);
-		ret = RK_CUDA(n->rank, cudaSetDevice(n->dev));
+		ret = RK_CUDA(n->rank, cudaSetDevice, n->dev);
 		if (!ret)
 			ret = finalize(n, &n->comm, "child");
 		if (!ret && n->parent)

@@ -221,9 +221,9 @@ static int arm_wake_now(struct rk_gpu_notifier *n)
 
 	if (sl->post_inflight)
 		return 0;	/* its host function is on the way */
-	ret = RK_CUDA(n->rank, cudaStreamWaitEvent(n->side, n->ev, 0));
+	ret = RK_CUDA(n->rank, cudaStreamWaitEvent, n->side, n->ev, 0);
 	if (!ret)
-		ret = RK_CUDA(n->rank, cudaLaunchHostFunc(n->side, host_fn, sl));
+		ret = RK_CUDA(n->rank, cudaLaunchHostFunc, n->side, host_fn, sl);
 	if (ret) {
 		n->broken = true;
 		return ret;
@@ -344,11 +344,11 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	hostfn = n->use_wake && (!n->use_poll || (!n->lazy && n->pred.n < RK__PRED_WARM) ||
 				 !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
-		ret = RK_CUDA(n->rank, cudaEventRecord(n->ev, n->stream));
+		ret = RK_CUDA(n->rank, cudaEventRecord, n->ev, n->stream);
 		if (!ret && hostfn)
-			ret = RK_CUDA(n->rank, cudaStreamWaitEvent(n->side, n->ev, 0));
+			ret = RK_CUDA(n->rank, cudaStreamWaitEvent, n->side, n->ev, 0);
 		if (!ret && hostfn)
-			ret = RK_CUDA(n->rank, cudaLaunchHostFunc(n->side, host_fn, sl));
+			ret = RK_CUDA(n->rank, cudaLaunchHostFunc, n->side, host_fn, sl);
 		if (ret) {
 			if (wrote) {
 				/* the word will reach seq: keep the sequence whole */
@@ -415,17 +415,17 @@ void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifi
 /* Make @dev current, remembering the previous device in *@old. */
 static int dev_enter(int rank, int dev, int *old)
 {
-	int ret = RK_CUDA(rank, cudaGetDevice(old));
+	int ret = RK_CUDA(rank, cudaGetDevice, old);
 
 	if (!ret && *old != dev)
-		ret = RK_CUDA(rank, cudaSetDevice(dev));
+		ret = RK_CUDA(rank, cudaSetDevice, dev);
 	return ret;
 }
 
 static void dev_leave(int rank, int dev, int old)
 {
 	if (old >= 0 && old != dev)
-		RK_CUDA(rank, cudaSetDevice(old));
+		RK_CUDA(rank, cudaSetDevice, old);
 }
 
 int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
@@ -436,6 +436,12 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	void *dptr = NULL;
 	int ret, old = -1, can, i;
 
+	ret = rk__cuda_load();
+	if (ret) {
+		if (out)
+			*out = NULL;
+		return ret;
+	}
 	if (!loop || !cb || !out ||
 	    (mode != RK_GPU_NOTIFY_AUTO && mode != RK_GPU_NOTIFY_POLL &&
 	     mode != RK_GPU_NOTIFY_WAKE))
@@ -452,12 +458,12 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	n->use_poll = mode != RK_GPU_NOTIFY_WAKE;
 	n->use_wake = mode != RK_GPU_NOTIFY_POLL;
 
-	ret = RK_CUDA(n->rank, cudaGetDevice(&old));
+	ret = RK_CUDA(n->rank, cudaGetDevice, &old);
 	if (ret)
 		goto err_free;
 	n->dev = old;
 	if (stream) {
-		ret = RK_CUDA(n->rank, cudaStreamGetDevice(stream, &n->dev));
+		ret = RK_CUDA(n->rank, cudaStreamGetDevice, stream, &n->dev);
 		if (ret)
 			goto err_free;
 	}
@@ -486,21 +492,21 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	}
 	if (n->use_poll) {
 		n->write64 = rk__cu_driver()->write_value64;
-		ret = RK_CUDA(n->rank, cudaHostAlloc((void **)&n->word, 64,
-						     cudaHostAllocMapped | cudaHostAllocPortable));
+		ret = RK_CUDA(n->rank, cudaHostAlloc, (void **)&n->word, 64,
+			      cudaHostAllocMapped | cudaHostAllocPortable);
 		if (ret)
 			goto err_dev;
 		__atomic_store_n(n->word, 0, __ATOMIC_RELEASE);
-		ret = RK_CUDA(n->rank, cudaHostGetDevicePointer(&dptr, n->word, 0));
+		ret = RK_CUDA(n->rank, cudaHostGetDevicePointer, &dptr, n->word, 0);
 		if (ret)
 			goto err_word;
 		n->dword = (CUdeviceptr)(uintptr_t)dptr;
 	}
 	if (n->use_wake) {
-		ret = RK_CUDA(n->rank, cudaStreamCreateWithFlags(&n->side, cudaStreamNonBlocking));
+		ret = RK_CUDA(n->rank, cudaStreamCreateWithFlags, &n->side, cudaStreamNonBlocking);
 		if (ret)
 			goto err_word;
-		ret = RK_CUDA(n->rank, cudaEventCreateWithFlags(&n->ev, cudaEventDisableTiming));
+		ret = RK_CUDA(n->rank, cudaEventCreateWithFlags, &n->ev, cudaEventDisableTiming);
 		if (ret)
 			goto err_side;
 	}
@@ -520,13 +526,13 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	return 0;
 err_event:
 	if (n->ev)
-		cudaEventDestroy(n->ev);
+		rk__cudart.cudaEventDestroy(n->ev);
 err_side:
 	if (n->side)
-		cudaStreamDestroy(n->side);
+		rk__cudart.cudaStreamDestroy(n->side);
 err_word:
 	if (n->word)
-		cudaFreeHost(n->word);
+		rk__cudart.cudaFreeHost(n->word);
 err_dev:
 	dev_leave(n->rank, n->dev, old);
 err_free:
@@ -547,26 +553,26 @@ int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force)
 	ret = r;
 	if (n->issued != n->delivered) {
 		/* forced: the stream must not write into the word after it is freed */
-		r = RK_CUDA(n->rank, cudaStreamSynchronize(n->stream));
+		r = RK_CUDA(n->rank, cudaStreamSynchronize, n->stream);
 		ret = ret ? ret : r;
 		n->delivered = n->issued;
 	}
 	n->closing = true;
 	if (n->use_wake) {
 		/* every host function has run: their posts are on the loop's inbox */
-		r = RK_CUDA(n->rank, cudaStreamSynchronize(n->side));
+		r = RK_CUDA(n->rank, cudaStreamSynchronize, n->side);
 		if (r) {
 			/* a host function may still run: keep its memory forever */
 			leak = true;
 			ret = ret ? ret : r;
 		}
-		r = RK_CUDA(n->rank, cudaEventDestroy(n->ev));
+		r = RK_CUDA(n->rank, cudaEventDestroy, n->ev);
 		ret = ret ? ret : r;
-		r = RK_CUDA(n->rank, cudaStreamDestroy(n->side));
+		r = RK_CUDA(n->rank, cudaStreamDestroy, n->side);
 		ret = ret ? ret : r;
 	}
 	if (n->word) {
-		r = RK_CUDA(n->rank, cudaFreeHost(n->word));
+		r = RK_CUDA(n->rank, cudaFreeHost, n->word);
 		ret = ret ? ret : r;
 		n->word = NULL;
 	}

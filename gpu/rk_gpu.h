@@ -9,6 +9,18 @@
  * included here: a stream is a struct CUstream_st * (cudaStream_t and CUstream
  * are both that pointer), a communicator is handed out as void *.
  *
+ * librankrt links no CUDA or NCCL library: a build with them opens the CUDA
+ * driver (libcuda.so.1), the runtime (libcudart.so.<major of the build>) and
+ * NCCL (libnccl.so.2) with dlopen at the first rk_gpu_probe(),
+ * rk_gpu_notifier_create() or rk_nccl_create(), through the dynamic loader's
+ * usual search (LD_LIBRARY_PATH, the ld.so cache). On a host without them
+ * librankrt still loads and its CPU paths run; those three calls return
+ * -RK_ENOGPU (the notifier and rk_gpu_probe() need the driver and the runtime,
+ * rk_nccl_create() NCCL too), and a warning naming the library and the
+ * loader's reason is logged once per process. A program that links libcudart
+ * or libnccl itself shares the same copy with rankrt (same soname), so its
+ * streams and communicators are rankrt's.
+ *
  * Threads: everything here belongs to the loop thread of the loop it was
  * created on, except rk_gpu_probe() (any thread). CUDA errors are logged once
  * with the CUDA/NCCL string and returned as -EIO. docs/GPU.md has the design
@@ -29,8 +41,9 @@ struct CUstream_st;
 
 /**
  * rk_gpu_probe() - count the CUDA devices this process can use.
- * Return: the count (> 0), -ENODEV when the driver reports none (or no driver
- * is loaded), -EOPNOTSUPP when rankrt was built without CUDA. Any thread.
+ * Return: the count (> 0), -ENODEV when the driver reports none (or fails),
+ * -RK_ENOGPU when the CUDA driver or runtime library cannot be loaded (logged
+ * once), -EOPNOTSUPP when rankrt was built without CUDA. Any thread.
  * Note: this initialises CUDA in the calling process (fork after it is unsafe).
  */
 RK_EXPORT int rk_gpu_probe(void);
@@ -99,11 +112,12 @@ struct rk_gpu_notifier_stats {
  * @cb, @arg: the done callback.
  * The notifier allocates one host-mapped word, a side stream (non-blocking,
  * on the stream's device) and an event, and attaches a loop source.
- * Return: 0 and *@out; -EINVAL (NULL loop/cb/out, unknown mode); -EOPNOTSUPP
- * (built without CUDA, or POLL on a device without 64-bit stream memory
- * operations, or the driver lacks cuStreamWriteValue64); -ENOMEM; -EIO (a CUDA
- * call failed, logged). Loop thread; the calling thread's current CUDA device
- * is left as it was.
+ * Return: 0 and *@out; -RK_ENOGPU (the CUDA driver or runtime library cannot
+ * be loaded; checked first, *@out NULL); -EINVAL (NULL loop/cb/out, unknown
+ * mode); -EOPNOTSUPP (built without CUDA, or POLL on a device without 64-bit
+ * stream memory operations, or the driver lacks cuStreamWriteValue64);
+ * -ENOMEM; -EIO (a CUDA call failed, logged). Loop thread; the calling
+ * thread's current CUDA device is left as it was.
  */
 RK_EXPORT int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 				     enum rk_gpu_notify_mode mode, rk_gpu_done_cb cb, void *arg,
@@ -215,9 +229,10 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
  * @ready (may be NULL) reports the outcome. May be called before the world is
  * ready (a frame of the leader may arrive with the WELCOME); a world that
  * fails before the communicator is up fails it too.
- * Return: 0 and *@out; -EINVAL; -EOPNOTSUPP (built without NCCL); -ENOMEM;
- * -EIO (cudaSetDevice or ncclGetUniqueId failed, logged). Loop thread; makes
- * @cuda_device the thread's current device.
+ * Return: 0 and *@out; -RK_ENOGPU (the CUDA driver, runtime or NCCL library
+ * cannot be loaded; checked first, *@out NULL); -EINVAL; -EOPNOTSUPP (built
+ * without NCCL); -ENOMEM; -EIO (cudaSetDevice or ncclGetUniqueId failed,
+ * logged). Loop thread; makes @cuda_device the thread's current device.
  */
 RK_EXPORT int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready,
 			     void *arg, struct rk_nccl **out);
