@@ -23,6 +23,7 @@ extern "C" {
 #define RK_EXPORT
 #endif
 
+/* The version a program is compiled against; rk_version() gives the one it runs with. */
 #define RK_VERSION_MAJOR 0
 #define RK_VERSION_MINOR 1
 
@@ -84,6 +85,16 @@ RK_EXPORT const char *rk_strerror(int err);
  * Return: a static string, never NULL. Thread-safe.
  */
 RK_EXPORT const char *rk_errname(int err);
+
+/**
+ * rk_version() - the version of the librankrt this process runs with (the
+ * RK_VERSION_* macros are the one it was compiled against).
+ * @major, @minor: if not NULL, receive the numbers, as in RK_VERSION_MAJOR/MINOR.
+ *
+ * Return: the version string, "0.1.0" (configure's PACKAGE_VERSION: major.minor.patch),
+ * static, never NULL. Never fails. Any thread; may be called from any callback.
+ */
+RK_EXPORT const char *rk_version(int *major, int *minor);
 
 #ifdef __cplusplus
 }
