@@ -62,6 +62,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"	/* PACKAGE_VERSION */
+
 extern char **environ;
 
 #define PROG		"rk-launch"
@@ -189,7 +191,8 @@ static void usage(FILE *f)
 		"      --ssh=PROG     ssh client for remote hosts (default: ssh), run as\n"
 		"                     PROG -o BatchMode=yes HOST COMMAND\n"
 		"  -v, --verbose      say what is done: namespaces, pids, exits\n"
-		"  -h, --help         this text\n\n"
+		"  -h, --help         this text\n"
+		"      --version      print the version and exit\n\n"
 		"Each rank's environment is the launcher's plus RK_RANK, RK_WORLD_SIZE,\n"
 		"RK_LEADER=host:port, RK_SESSION (random per job) and RK_SECRET_FILE, a file\n"
 		"holding a random secret made for this job, with which the ranks prove to\n"
@@ -1190,7 +1193,8 @@ static int parse_args(struct launch *l, int argc, char **argv)
 		{ "hosts", required_argument, NULL, 'H' }, { "port", required_argument, NULL, 'p' },
 		{ "grace", required_argument, NULL, 'g' }, { "netns", no_argument, NULL, 'N' },
 		{ "ssh", required_argument, NULL, 's' },   { "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },	   { NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' },	   { "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
@@ -1227,6 +1231,9 @@ static int parse_args(struct launch *l, int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf(PROG " (rankrt) " PACKAGE_VERSION "\n");
 			exit(0);
 		default: /* getopt has named the option */
 			fprintf(stderr, "Try '" PROG " --help'.\n");

@@ -673,7 +673,8 @@ static void usage(FILE *f)
 		"  --post=BODY        send one POST /v1/completions with BODY, print the status\n"
 		"                     and the reply, exit 0 on any HTTP answer\n"
 		"  --get=PATH         the same for GET PATH\n"
-		"  -h, --help         this text\n\n"
+		"  -h, --help         this text\n"
+		"      --version      print the version and exit\n\n"
 		"Exit: 0; 1 on any HTTP or transport error; 2 usage; 3 when cells of one mode\n"
 		"hash differently; 4 when --check-ref finds a difference.\n");
 }
@@ -722,6 +723,7 @@ int main(int argc, char **argv)
 		{ "post", required_argument, NULL, 'O' },
 		{ "get", required_argument, NULL, 'G' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct options o = {
@@ -846,6 +848,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf(PROG " (rankrt) %s\n", rk_version(NULL, NULL));
 			return 0;
 		default:
 			usage(stderr);

@@ -362,7 +362,8 @@ static void usage(FILE *f)
 		"                     RDMA links (host:port is the TCP side channel; a rank on\n"
 		"                     another device sets RK_RDMA_DEV/RK_RDMA_GID; a build\n"
 		"                     without verbs refuses roce:// with 'built without verbs')\n"
-		"  -h, --help         this text\n\n"
+		"  -h, --help         this text\n"
+		"      --version      print the version and exit\n\n"
 		"Ranks, world size and every wait knob also come from RK_* variables\n"
 		"(see README.md); a malformed one is refused by name.\n");
 }
@@ -429,6 +430,7 @@ int main(int argc, char **argv)
 		{ "idle", required_argument, NULL, 'i' }, { "pin", no_argument, NULL, 'p' },
 		{ "leader", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
 		{ "gap-us", required_argument, NULL, 'g' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pp p = { .count = 20000, .size = 64, .warmup = 1000, .runs = 3 };
@@ -489,6 +491,9 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("rk-pingpong (rankrt) %s\n", rk_version(NULL, NULL));
 			return 0;
 		default:
 			usage(stderr);
