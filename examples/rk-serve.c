@@ -2617,7 +2617,8 @@ static void usage(FILE *f)
 		"  --max-batch=N      streams per round (default 8; 1..%u)\n"
 		"  --draft-k=K        drafted tokens per stream and round for requests that do\n"
 		"                     not say (default 0 = plain; 0..%u)\n"
-		"  -h, --help         this text\n\n"
+		"  -h, --help         this text\n"
+		"      --version      print the version and exit\n\n"
 		"--bench: every cell (streams x mode x draft) sends N requests of M tokens\n"
 		"through C closed-loop streams (stream s sends requests s, s+C, ... each once\n"
 		"the previous one is done), submitted straight to the scheduler; request i is\n"
@@ -2766,6 +2767,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "bench-policies", required_argument, NULL, OPT_B_POLICIES },
 		{ "trace-rounds", required_argument, NULL, OPT_TRACE_ROUNDS },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 #ifdef RK_HAVE_SERVE_HTTP
@@ -2958,6 +2960,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'h':
 			usage(stdout);
+			return 1;
+		case 'V':
+			printf(PROG " (rankrt) %s\n", rk_version(NULL, NULL));
 			return 1;
 		default:
 			usage(stderr);
