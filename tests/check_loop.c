@@ -2301,7 +2301,7 @@ START_TEST(test_predict_sleeps)
 	ck_assert(c.wait.predict);		/* the default */
 	/*
 	 * A 2-vCPU VM wakes 80-350 us late from a 30 ms sleep (deep idle), a qemu
-	 * TCG guest (tests/verbs-softroce.sh runs this suite on one) 600-900 us:
+	 * TCG guest (tests/softroce/verbs-softroce.sh runs this suite on one) 600-900 us:
 	 * more than the learned part of the margin may grow (100 us). The knob
 	 * covers the rest, as it would on such a machine; spinning 2 ms of a 30 ms
 	 * wait still keeps the CPU bound below.

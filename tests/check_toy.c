@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * check_toy: the toy model (examples/TOY.md) and its CPU backend.
+ * check_toy: the toy model (examples/toy/TOY.md) and its CPU backend.
  *
  * The model tests pin the definition: the golden values below were computed
  * by an independent Python transcription of TOY.md and match this C code bit

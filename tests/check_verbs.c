@@ -6,7 +6,7 @@
  *
  * Each variable is "device,gid-index,ip"; A is the leader (it listens on its
  * ip), B the follower. Unset, or a device that does not open: exit 77 (skip).
- * Soft-RoCE counts as hardware (tests/verbs-softroce.sh runs this in a qemu guest).
+ * Soft-RoCE counts as hardware (tests/softroce/verbs-softroce.sh runs this in a qemu guest).
  *
  * Two worlds run on two threads of one process (one loop each), except the
  * peer-death test, which forks the follower so that it can be killed.

@@ -11,8 +11,8 @@
 # Skips (77) without the binaries. Run from the build directory
 # (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-serve=$b/examples/rk-serve
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
 if [ ! -x "$launch" ] || [ ! -x "$serve" ]; then
 	echo "SKIP: no $launch or $serve"
 	exit 77

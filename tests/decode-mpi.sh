@@ -7,7 +7,7 @@
 # tests/launch-mpi.sh). Run from the build directory (tests/Makefile.inc sets
 # builddir).
 b=${builddir:-.}
-serve=$b/examples/rk-serve
+serve=$b/examples/serve/rk-serve
 [ -x "$serve" ] || { echo "SKIP: rk-serve not built (libmicrohttpd, jansson)"; exit 77; }
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
 command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }

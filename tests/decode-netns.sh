@@ -5,8 +5,8 @@
 # no namespace behind. Skips (77) without rk-serve, unless root with a working
 # 'ip netns'. Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-serve=$b/examples/rk-serve
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
 [ -x "$launch" ] || { echo "no $launch"; exit 99; }
 [ -x "$serve" ] || { echo "SKIP: rk-serve not built (libmicrohttpd, jansson)"; exit 77; }
 . "$(dirname "$0")/netns-common.sh"

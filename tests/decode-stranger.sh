@@ -18,9 +18,9 @@
 # Skips (77) without rk-serve/rk-load, or when rankrt was built without OpenSSL.
 # Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-serve=$b/examples/rk-serve
-load=$b/examples/rk-load
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
+load=$b/examples/load/rk-load
 [ -x "$launch" ] || { echo "no $launch"; exit 99; }
 if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
 	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"

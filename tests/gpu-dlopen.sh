@@ -40,7 +40,7 @@ for d in $dirs; do
 	# never hide the system's own libraries
 	[ -e "$d/libc.so.6" ] && { echo "SKIP: GPU libraries in $d, with libc"; exit 0; }
 done
-pingpong=$b/examples/rk-pingpong
+pingpong=$b/examples/pingpong/rk-pingpong
 [ -x "$pingpong" ] || fail "no $pingpong"
 # shellcheck disable=SC2016 # expanded by the inner shell
 unshare -m --propagation private sh -c '
@@ -57,7 +57,7 @@ unshare -m --propagation private sh -c '
 	fi
 	echo "--- rk-pingpong --local"
 	unset LD_LIBRARY_PATH
-	timeout -s KILL 60 "$2/examples/rk-pingpong" --local --count=500 --warmup=50 --runs=1 \
+	timeout -s KILL 60 "$2/examples/pingpong/rk-pingpong" --local --count=500 --warmup=50 --runs=1 \
 		--wait=adaptive </dev/null
 ' sh "$dirs" "$b"
 rc=$?

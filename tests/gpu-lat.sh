@@ -1,6 +1,6 @@
 #!/bin/sh
 # The GPU completion-latency benchmark as a test (docs/GPU.md): a shorter run
-# than tests/device-run.sh's, with a looser bound on a shared machine. Skips
+# than tests/bench/device-run.sh's, with a looser bound on a shared machine. Skips
 # (77) without a GPU, exactly as check_gpu does.
 b=${builddir:-.}
 bin=$b/tests/check_gpu

@@ -5,8 +5,8 @@
 # through a stand-in ssh that runs the remote command here (quoting, RK_*).
 # Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-pingpong=$b/examples/rk-pingpong
+launch=$b/examples/launch/rk-launch
+pingpong=$b/examples/pingpong/rk-pingpong
 [ -x "$launch" ] && [ -x "$pingpong" ] || { echo "no $launch or $pingpong"; exit 99; }
 command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
 
@@ -120,7 +120,7 @@ run ssh --ssh "$tmp/ssh" --port $port --hosts node-a,node-b -- sh -c 'exit 5'
 addr=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | head -n 1)
 if [ -n "$addr" ]; then
 	run sspp --ssh "$tmp/ssh" --port $port --hosts "$addr,localhost" -- \
-		"$(cd "$b/examples" && pwd)/rk-pingpong" --count 2000 --runs 1 --wait spin
+		"$(cd "$b/examples/pingpong" && pwd)/rk-pingpong" --count 2000 --runs 1 --wait spin
 	[ $rc = 0 ] || fail "ssh: pingpong: rk-launch exited $rc"
 	grep -q '^\[r0\] spin  *[0-9]' "$tmp/sspp.out" || fail "ssh: pingpong: no table"
 else

@@ -10,8 +10,8 @@
 # Every rank runs 'sleep <unique duration>', so pgrep -f finds this job's
 # processes only. Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-pingpong=$b/examples/rk-pingpong
+launch=$b/examples/launch/rk-launch
+pingpong=$b/examples/pingpong/rk-pingpong
 [ -x "$launch" ] && [ -x "$pingpong" ] || { echo "no $launch or $pingpong"; exit 99; }
 command -v pgrep >/dev/null || { echo "SKIP: no pgrep"; exit 77; }
 

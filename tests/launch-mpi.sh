@@ -5,7 +5,7 @@
 # cannot start two processes here at all. Run from the build directory
 # (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-pingpong=$b/examples/rk-pingpong
+pingpong=$b/examples/pingpong/rk-pingpong
 [ -x "$pingpong" ] || { echo "no $pingpong"; exit 99; }
 command -v mpirun >/dev/null || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
 command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }

@@ -7,8 +7,8 @@
 # CAP_SYS_ADMIN it says so and exits 2. Skips (77) unless root with a working
 # 'ip netns'. Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-pingpong=$b/examples/rk-pingpong
+launch=$b/examples/launch/rk-launch
+pingpong=$b/examples/pingpong/rk-pingpong
 [ -x "$launch" ] && [ -x "$pingpong" ] || { echo "no $launch or $pingpong"; exit 99; }
 . "$(dirname "$0")/netns-common.sh"
 

@@ -38,7 +38,7 @@ real_prog()
 	return 1
 }
 
-pingpong=$(real_prog "$b/examples/rk-pingpong") || { echo "FAIL: no rk-pingpong in $b"; exit 99; }
+pingpong=$(real_prog "$b/examples/pingpong/rk-pingpong") || { echo "FAIL: no rk-pingpong in $b"; exit 99; }
 check_verbs=$(real_prog "$b/tests/check_verbs") || check_verbs=
 # The runtime's own suites on the guest's 6.1 kernel: the oldest one it runs
 # on, with fewer io_uring features than the host's.

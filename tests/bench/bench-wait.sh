@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Wait-policy benchmark: rk-pingpong over TCP loopback for every wait shape,
 # all in one run so the figures compare as ratios. Usage:
-#   tests/bench-wait.sh [BUILD_DIR] [ROUND_TRIPS] [RUNS] [IDLE_S]
+#   tests/bench/bench-wait.sh [BUILD_DIR] [ROUND_TRIPS] [RUNS] [IDLE_S]
 # Prints markdown tables; docs/BENCH.md holds a recorded run.
 set -euo pipefail
 b=${1:-.}
 n=${2:-20000}
 runs=${3:-5}
 idle=${4:-60}
-pp="$b/examples/rk-pingpong"
+pp="$b/examples/pingpong/rk-pingpong"
 [ -x "$pp" ] || { echo "no $pp: build first" >&2; exit 1; }
 
 echo "## $(date -u +%F) $(uname -r), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"

@@ -3,11 +3,11 @@
 # liburing, check or libtool there): build a `make dist` tarball against
 # unpacked Debian .debs, run the GPU test suite, the completion-latency
 # benchmark and the TP2 decode receipt of rk-serve's CUDA backend under three
-# wait policies (tests/bench-serve.sh, BENCH_MODE=policies; the CPU backend
+# wait policies (tests/bench/bench-serve.sh, BENCH_MODE=policies; the CPU backend
 # when there is no GPU or no CUDA backend).
 # Receipts go to $OUT (at most 8 files); everything important is printed too.
 #
-#   DEPS=/tmp/deps OUT=/some/dir sh tests/device-run.sh rankrt-0.1.0.tar.gz
+#   DEPS=/tmp/deps OUT=/some/dir sh tests/bench/device-run.sh rankrt-0.1.0.tar.gz
 #
 # Arguments and environment:
 #   $1 or TARBALL   the tarball (default: the newest rankrt-*.tar.gz here)
@@ -26,12 +26,12 @@
 #   STEPS           which steps run (default "gpulat check_gpu threads decode bcast rest"):
 #                   gpulat, check_gpu, threads (per-thread CPU of both ranks, busy
 #                   under each policy and idle under the default: threads.txt),
-#                   decode, bcast (the round-broadcast overhead, tests/bench-bcast.sh:
+#                   decode, bcast (the round-broadcast overhead, tests/bench/bench-bcast.sh:
 #                   CUDA at TP2, CPU at TP2 and TP4), rest (the other tests); not by
-#                   default: idlefloor (tests/gpu-idle-floor: the idle CPU of a bare
+#                   default: idlefloor (tests/bench/gpu-idle-floor: the idle CPU of a bare
 #                   CUDA process, then with a host function, one and two NCCL ranks;
 #                   IDLEFLOOR_S seconds each, default 20; then 10 s of a bare one under
-#                   tests/wait-probe.so, the waits of its threads: idlefloor.txt)
+#                   tests/bench/wait-probe.so, the waits of its threads: idlefloor.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -168,13 +168,13 @@ grep -E '^[0-9]+%' "$glog" >>"$summary"
 grep -E ':[EF]:' "$glog" | head -n 20 >>"$summary"
 fi
 
-# ---- per-thread CPU of both ranks (tests/thread-cpu.sh): where the CPU goes ---------
+# ---- per-thread CPU of both ranks (tests/bench/thread-cpu.sh): where the CPU goes ---------
 # One large cell (1 stream, plain) under each policy, sampled every 0.5 s; the busy
 # window is the cell (from the column header to the cell line), then, under the
 # default policy, THREADS_IDLE s idle of which all but 10 s are reported; then two
 # idle jobs that split the idle CPU: rankrt alone (CPU backend), CUDA without NCCL.
 dbackend=cpu
-if [ -x examples/rk-serve ] && examples/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
+if [ -x examples/serve/rk-serve ] && examples/serve/rk-serve --help 2>&1 | grep -q 'with the CUDA backend' &&
 	nvidia-smi -L >/dev/null 2>&1; then
 	dbackend=cuda
 fi
@@ -196,8 +196,8 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 		# the machine's steal and total CPU ticks, to see how much a spinner is stolen
 		st0=$(awk '/^cpu / { print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
 		# shellcheck disable=SC2086
-		env $tenv timeout -k 5 "$tlim" examples/rk-launch -v --hosts "$thosts" -- \
-			examples/rk-serve --bench --bench-runs 1 "$@" \
+		env $tenv timeout -k 5 "$tlim" examples/launch/rk-launch -v --hosts "$thosts" -- \
+			examples/serve/rk-serve --bench --bench-runs 1 "$@" \
 			</dev/null >"$tdir/$tname.out" 2>"$tdir/$tname.err" &
 		lp=$!
 		tp=
@@ -208,7 +208,7 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 			tp=$(sed -n 's/^rk-launch: rank [0-9]*: pid \([0-9]*\) .*/\1/p' \
 				"$tdir/$tname.err" | tr '\n' ' ')
 		done
-		THREAD_CPU_LINES="$tdir/$tname.out" sh tests/thread-cpu.sh sample \
+		THREAD_CPU_LINES="$tdir/$tname.out" sh tests/bench/thread-cpu.sh sample \
 			"$tdir/$tname.s" 0.5 $tp &
 		sp=$!
 		wait $lp
@@ -230,17 +230,17 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 				END { if (h && c) print h, c }' "$tdir/$tname.s")
 			if [ -n "$win" ]; then
 				echo "busy (the cell, ${win% *} .. ${win#* } s after the start):"
-				sh tests/thread-cpu.sh report "$tdir/$tname.s" $win tid
+				sh tests/bench/thread-cpu.sh report "$tdir/$tname.s" $win tid
 			fi
 			if [ "$tidle" -gt 0 ]; then
 				end=$(awk '$3 != "lines" { t = $1 - $2 } END { print t }' "$tdir/$tname.s")
 				from=$(awk -v e="$end" -v i="$tidle" 'BEGIN { print e - i + 4 }')
 				to=$(awk -v f="$from" -v i="$tidle" 'BEGIN { print f + i - 10 }')
 				echo "idle ($((tidle - 10)) s: $from .. $to s after the start):"
-				sh tests/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to" tid
+				sh tests/bench/thread-cpu.sh report "$tdir/$tname.s" "$from" "$to" tid
 			fi
 			echo "whole job:"
-			sh tests/thread-cpu.sh report "$tdir/$tname.s" 0 100000
+			sh tests/bench/thread-cpu.sh report "$tdir/$tname.s" 0 100000
 		} >>"$trace" 2>&1
 	}
 	t0t=$(date +%s)
@@ -271,18 +271,18 @@ if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 fi
 
 # ---- the idle floor: a process with a CUDA context (and NCCL) but no rankrt -------------
-if want idlefloor && [ -x tests/gpu-idle-floor ]; then
+if want idlefloor && [ -x tests/bench/gpu-idle-floor ]; then
 	flog=$OUT/idlefloor.txt
 	: >"$flog"
 	for m in bare hostfn nccl1 nccl2; do
 		step "idlefloor-$m" $((${IDLEFLOOR_S:-20} + 60)) "$flog" \
-			tests/gpu-idle-floor "${IDLEFLOOR_S:-20}" $m
+			tests/bench/gpu-idle-floor "${IDLEFLOOR_S:-20}" $m
 	done
 	grep TOTAL "$flog" | tee -a "$summary"
 	# what the driver's event thread waits on: its polls, their timeouts, how they end
-	if [ -f tests/.libs/wait-probe.so ]; then
-		step "idlefloor-waits" 70 "$flog" env LD_PRELOAD="$PWD/tests/.libs/wait-probe.so" \
-			tests/gpu-idle-floor 10 bare
+	if [ -f tests/bench/.libs/wait-probe.so ]; then
+		step "idlefloor-waits" 70 "$flog" env LD_PRELOAD="$PWD/tests/bench/.libs/wait-probe.so" \
+			tests/bench/gpu-idle-floor 10 bare
 		grep '^WAITS cuda' "$flog" | tee -a "$summary"
 	fi
 fi
@@ -294,7 +294,7 @@ fi
 # The machine has 32 CPUs for 2 ranks: no pinning.
 drc=skipped
 dlog=$OUT/decode-tp2.txt
-if want decode && [ -x examples/rk-serve ]; then
+if want decode && [ -x examples/serve/rk-serve ]; then
 	: >"$dlog"
 	dlim=$(($(left) - 60))
 	[ "$dlim" -gt "${DECODE_S:-240}" ] && dlim=${DECODE_S:-240}
@@ -303,25 +303,25 @@ if want decode && [ -x examples/rk-serve ]; then
 			BENCH_BACKEND=$dbackend BENCH_DEADLINE=$((dlim - 40)) BENCH_GRACE=25 \
 			BENCH_RUNS="${DECODE_RUNS:-3}" BENCH_REQUESTS="${DECODE_REQUESTS:-48}" \
 			BENCH_TOKENS="${DECODE_TOKENS:-64}" BENCH_IDLE="${DECODE_IDLE:-60}" \
-			builddir=. sh tests/bench-serve.sh
+			builddir=. sh tests/bench/bench-serve.sh
 		drc=$?
 		sed -n '/^== summary/,$p' "$dlog" | tee -a "$summary"
 	else
 		say "decode-tp2: no time left ($(left) s)"
 	fi
 elif want decode; then
-	say "decode-tp2: examples/rk-serve was not built"
+	say "decode-tp2: examples/serve/rk-serve was not built"
 fi
 
-# ---- the round-broadcast overhead (tests/bench-bcast.sh): CUDA at TP2, CPU at TP2 and TP4 --
-if want bcast && [ -x examples/rk-serve ]; then
+# ---- the round-broadcast overhead (tests/bench/bench-bcast.sh): CUDA at TP2, CPU at TP2 and TP4 --
+if want bcast && [ -x examples/serve/rk-serve ]; then
 	blog=$OUT/bcast.txt
 	: >"$blog"
 	if [ "$dbackend" = cuda ]; then
-		step bcast-cuda 90 "$blog" env BACKEND=cuda builddir=. sh tests/bench-bcast.sh 2 \
+		step bcast-cuda 90 "$blog" env BACKEND=cuda builddir=. sh tests/bench/bench-bcast.sh 2 \
 			"${BCAST_RUNS:-3}" 16
 	fi
-	step bcast-cpu 90 "$blog" env BACKEND=cpu builddir=. sh tests/bench-bcast.sh "2 4" \
+	step bcast-cpu 90 "$blog" env BACKEND=cpu builddir=. sh tests/bench/bench-bcast.sh "2 4" \
 		"${BCAST_RUNS:-3}" 16
 	grep -v '^host:' "$blog" | tee -a "$summary"
 fi

@@ -2,7 +2,7 @@
 /*
  * The toy model's CUDA backend: struct rk_backend_ops on one GPU per rank,
  * bit-identical tokens to the CPU backend (toy_cpu) at any tensor-parallel
- * degree. examples/TOY.md defines the model; docs/GPU.md describes the design.
+ * degree. examples/toy/TOY.md defines the model; docs/GPU.md describes the design.
  *
  * Per round, on the rank's stream: upload the round (streams and tokens), fold
  * the inputs into per-stream states kept in device memory and compute the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rk-serve: a tensor-parallel decode server for the toy model (examples/TOY.md)
+ * rk-serve: a tensor-parallel decode server for the toy model (examples/toy/TOY.md)
  * on rankrt. Every rank runs it; rank 0 also serves HTTP.
  *
  *   rk-launch --hosts localhost,localhost -- rk-serve [--http 127.0.0.1:8800]
@@ -2592,7 +2592,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: rk-serve [options]\n"
-		"A tensor-parallel decode server for the toy model (examples/TOY.md). Every\n"
+		"A tensor-parallel decode server for the toy model (examples/toy/TOY.md). Every\n"
 		"rank runs it, e.g. rk-launch --hosts localhost,localhost -- rk-serve; rank 0\n"
 		"schedules rounds and serves HTTP, the others compute their shard.\n"
 		"This build: " HTTP_BUILD ", " CUDA_BUILD ".\n\n"

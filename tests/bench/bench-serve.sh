@@ -1,7 +1,7 @@
 #!/bin/sh
 # Decode benchmarks of rk-serve as two ranks under rk-launch on one machine
 # (TP2 over loopback). Not in TESTS; run from the build directory:
-#   builddir=. ../tests/bench-serve.sh          (or from the source tree: tests/bench-serve.sh)
+#   builddir=. ../tests/bench/bench-serve.sh          (or from the source tree: tests/bench/bench-serve.sh)
 #
 # BENCH_MODE=http (the default): rk-serve's HTTP server driven by rk-load at
 # 1/4/8 concurrent streams x greedy/sampled x plain/drafted, each cell the
@@ -41,9 +41,9 @@
 # later than this after the start, and none runs past it by more than
 # BENCH_GRACE, 30 s; the summary uses the runs done).
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-serve=$b/examples/rk-serve
-load=$b/examples/rk-load
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
+load=$b/examples/load/rk-load
 mode=${BENCH_MODE:-http}
 
 # ---- the wait-policy receipt ---------------------------------------------------------

@@ -4,7 +4,7 @@
  * communicators), without rankrt: what each of its threads spends on a CPU
  * while the process sleeps. A rank's idle CPU can go no lower than this.
  *
- *   tests/gpu-idle-floor SECONDS MODE
+ *   tests/bench/gpu-idle-floor SECONDS MODE
  *
  * MODE: bare (a context only), hostfn (plus a non-blocking stream, mapped host
  * memory and one host function, as the notifier has), nccl1 (plus a

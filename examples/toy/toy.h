@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The toy model: a deterministic, tensor-parallel stand-in for an LLM, and its
- * CPU backend for the rankrt scheduler. examples/TOY.md is the exact
+ * CPU backend for the rankrt scheduler. examples/toy/TOY.md is the exact
  * definition (a GPU port must match it bit for bit); this header is the API.
  *
  * Layers: toy_model/toy_state/toy_pick/toy_table are pure compute (no I/O, no

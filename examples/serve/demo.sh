@@ -12,7 +12,7 @@
 # instead (a VPATH build) and builds nothing. Extra arguments go to rk-serve
 # (e.g. --hidden 4096, --draft-k 4; see rk-serve --help).
 set -e
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 
 if [ -n "$builddir" ]; then
@@ -20,23 +20,23 @@ if [ -n "$builddir" ]; then
 else
 	bdir=.
 	tests/deps.sh
-	if [ ! -x examples/rk-serve ] || [ ! -x examples/rk-launch ]; then
+	if [ ! -x examples/serve/rk-serve ] || [ ! -x examples/launch/rk-launch ]; then
 		echo "demo.sh: building rankrt (first run only) ..."
 		if [ ! -f Makefile ]; then
 			autoreconf -fi
 			./configure
 		fi
 		make -j"$(nproc)"
-		if [ ! -x examples/rk-serve ]; then
+		if [ ! -x examples/serve/rk-serve ]; then
 			# configured before libmicrohttpd and jansson were installed: look again
 			./config.status --recheck && ./config.status
 			make -j"$(nproc)"
 		fi
 	fi
 fi
-if [ ! -x "$bdir/examples/rk-serve" ]; then
-	echo "demo.sh: $bdir/examples/rk-serve was not built: it needs libmicrohttpd-dev and" \
+if [ ! -x "$bdir/examples/serve/rk-serve" ]; then
+	echo "demo.sh: $bdir/examples/serve/rk-serve was not built: it needs libmicrohttpd-dev and" \
 	     "libjansson-dev (tests/deps.sh installs them), then ./configure" >&2
 	exit 1
 fi
-exec "$bdir/examples/rk-launch" --hosts localhost,localhost -- "$bdir/examples/rk-serve" --demo "$@"
+exec "$bdir/examples/launch/rk-launch" --hosts localhost,localhost -- "$bdir/examples/serve/rk-serve" --demo "$@"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The toy model's kernels (examples/TOY.md, model v2), bit-exact with
- * examples/toy.c: weights from the same counter hash, the same state fold,
+ * The toy model's kernels (examples/toy/TOY.md, model v2), bit-exact with
+ * examples/toy/toy.c: weights from the same counter hash, the same state fold,
  * the same centred features, exact int32 dot products (integer addition, so
  * the reduction order does not matter). The backend around them is
  * toy_cuda.c; the sums across ranks are an NCCL int32 allreduce there.

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Per-thread CPU of running processes, sampled: where a rank's CPU goes.
 #
-#   tests/thread-cpu.sh sample OUT PERIOD_S PID...   (until every PID has exited)
-#   tests/thread-cpu.sh report OUT FROM_S TO_S [tid] (deltas between two sample times)
+#   tests/bench/thread-cpu.sh sample OUT PERIOD_S PID...   (until every PID has exited)
+#   tests/bench/thread-cpu.sh report OUT FROM_S TO_S [tid] (deltas between two sample times)
 #
 # sample appends lines "T T0 PID TID COMM NS" (T - T0: seconds since the
 # sampler started; NS: the thread's time on a CPU, from .../schedstat, exact,

@@ -7,12 +7,12 @@
 # refusal counts the leader summed up, and whether rk-load --check-ref passed.
 # A benchmark: it prints figures and fails only when the job itself fails.
 #
-#   builddir=. ../tests/bench-strangers.sh      (from the build directory)
+#   builddir=. ../tests/bench/bench-strangers.sh      (from the build directory)
 #   IDLE=200 RAPID=1000 BENCH_OUT=file          (defaults; BENCH_OUT: also write there)
 set -u
 b=${builddir:-.}
-serve=$b/examples/rk-serve
-load=$b/examples/rk-load
+serve=$b/examples/serve/rk-serve
+load=$b/examples/load/rk-load
 idle=${IDLE:-200}
 rapid=${RAPID:-1000}
 [ -x "$serve" ] && [ -x "$load" ] || { echo "no $serve or $load"; exit 77; }

@@ -7,7 +7,7 @@
  * microseconds and the ratio of the medians. A benchmark, not a test: it
  * asserts nothing about time.
  *
- *   tests/bench-bootstrap [--ranks N] [--runs R]     (defaults 4 and 10)
+ *   tests/bench/bench-bootstrap [--ranks N] [--runs R]     (defaults 4 and 10)
  */
 #include <pthread.h>
 #include <stdio.h>

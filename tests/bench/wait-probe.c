@@ -11,7 +11,7 @@
  * What it is for: seeing why an idle process wakes, e.g. the CUDA driver's
  * event thread (docs/GPU.md, "The idle floor of a CUDA process"):
  *
- *   LD_PRELOAD=tests/.libs/wait-probe.so tests/gpu-idle-floor 10 bare
+ *   LD_PRELOAD=tests/bench/.libs/wait-probe.so tests/bench/gpu-idle-floor 10 bare
  *
  * A diagnostic, not a test: built with the checks (a libtool module), never
  * run by make check. Why not strace or perf trace: neither is on the GPU

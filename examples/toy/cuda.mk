@@ -1,17 +1,18 @@
-## examples/toy_cuda: the toy model's CUDA backend (toy_cuda.h, docs/GPU.md).
+## examples/toy/cuda.mk: the toy model's CUDA backend (toy_cuda.h, docs/GPU.md).
 ## toy_cuda.c is always built (-EOPNOTSUPP stubs without CUDA and NCCL); the
 ## kernels in toy_cuda.cu only with both, compiled by nvcc through the suffix
 ## rule below. A plain archive, linked into programs and tests: nvcc cannot take
 ## libtool's PIC flags, so its object is compiled -fPIC (and PIE executables
 ## accept it) instead.
-noinst_LIBRARIES = examples/libtoy_cuda.a
-examples_libtoy_cuda_a_SOURCES = examples/toy_cuda.c examples/toy_cuda.h examples/toy_cuda_k.h
-examples_libtoy_cuda_a_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
-examples_libtoy_cuda_a_CFLAGS = $(AM_CFLAGS)
+noinst_LIBRARIES = examples/toy/libtoy_cuda.a
+examples_toy_libtoy_cuda_a_SOURCES = examples/toy/toy_cuda.c examples/toy/toy_cuda.h \
+	examples/toy/toy_cuda_k.h
+examples_toy_libtoy_cuda_a_CPPFLAGS = $(RK_TOY_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
+examples_toy_libtoy_cuda_a_CFLAGS = $(AM_CFLAGS)
 if HAVE_TOY_CUDA
-examples_libtoy_cuda_a_SOURCES += examples/toy_cuda.cu
+examples_toy_libtoy_cuda_a_SOURCES += examples/toy/toy_cuda.cu
 endif
-EXTRA_DIST += examples/toy_cuda.cu
+EXTRA_DIST += examples/toy/toy_cuda.cu
 
 SUFFIXES = .cu
 # Hopper (H100/H200) code, plus PTX for the JIT on anything newer. Override with
@@ -27,8 +28,8 @@ nvcc_verbose = $(nvcc_verbose_@AM_V@)
 nvcc_verbose_ = $(nvcc_verbose_@AM_DEFAULT_V@)
 nvcc_verbose_0 = @echo "  NVCC    " $@;
 .cu.$(OBJEXT):
-	$(nvcc_verbose)$(NVCC) $(NVCCFLAGS) $(DEFS) $(DEFAULT_INCLUDES) -I$(srcdir)/examples \
+	$(nvcc_verbose)$(NVCC) $(NVCCFLAGS) $(DEFS) $(DEFAULT_INCLUDES) -I$(srcdir)/examples/toy \
 		$(CUDA_CPPFLAGS) -c -o $@ $<
 # no dependency tracking for nvcc: name the header by hand
-examples/toy_cuda.$(OBJEXT): $(srcdir)/examples/toy_cuda_k.h
+examples/toy/toy_cuda.$(OBJEXT): $(srcdir)/examples/toy/toy_cuda_k.h
 ARFLAGS = cr

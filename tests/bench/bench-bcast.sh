@@ -5,7 +5,7 @@
 # loopback), so every rank's CLOCK_MONOTONIC is the same clock; the times come
 # from rk-serve --trace-rounds (the scheduler's round tracer).
 #
-#   builddir=_build tests/bench-bcast.sh [TPS] [RUNS] [REQUESTS]
+#   builddir=_build tests/bench/bench-bcast.sh [TPS] [RUNS] [REQUESTS]
 #
 # TPS: world sizes (default "2 4"); RUNS: runs per cell, interleaved, medians
 # reported (default 5); REQUESTS: 1-stream requests of 64 tokens per run
@@ -15,8 +15,8 @@
 # Prints per cell p50/p99 in us (median over the runs) and, per policy, the
 # ratio of each world size to the first. Exit 0, or 1 when a run failed.
 b=${builddir:-.}
-launch=$b/examples/rk-launch
-serve=$b/examples/rk-serve
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
 tps=${1:-2 4}
 runs=${2:-5}
 reqs=${3:-16}
