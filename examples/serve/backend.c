@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rk-serve's backend: the toy model's CPU backend (toy_cpu) or its CUDA
+ * backend (toy_cuda, --backend=cuda), behind one set of calls (loop thread).
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "serve.h"
+
+const char *backend_name(enum backend_kind k)
+{
+	return k == BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+int be_create(struct server *srv)
+{
+	int ret;
+
+	if (srv->opt.backend == BACKEND_CUDA) {
+		ret = toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
+				      srv->opt.notify, &srv->cuda);
+		if (!ret)
+			toy_cuda_set_graphs(srv->cuda, srv->opt.graphs);
+		return ret;
+	}
+	return toy_cpu_create(srv->world, &srv->opt.model, &srv->cpu);
+}
+
+int be_sched_create(struct server *srv, const struct rk_sched_config *sc)
+{
+	int ret;
+
+	if (srv->cuda) {
+		ret = rk_sched_create(srv->world, sc, &toy_cuda_ops, srv->cuda, &srv->sched);
+		if (!ret)
+			toy_cuda_set_sched(srv->cuda, srv->sched);
+		return ret;
+	}
+	ret = rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
+	if (!ret)
+		toy_cpu_set_sched(srv->cpu, srv->sched);
+	return ret;
+}
+
+int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h,
+		       const uint8_t *payload)
+{
+	if (srv->cuda)
+		return toy_cuda_on_frame(srv->cuda, peer, h, payload);
+	if (srv->cpu)
+		return toy_cpu_on_frame(srv->cpu, peer, h, payload);
+	return -ENOENT;
+}
+
+bool be_busy(const struct server *srv)
+{
+	if (srv->cuda)
+		return toy_cuda_busy(srv->cuda);
+	return srv->cpu && toy_cpu_busy(srv->cpu);
+}
+
+int be_destroy(struct server *srv)
+{
+	int ret;
+
+	if (srv->cuda) {
+		ret = toy_cuda_destroy(srv->cuda);
+		if (ret != -EBUSY)
+			srv->cuda = NULL;
+		return ret;
+	}
+	ret = toy_cpu_destroy(srv->cpu);
+	if (!ret)
+		srv->cpu = NULL;
+	return ret;
+}
+
+void be_abort(struct server *srv)
+{
+	if (srv->cuda)
+		toy_cuda_abort(srv->cuda);
+}
+
+void be_stats(const struct server *srv, struct be_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (srv->cuda) {
+		struct toy_cuda_stats cs;
+
+		toy_cuda_stats(srv->cuda, &cs);
+		out->rounds = cs.rounds;
+		out->outputs = cs.outputs;
+		out->ns_compute = cs.ns_round;
+	} else if (srv->cpu) {
+		struct toy_cpu_stats ts;
+
+		toy_cpu_stats(srv->cpu, &ts);
+		out->rounds = ts.rounds;
+		out->outputs = ts.outputs;
+		out->ns_compute = ts.ns_compute;
+	}
+}
+
+void print_notify(const struct server *srv)
+{
+	struct toy_cuda_stats cs;
+	const struct rk_gpu_notifier_stats *n = &cs.notify;
+
+	if (!srv->cuda || !srv->opt.bench)
+		return;
+	toy_cuda_stats(srv->cuda, &cs);
+	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
+	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
+	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",
+	       srv->rank, rk_gpu_notify_mode_name(srv->opt.notify), n->marks, n->via_poll,
+	       n->via_wake, n->predicted, n->wake_armed_late, n->pred_bounded,
+	       n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3, n->pred_q_ns / 1e3);
+	if (cs.enqueues) {
+		double k = 1e3 * (double)cs.enqueues;
+
+		printf("enqueue r%d: %" PRIu64 " rounds, host us per round: upload %.1f"
+		       " kernels+allreduce %.1f copy %.1f mark %.1f (ncclInProgress %" PRIu64
+		       ", graphs: %" PRIu64 " captured, %" PRIu64 " rounds)\n",
+		       srv->rank, cs.enqueues, (double)cs.ns_upload / k, (double)cs.ns_compute / k,
+		       (double)cs.ns_copy / k, (double)cs.ns_mark / k, cs.nccl_inprogress,
+		       cs.graph_captures, cs.graph_launches);
+	}
+	fflush(stdout);
+}

@@ -1,0 +1,795 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rk-serve's HTTP server (rank 0; libmicrohttpd, JSON through jansson):
+ * POST /v1/completions, GET /v1/stats, GET /health (docs/SERVE.md), built only
+ * when configure found both (HAVE_SERVE, RK_HAVE_SERVE_HTTP). The HTTP threads
+ * never touch the world, scheduler or backend: a request reaches the loop with
+ * rk_loop_post() (the struct rk_post is inside it), the loop thread submits it,
+ * and the token callbacks (loop thread) append to its buffer under its mutex
+ * and signal its condvar. Each connection has its own thread
+ * (MHD_USE_THREAD_PER_CONNECTION), so the content reader may block on that
+ * condvar. A request is freed when both sides let go (refcount under its
+ * mutex): the scheduler at its done callback, HTTP when the response is
+ * destroyed, which also covers a client that hangs up mid-stream.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "serve.h"
+
+#if MHD_VERSION >= 0x00097002
+#define MHD_RESULT enum MHD_Result
+#else
+#define MHD_RESULT int
+#endif
+
+/* One completion request from HTTP. */
+struct sreq {
+	struct rk_request req; /* the loop thread's from post to done */
+	struct rk_post post;
+	struct server *srv;
+	uint32_t *prompt;
+	uint32_t n_prompt;
+	bool stream;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* under mu: written by the loop thread, read by the HTTP thread */
+	uint32_t *toks; /* [max_tokens] */
+	uint32_t n_toks;
+	uint32_t *marks; /* token count after each round with tokens */
+	uint32_t n_marks;
+	bool done;
+	int err;
+	int refs; /* the scheduler's and HTTP's */
+
+	/* HTTP thread only: the content reader's state */
+	char *text; /* [max_tokens + 1] */
+	uint32_t sent_marks;
+	char *out;
+	size_t out_len, out_off, out_cap;
+	bool finished; /* [DONE] is in out */
+};
+
+/* What an HTTP connection collects before it answers. */
+struct conn {
+	char *body;
+	size_t len, cap;
+	bool too_big;
+};
+
+/* ---- requests: the loop side ------------------------------------------------------ */
+
+static void sreq_free(struct sreq *r)
+{
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	free(r->prompt);
+	free(r->toks);
+	free(r->marks);
+	free(r->out);
+	free(r->text);
+	free(r);
+}
+
+/* Drop one side's reference; the last one frees. Any thread. */
+static void sreq_put(struct sreq *r)
+{
+	bool last;
+
+	pthread_mutex_lock(&r->mu);
+	last = --r->refs == 0;
+	pthread_mutex_unlock(&r->mu);
+	if (last)
+		sreq_free(r);
+}
+
+/* Loop thread: new tokens, and the end. */
+static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
+{
+	struct sreq *r = req->data;
+	struct server *srv = r->srv;
+	uint32_t room;
+	bool orphan;
+
+	pthread_mutex_lock(&r->mu);
+	room = r->req.max_tokens - r->n_toks;
+	if (n > room)
+		n = room;
+	if (n) {
+		memcpy(r->toks + r->n_toks, t, n * sizeof(*t));
+		r->n_toks += n;
+		r->marks[r->n_marks++] = r->n_toks;
+	}
+	if (done) {
+		r->done = true;
+		r->err = err;
+	}
+	/* only the scheduler still holds it: the client hung up */
+	orphan = !done && r->refs == 1;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	if (orphan) {
+		/* stop spending rounds on it; the done callback follows */
+		rk_sched_cancel(srv->sched, req);
+		return;
+	}
+	if (done) {
+		srv->req_active--;
+		if (err)
+			srv->req_failed++;
+		sreq_put(r); /* the scheduler's reference */
+	}
+}
+
+static enum rk_activity sreq_post_cb(struct rk_post *p)
+{
+	struct sreq *r = p->data;
+	struct server *srv = r->srv;
+	int ret;
+
+	pthread_mutex_lock(&srv->mu);
+	srv->posted--;
+	pthread_mutex_unlock(&srv->mu);
+	srv->req_total++;
+	srv->req_active++;
+	/* after rk_sched_stop() this is -RK_ESTOPPED */
+	ret = rk_sched_submit(srv->sched, &r->req);
+	if (ret)
+		sreq_cb(&r->req, NULL, 0, true, ret);
+	return RK_BUSY;
+}
+
+/* ---- requests: the HTTP side ------------------------------------------------------ */
+
+struct params {
+	uint32_t *prompt;
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	double temperature;
+	uint32_t top_k;
+	double top_p;
+	uint64_t seed;
+	int32_t draft_k;
+	bool stream;
+};
+
+static int bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int bad(char *err, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int get_int(json_t *v, const char *name, json_int_t lo, json_int_t hi, json_int_t *out,
+		   char *err, size_t errlen)
+{
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return bad(err, errlen, "%s: expected an integer in [%lld, %lld]", name,
+			   (long long)lo, (long long)hi);
+	*out = json_integer_value(v);
+	return 0;
+}
+
+/* Parse and check a completion request. Return 0 or -EINVAL with @err set. */
+static int parse_request(const struct server *srv, const char *body, size_t len, struct params *p,
+			 char *err, size_t errlen)
+{
+	const uint32_t V = srv->opt.model.V;
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *key;
+	json_int_t x;
+	size_t i, n;
+	int ret = -EINVAL;
+
+	memset(p, 0, sizeof(*p));
+	p->max_tokens = DEF_MAX_TOKENS;
+	p->top_k = DEF_TOP_K;
+	p->top_p = 1.0;
+	p->draft_k = -1;
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return bad(err, errlen, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
+			   jerr.text);
+	if (!json_is_object(root)) {
+		bad(err, errlen, "expected a JSON object");
+		goto out;
+	}
+	json_object_foreach(root, key, v) {
+		if (!strcmp(key, "prompt")) {
+			if (json_is_string(v)) {
+				const unsigned char *s =
+					(const unsigned char *)json_string_value(v);
+
+				n = json_string_length(v);
+				if (!n || n > MAX_PROMPT) {
+					bad(err, errlen, "prompt: expected 1 to %u bytes",
+					    MAX_PROMPT);
+					goto out;
+				}
+				p->prompt = malloc(n * sizeof(*p->prompt));
+				if (!p->prompt)
+					goto nomem;
+				for (i = 0; i < n; i++)
+					p->prompt[i] = s[i] % V;
+			} else if (json_is_array(v)) {
+				n = json_array_size(v);
+				if (!n || n > MAX_PROMPT) {
+					bad(err, errlen, "prompt: expected 1 to %u token ids",
+					    MAX_PROMPT);
+					goto out;
+				}
+				p->prompt = malloc(n * sizeof(*p->prompt));
+				if (!p->prompt)
+					goto nomem;
+				for (i = 0; i < n; i++) {
+					if (get_int(json_array_get(v, i), "prompt[]", 0, V - 1, &x,
+						    err, errlen))
+						goto out;
+					p->prompt[i] = (uint32_t)x;
+				}
+			} else {
+				bad(err, errlen,
+				    "prompt: expected a string or an array of token ids");
+				goto out;
+			}
+			p->n_prompt = (uint32_t)n;
+		} else if (!strcmp(key, "max_tokens")) {
+			if (get_int(v, key, 1, MAX_GEN, &x, err, errlen))
+				goto out;
+			p->max_tokens = (uint32_t)x;
+		} else if (!strcmp(key, "temperature")) {
+			if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
+			    json_number_value(v) < 0 || json_number_value(v) > 100) {
+				bad(err, errlen, "temperature: expected a number in [0, 100]");
+				goto out;
+			}
+			p->temperature = json_number_value(v);
+		} else if (!strcmp(key, "top_k")) {
+			if (get_int(v, key, 0, TOY_MAX_V, &x, err, errlen))
+				goto out;
+			p->top_k = (uint32_t)x;
+		} else if (!strcmp(key, "top_p")) {
+			if (!json_is_number(v) || !(json_number_value(v) > 0) ||
+			    json_number_value(v) > 1) {
+				bad(err, errlen, "top_p: expected a number in (0, 1]");
+				goto out;
+			}
+			p->top_p = json_number_value(v);
+		} else if (!strcmp(key, "seed")) {
+			if (get_int(v, key, 0, (json_int_t)INT64_MAX, &x, err, errlen))
+				goto out;
+			p->seed = (uint64_t)x;
+		} else if (!strcmp(key, "draft_k")) {
+			if (get_int(v, key, -1, RK_SCHED_MAX_DRAFT, &x, err, errlen))
+				goto out;
+			p->draft_k = (int32_t)x;
+		} else if (!strcmp(key, "stream")) {
+			if (!json_is_boolean(v)) {
+				bad(err, errlen, "stream: expected true or false");
+				goto out;
+			}
+			p->stream = json_is_true(v);
+		} else if (!strcmp(key, "model")) {
+			/* OpenAI-style clients send it; there is one model */
+		} else {
+			bad(err, errlen, "unknown field '%s'", key);
+			goto out;
+		}
+	}
+	if (!p->prompt) {
+		bad(err, errlen, "prompt: missing");
+		goto out;
+	}
+	ret = 0;
+	goto out;
+nomem:
+	bad(err, errlen, "out of memory");
+	ret = -ENOMEM;
+out:
+	json_decref(root);
+	if (ret) {
+		free(p->prompt);
+		p->prompt = NULL;
+	}
+	return ret;
+}
+
+static struct sreq *sreq_create(struct server *srv, struct params *p)
+{
+	struct sreq *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->toks = malloc(p->max_tokens * sizeof(*r->toks));
+	r->marks = malloc(p->max_tokens * sizeof(*r->marks));
+	r->text = malloc(p->max_tokens + 1);
+	if (!r->toks || !r->marks || !r->text)
+		goto err_free;
+	if (pthread_mutex_init(&r->mu, NULL))
+		goto err_free;
+	if (pthread_cond_init(&r->cv, NULL))
+		goto err_mutex;
+	r->srv = srv;
+	r->prompt = p->prompt; /* ours now */
+	p->prompt = NULL;
+	r->n_prompt = p->n_prompt;
+	r->stream = p->stream;
+	r->refs = 2;
+	r->req.prompt = r->prompt;
+	r->req.prompt_len = r->n_prompt;
+	r->req.max_tokens = p->max_tokens;
+	r->req.stop_token = -1;
+	if (p->temperature > 0) {
+		r->req.top_k = p->top_k ? p->top_k : srv->opt.model.V;
+		r->req.temperature = (float)p->temperature;
+		r->req.top_p = (float)p->top_p;
+	}
+	r->req.seed = p->seed;
+	r->req.draft_k = p->draft_k;
+	r->req.cb = sreq_cb;
+	r->req.data = r;
+	r->post.cb = sreq_post_cb;
+	r->post.data = r;
+	return r;
+err_mutex:
+	pthread_mutex_destroy(&r->mu);
+err_free:
+	free(r->toks);
+	free(r->marks);
+	free(r->text);
+	free(r);
+	return NULL;
+}
+
+/* Hand @p to the loop unless the server is stopping. Return: 0 or -RK_ESTOPPED. */
+static int post_to_loop(struct server *srv, struct rk_post *p)
+{
+	pthread_mutex_lock(&srv->mu);
+	if (srv->stopping) {
+		pthread_mutex_unlock(&srv->mu);
+		return -RK_ESTOPPED;
+	}
+	srv->posted++;
+	pthread_mutex_unlock(&srv->mu);
+	rk_loop_post(srv->loop, p);
+	return 0;
+}
+
+static MHD_RESULT reply(struct MHD_Connection *c, unsigned int status, json_t *body)
+{
+	struct MHD_Response *resp;
+	MHD_RESULT ret;
+	char *s = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+
+	json_decref(body);
+	if (!s)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_COPY);
+	free(s);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static MHD_RESULT reply_error(struct MHD_Connection *c, unsigned int status, const char *msg)
+{
+	return reply(c, status, json_pack("{s:s}", "error", msg));
+}
+
+static json_t *tokens_json(const uint32_t *t, uint32_t n)
+{
+	json_t *a = json_array();
+	uint32_t i;
+
+	for (i = 0; a && i < n; i++)
+		json_array_append_new(a, json_integer(t[i]));
+	return a;
+}
+
+/* Append an SSE event "data: <json>\n\n" to the reader's buffer. */
+static int out_event(struct sreq *r, json_t *ev)
+{
+	char *s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	size_t n, need;
+	int ret = -ENOMEM;
+
+	json_decref(ev);
+	if (!s)
+		return ret;
+	n = strlen(s);
+	need = r->out_len + n + 9; /* "data: " s "\n\n" and sprintf's NUL */
+	if (need > r->out_cap) {
+		char *o = realloc(r->out, need * 2);
+
+		if (!o)
+			goto out;
+		r->out = o;
+		r->out_cap = need * 2;
+	}
+	r->out_len += (size_t)sprintf(r->out + r->out_len, "data: %s\n\n", s);
+	ret = 0;
+out:
+	free(s);
+	return ret;
+}
+
+static int out_raw(struct sreq *r, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (r->out_len + n > r->out_cap) {
+		char *o = realloc(r->out, r->out_len + n + 64);
+
+		if (!o)
+			return -ENOMEM;
+		r->out = o;
+		r->out_cap = r->out_len + n + 64;
+	}
+	memcpy(r->out + r->out_len, s, n);
+	r->out_len += n;
+	return 0;
+}
+
+/*
+ * The streaming response's content reader (the connection's own thread, so it
+ * may block): one event per round that produced tokens, then [DONE].
+ */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct sreq *r = cls;
+	uint32_t marks, first, last, m;
+	bool done;
+	int err, ret = 0;
+	size_t n;
+
+	(void)pos;
+	if (r->out_off == r->out_len) {
+		if (r->finished)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		r->out_off = r->out_len = 0;
+		pthread_mutex_lock(&r->mu);
+		while (r->sent_marks == r->n_marks && !r->done)
+			pthread_cond_wait(&r->cv, &r->mu);
+		marks = r->n_marks;
+		done = r->done;
+		err = r->err;
+		pthread_mutex_unlock(&r->mu);
+		/* toks[0 .. marks[marks-1]) are written once, before the unlock above */
+		for (m = r->sent_marks; m < marks && !ret; m++) {
+			first = m ? r->marks[m - 1] : 0;
+			last = r->marks[m];
+			tokens_text(r->toks + first, last - first, r->text);
+			ret = out_event(r, json_pack("{s:o,s:s}", "tokens",
+						     tokens_json(r->toks + first, last - first),
+						     "text", r->text));
+		}
+		r->sent_marks = marks;
+		if (!ret && done) {
+			if (err)
+				ret = out_event(r, json_pack("{s:s}", "error", rk_strerror(err)));
+			if (!ret)
+				ret = out_raw(r, "data: [DONE]\n\n");
+			r->finished = true;
+		}
+		if (ret)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	n = r->out_len - r->out_off;
+	if (n > max)
+		n = max;
+	memcpy(buf, r->out + r->out_off, n);
+	r->out_off += n;
+	return (ssize_t)n;
+}
+
+static void sse_free(void *cls)
+{
+	sreq_put(cls); /* HTTP's reference */
+}
+
+static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c, struct conn *cn)
+{
+	struct MHD_Response *resp;
+	struct params p;
+	struct sreq *r;
+	char err[256];
+	json_t *body;
+	int perr;
+	MHD_RESULT ret;
+
+	if (cn->too_big)
+		return reply_error(c, 413 /* content too large */, "request body too large");
+	perr = parse_request(srv, cn->body ? cn->body : "", cn->len, &p, err, sizeof(err));
+	if (perr)
+		return reply_error(
+			c, perr == -ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
+			err);
+	r = sreq_create(srv, &p);
+	if (!r) {
+		free(p.prompt);
+		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	}
+	if (post_to_loop(srv, &r->post)) {
+		sreq_free(r);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping");
+	}
+	if (r->stream) {
+		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r,
+							 sse_free);
+		if (!resp) {
+			sreq_put(r);
+			return MHD_NO;
+		}
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+		MHD_destroy_response(resp); /* sse_free() drops our reference */
+		return ret;
+	}
+	/* one JSON reply: this connection's thread waits for the whole request */
+	pthread_mutex_lock(&r->mu);
+	while (!r->done)
+		pthread_cond_wait(&r->cv, &r->mu);
+	pthread_mutex_unlock(&r->mu);
+	if (r->err) {
+		ret = reply_error(c,
+				  r->err == -RK_ESTOPPED ? MHD_HTTP_SERVICE_UNAVAILABLE
+							 : MHD_HTTP_INTERNAL_SERVER_ERROR,
+				  rk_strerror(r->err));
+		sreq_put(r);
+		return ret;
+	}
+	tokens_text(r->toks, r->n_toks, r->text);
+	body = json_pack("{s:I,s:o,s:s,s:{s:i,s:i}}", "id", (json_int_t)r->req.id, "tokens",
+			 tokens_json(r->toks, r->n_toks), "text", r->text, "usage", "prompt_tokens",
+			 (int)r->n_prompt, "completion_tokens", (int)r->n_toks);
+	sreq_put(r);
+	return reply(c, MHD_HTTP_OK, body);
+}
+
+static void stats_http_done(struct stats_wait *w)
+{
+	struct server *srv = w->srv;
+
+	pthread_mutex_lock(&srv->mu);
+	w->finished = true;
+	pthread_cond_broadcast(&srv->cv);
+	pthread_mutex_unlock(&srv->mu);
+}
+
+static json_t *loop_json(const struct rk_loop_stats *s)
+{
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "iterations",
+			 (json_int_t)s->iterations, "events", (json_int_t)s->events, "busy_events",
+			 (json_int_t)s->busy_events, "spin_iters", (json_int_t)s->spin_iters,
+			 "timed_waits", (json_int_t)s->timed_waits, "blocks", (json_int_t)s->blocks,
+			 "wakeups", (json_int_t)s->wakeups, "posts", (json_int_t)s->posts, "spin_s",
+			 s->ns_spin / 1e9, "blocked_s", s->ns_blocked / 1e9, "run_s",
+			 s->ns_run / 1e9);
+}
+
+static MHD_RESULT handle_stats(struct server *srv, struct MHD_Connection *c)
+{
+	struct stats_wait w = { .srv = srv, .done = stats_http_done };
+	json_t *ranks, *body;
+	int i;
+
+	w.ranks = calloc((size_t)srv->size, sizeof(*w.ranks));
+	if (!w.ranks)
+		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+	w.post.cb = stats_post_cb;
+	w.post.data = &w;
+	if (post_to_loop(srv, &w.post)) {
+		free(w.ranks);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping");
+	}
+	/* the loop always calls done(): in a collection, or failing it at shutdown */
+	pthread_mutex_lock(&srv->mu);
+	while (!w.finished)
+		pthread_cond_wait(&srv->cv, &srv->mu);
+	pthread_mutex_unlock(&srv->mu);
+	if (w.err) {
+		free(w.ranks);
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, rk_strerror(w.err));
+	}
+	ranks = json_array();
+	for (i = 0; ranks && i < srv->size; i++) {
+		const struct rank_stats *rs = &w.ranks[i];
+
+		json_array_append_new(ranks, json_pack("{s:i,s:f,s:f,s:f,s:o,s:{s:I,s:I,s:f}}",
+						       "rank", i, "cpu_s", rs->user_s + rs->sys_s,
+						       "user_s", rs->user_s, "sys_s", rs->sys_s,
+						       "loop", loop_json(&rs->loop), "backend",
+						       "rounds", (json_int_t)rs->toy.rounds,
+						       "outputs", (json_int_t)rs->toy.outputs,
+						       "compute_s", rs->toy.ns_compute / 1e9));
+	}
+	free(w.ranks);
+	body = json_pack("{s:i,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:f},s:{s:I,s:I,s:I}}", "world_size",
+			 srv->size, "ranks", ranks, "sched", "rounds", (json_int_t)w.sched.rounds,
+			 "tokens", (json_int_t)w.sched.tokens, "drafted",
+			 (json_int_t)w.sched.drafted, "accepted", (json_int_t)w.sched.accepted,
+			 "streams_done", (json_int_t)w.sched.streams_done, "round_s",
+			 w.sched.ns_round_sum / 1e9, "requests", "total", (json_int_t)w.req_total,
+			 "active", (json_int_t)w.req_active, "failed", (json_int_t)w.req_failed);
+	return reply(c, MHD_HTTP_OK, body);
+}
+
+static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
+{
+	bool stopping;
+
+	pthread_mutex_lock(&srv->mu);
+	stopping = srv->stopping;
+	pthread_mutex_unlock(&srv->mu);
+	return reply(c, stopping ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+		     json_pack("{s:s,s:i,s:i,s:i,s:I,s:i,s:i}", "status",
+			       stopping ? "stopping" : "ok", "world_size", srv->size, "vocab",
+			       (int)srv->opt.model.V, "hidden", (int)srv->opt.model.H, "model_seed",
+			       (json_int_t)srv->opt.model.seed, "max_batch",
+			       (int)srv->opt.max_batch, "draft_k", (int)srv->opt.draft_k));
+}
+
+/* The access handler (an HTTP connection's thread). */
+static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+			  const char *version, const char *upload, size_t *upload_size,
+			  void **con_cls)
+{
+	struct server *srv = cls;
+	struct conn *cn = *con_cls;
+	bool post = !strcmp(method, MHD_HTTP_METHOD_POST);
+	bool get = !strcmp(method, MHD_HTTP_METHOD_GET);
+
+	(void)version;
+	if (!strcmp(url, "/v1/completions")) {
+		if (!post)
+			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
+		if (!cn) {
+			/* first call: headers only; the body follows in later calls */
+			cn = calloc(1, sizeof(*cn));
+			if (!cn)
+				return MHD_NO;
+			*con_cls = cn;
+			return MHD_YES;
+		}
+		if (*upload_size) {
+			size_t n = *upload_size;
+
+			*upload_size = 0;
+			if (cn->too_big || cn->len + n > MAX_BODY) {
+				cn->too_big = true;
+				return MHD_YES;
+			}
+			if (cn->len + n + 1 > cn->cap) {
+				size_t cap = (cn->len + n + 1) * 2;
+				char *p = realloc(cn->body, cap);
+
+				if (!p)
+					return MHD_NO;
+				cn->body = p;
+				cn->cap = cap;
+			}
+			memcpy(cn->body + cn->len, upload, n);
+			cn->len += n;
+			return MHD_YES;
+		}
+		return handle_completion(srv, c, cn);
+	}
+	if (!strcmp(url, "/v1/stats") || !strcmp(url, "/health")) {
+		if (!get)
+			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET");
+		return url[1] == 'h' ? handle_health(srv, c) : handle_stats(srv, c);
+	}
+	return reply_error(c, MHD_HTTP_NOT_FOUND, "no such endpoint");
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct conn *cn = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (cn) {
+		free(cn->body);
+		free(cn);
+		*con_cls = NULL;
+	}
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+/* libmicrohttpd's own messages, marked as such (any HTTP thread) */
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	fputs(PROG ": libmicrohttpd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+}
+
+int http_start(struct server *srv)
+{
+	struct sockaddr_storage ss;
+	const union MHD_DaemonInfo *info;
+	char host[NI_MAXHOST], port[NI_MAXSERV];
+	socklen_t sslen;
+	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+			     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+
+	if (parse_listen(srv->opt.http, &ss, &sslen))
+		return -EINVAL; /* checked at startup; cannot happen */
+	if (ss.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	/* the logger first, so that it gets every message */
+	srv->httpd = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_http, srv, MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
+		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
+		on_completed, srv, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT,
+		60u, MHD_OPTION_END);
+	if (!srv->httpd) {
+		int err = errno ? errno : EADDRINUSE;
+
+		fprintf(stderr, PROG ": cannot serve HTTP on %s: %s\n", srv->opt.http,
+			strerror(err));
+		return -err;
+	}
+	/* port 0 picks a free port: say which */
+	info = MHD_get_daemon_info(srv->httpd, MHD_DAEMON_INFO_LISTEN_FD);
+	sslen = sizeof(ss);
+	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&ss, &sslen) ||
+	    getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), port, sizeof(port),
+			NI_NUMERICHOST | NI_NUMERICSERV)) {
+		snprintf(srv->http_url, sizeof(srv->http_url), "http://%s", srv->opt.http);
+		return 0;
+	}
+	snprintf(srv->http_url, sizeof(srv->http_url),
+		 ss.ss_family == AF_INET6 ? "http://[%s]:%s" : "http://%s:%s", host, port);
+	return 0;
+}
+
+void http_quiesce(struct server *srv)
+{
+	if (srv->httpd) {
+		MHD_socket fd = MHD_quiesce_daemon(srv->httpd);
+
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
+}
+
+void http_stop(struct server *srv)
+{
+	if (srv->httpd) {
+		MHD_stop_daemon(srv->httpd);
+		srv->httpd = NULL;
+	}
+}
+
+void http_init(void)
+{
+	/* so that no jansson hash seeding races between the HTTP threads */
+	json_object_seed(0);
+}

@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rk-serve's rank protocol (loop thread): the world's callbacks, and the USER
+ * frames of rk-serve itself (SERVE_TAG) between the leader and its followers:
+ * the model check, stats requests and answers (rank 0 collects every rank's
+ * counters for /v1/stats, the demo and the bench), the wait-policy switch of
+ * --bench-policies, and END.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "serve.h"
+
+static void own_stats(struct server *srv, struct rank_stats *rs)
+{
+	rs->valid = true;
+	cpu_times(&rs->user_s, &rs->sys_s);
+	rk_loop_stats(srv->loop, &rs->loop);
+	be_stats(srv, &rs->toy);
+}
+
+/* struct rk_loop_stats <-> N_LOOP_CTR u64, in field order */
+static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
+{
+	v[0] = &s->iterations;
+	v[1] = &s->events;
+	v[2] = &s->busy_events;
+	v[3] = &s->spin_iters;
+	v[4] = &s->timed_waits;
+	v[5] = &s->blocks;
+	v[6] = &s->wakeups;
+	v[7] = &s->posts;
+	v[8] = &s->eintr;
+	v[9] = &s->ns_spin;
+	v[10] = &s->ns_timed;
+	v[11] = &s->ns_blocked;
+	v[12] = &s->ns_run;
+	v[13] = &s->predict_waits;
+	v[14] = &s->predict_early;
+	v[15] = &s->predict_late;
+	v[16] = &s->predict_cut;
+	v[17] = &s->ns_oversleep;
+	v[18] = &s->predict_margin_ns;
+}
+
+int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
+{
+	int n = rk_wire_encode_user(srv->txbuf, sizeof(srv->txbuf), SERVE_TAG, msg, len);
+
+	if (n < 0)
+		return n;
+	if (to < 0)
+		return rk_world_broadcast(srv->world, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
+	return rk_world_send(srv->world, to, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
+}
+
+/* ---- stats collection (leader, loop thread) ------------------------------------- */
+
+static void stats_finish(struct server *srv, int err)
+{
+	struct stats_wait *w, *next;
+	struct rk_sched_stats ss;
+
+	rk_sched_stats(srv->sched, &ss);
+	for (w = srv->st_cur; w; w = next) {
+		next = w->next; /* done() may end the waiter's storage */
+		w->err = err;
+		if (!err) {
+			memcpy(w->ranks, srv->st_ranks, (size_t)srv->size * sizeof(*w->ranks));
+			w->sched = ss;
+			w->req_total = srv->req_total;
+			w->req_active = srv->req_active;
+			w->req_failed = srv->req_failed;
+		}
+		w->done(w);
+	}
+	srv->st_cur = NULL;
+	srv->st_pending = 0;
+}
+
+void stats_fail_all(struct server *srv, int err)
+{
+	stats_finish(srv, err);
+	srv->st_cur = srv->st_next;
+	srv->st_next = NULL;
+	stats_finish(srv, err);
+}
+
+/*
+ * Begin a collection for the queued waiters. Waiters that arrive while one
+ * runs wait for the next: every answer then postdates their request, which
+ * is what a before/after CPU measurement needs.
+ */
+void stats_start(struct server *srv)
+{
+	uint8_t msg[MSG_HDR] = { 0 };
+	int ret;
+
+	if (srv->st_cur || !srv->st_next)
+		return;
+	srv->st_cur = srv->st_next;
+	srv->st_next = NULL;
+	srv->st_seq++;
+	memset(srv->st_ranks, 0, (size_t)srv->size * sizeof(*srv->st_ranks));
+	own_stats(srv, &srv->st_ranks[0]);
+	srv->st_pending = (uint32_t)srv->size - 1;
+	if (!srv->st_pending) {
+		stats_finish(srv, 0);
+		return;
+	}
+	put32(msg, MSG_STATS_REQ);
+	put64(msg + 8, srv->st_seq);
+	ret = send_msg(srv, -1, msg, sizeof(msg));
+	if (ret)
+		stats_finish(srv, ret);
+}
+
+#ifdef RK_HAVE_SERVE_HTTP
+enum rk_activity stats_post_cb(struct rk_post *p)
+{
+	struct stats_wait *w = p->data;
+	struct server *srv = w->srv;
+	bool stopping;
+
+	pthread_mutex_lock(&srv->mu);
+	srv->posted--;
+	stopping = srv->stopping;
+	pthread_mutex_unlock(&srv->mu);
+	if (stopping || srv->err) {
+		w->err = stopping ? -RK_ESTOPPED : srv->err;
+		w->done(w);
+		return RK_BUSY;
+	}
+	w->next = srv->st_next;
+	srv->st_next = w;
+	stats_start(srv);
+	return RK_BUSY;
+}
+#endif
+
+static void stats_reply(struct server *srv, int peer, const uint8_t *d)
+{
+	struct rank_stats *rs;
+	uint64_t *ctr[N_LOOP_CTR];
+	uint32_t i;
+
+	if (!srv->st_cur || get64(d + 8) != srv->st_seq)
+		return; /* an answer to a collection that failed: stale */
+	rs = &srv->st_ranks[peer];
+	if (rs->valid)
+		return;
+	rs->valid = true;
+	rs->user_s = (double)get64(d + 16) / 1e6;
+	rs->sys_s = (double)get64(d + 24) / 1e6;
+	loop_ctr(&rs->loop, ctr);
+	for (i = 0; i < N_LOOP_CTR; i++)
+		*ctr[i] = get64(d + 32 + 8 * i);
+	d += 32 + 8 * N_LOOP_CTR;
+	rs->toy.rounds = get64(d);
+	rs->toy.outputs = get64(d + 8);
+	rs->toy.ns_compute = get64(d + 16);
+	if (--srv->st_pending == 0) {
+		stats_finish(srv, 0);
+		stats_start(srv);
+	}
+}
+
+/* Follower: answer a stats request with this rank's counters. */
+static int stats_answer(struct server *srv, const uint8_t *req)
+{
+	uint8_t msg[STATS_REP_LEN] = { 0 };
+	struct rank_stats rs;
+	uint64_t *ctr[N_LOOP_CTR];
+	uint32_t i;
+	uint8_t *d;
+
+	own_stats(srv, &rs);
+	put32(msg, MSG_STATS_REP);
+	put64(msg + 8, get64(req + 8));
+	put64(msg + 16, (uint64_t)llround(rs.user_s * 1e6));
+	put64(msg + 24, (uint64_t)llround(rs.sys_s * 1e6));
+	loop_ctr(&rs.loop, ctr);
+	for (i = 0; i < N_LOOP_CTR; i++)
+		put64(msg + 32 + 8 * i, *ctr[i]);
+	d = msg + 32 + 8 * N_LOOP_CTR;
+	put64(d, rs.toy.rounds);
+	put64(d + 8, rs.toy.outputs);
+	put64(d + 16, rs.toy.ns_compute);
+	return send_msg(srv, 0, msg, sizeof(msg));
+}
+
+/* ---- --bench-policies: three wait policies in one process (loop thread) ---------- */
+
+const struct bench_policy bench_policies[BENCH_POLICIES] = {
+	{ "default", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO },
+	{ "block", RK_WAIT_BLOCK, RK_GPU_NOTIFY_WAKE },
+	{ "spin", RK_WAIT_SPIN, RK_GPU_NOTIFY_POLL },
+};
+
+/*
+ * Put srv->pol_wait into effect (the configured policy, that mode) and
+ * srv->pol_notify on the CUDA notifier. Return: 0; -EBUSY while a mark is
+ * outstanding (run the loop, retry); the notifier's error.
+ */
+int policy_apply(struct server *srv)
+{
+	struct rk_wait_policy w = srv->cfg.wait;
+
+	w.mode = srv->pol_wait;
+	rk_loop_set_wait(srv->loop, &w);
+	return srv->cuda ? toy_cuda_set_notify(srv->cuda, srv->pol_notify) : 0;
+}
+
+/* Follower: the switch is done (or failed); answer the stats request it held back. */
+static void policy_done(struct server *srv, int ret)
+{
+	srv->pol_pending = false;
+	rk_timer_stop(&srv->pol_timer);
+	if (!ret && srv->st_deferred) {
+		srv->st_deferred = false;
+		ret = stats_answer(srv, srv->st_req);
+	}
+	if (ret) {
+		fprintf(stderr, PROG "[r%d]: --bench-policies: %s\n", srv->rank, rk_strerror(ret));
+		srv->err = ret;
+		rk_loop_stop(srv->loop);
+	}
+}
+
+enum rk_activity policy_retry_cb(struct rk_timer *t, uint64_t now)
+{
+	struct server *srv = t->data;
+	int ret = policy_apply(srv);
+
+	(void)now;
+	if (ret == -EBUSY)
+		return RK_IDLE;
+	policy_done(srv, ret);
+	return RK_IDLE;
+}
+
+/*
+ * Follower: the leader's MSG_POLICY. Frames on the link keep their order, so
+ * the next cell's ROUNDs find it in effect; a switch that waits for the last
+ * (lazy) marks holds back the stats request that starts the cell.
+ */
+static void policy_frame(struct server *srv, const uint8_t *d)
+{
+	int ret;
+
+	srv->pol_wait = (enum rk_wait_mode)get32(d + 16);
+	srv->pol_notify = (enum rk_gpu_notify_mode)get32(d + 20);
+	ret = policy_apply(srv);
+	if (ret != -EBUSY) {
+		policy_done(srv, ret);
+		return;
+	}
+	if (!srv->pol_pending) {
+		srv->pol_pending = true;
+		rk_timer_start(srv->loop, &srv->pol_timer, POLICY_RETRY_MS * 1000000ull,
+			       POLICY_RETRY_MS * 1000000ull);
+	}
+}
+
+/* ---- the world's callbacks (loop thread) ---------------------------------------- */
+
+static enum rk_activity serve_frame(struct server *srv, int peer, const struct rk_wire_user *u)
+{
+	uint32_t kind;
+	int ret;
+
+	if (u->len < MSG_HDR)
+		goto bad;
+	kind = get32(u->data);
+	/*
+	 * Stats frames are bookkeeping, not decode work: RK_IDLE, so that a
+	 * measurement does not open the spin window that it then measures.
+	 */
+	if (srv->rank == 0) {
+		if (kind != MSG_STATS_REP || u->len != STATS_REP_LEN || peer <= 0 ||
+		    peer >= srv->size)
+			goto bad;
+		stats_reply(srv, peer, u->data);
+		return RK_IDLE;
+	}
+	if (peer != 0)
+		goto bad;
+	switch (kind) {
+	case MSG_MODEL:
+		if (u->len != MODEL_LEN || get32(u->data + 12) > BACKEND_CUDA)
+			goto bad;
+		if (get32(u->data + 4) != srv->opt.model.V ||
+		    get32(u->data + 8) != srv->opt.model.H ||
+		    get32(u->data + 12) != srv->opt.backend ||
+		    get64(u->data + 16) != srv->opt.model.seed) {
+			fprintf(stderr,
+				PROG "[r%d]: the leader runs --vocab %" PRIu32 " --hidden %" PRIu32
+				     " --model-seed %" PRIu64 " --backend %s, this rank --vocab %"
+				     PRIu32 " --hidden %" PRIu32 " --model-seed %" PRIu64
+				     " --backend %s\n",
+				srv->rank, get32(u->data + 4), get32(u->data + 8),
+				get64(u->data + 16), backend_name(get32(u->data + 12)),
+				srv->opt.model.V, srv->opt.model.H, srv->opt.model.seed,
+				backend_name(srv->opt.backend));
+			srv->err = -RK_ECONFIG;
+			rk_loop_stop(srv->loop);
+			return RK_BUSY;
+		}
+		return RK_BUSY;
+	case MSG_POLICY:
+		if (u->len != POLICY_LEN || get32(u->data + 16) > RK_WAIT_BLOCK ||
+		    get32(u->data + 20) > RK_GPU_NOTIFY_WAKE)
+			goto bad;
+		policy_frame(srv, u->data);
+		return RK_IDLE;
+	case MSG_STATS_REQ:
+		if (srv->pol_pending) {
+			memcpy(srv->st_req, u->data, MSG_HDR);
+			srv->st_deferred = true;
+			return RK_IDLE;
+		}
+		ret = stats_answer(srv, u->data);
+		if (ret)
+			fprintf(stderr, PROG "[r%d]: stats: %s\n", srv->rank, rk_strerror(ret));
+		return RK_IDLE;
+	case MSG_END:
+		/* the leader ends the job: a clean exit, as on its BYE */
+		phase(srv, "END from the leader");
+		srv->bye = true;
+		rk_loop_stop(srv->loop);
+		return RK_BUSY;
+	default:
+		break;
+	}
+bad:
+	fprintf(stderr, PROG "[r%d]: a malformed rk-serve frame from rank %d: dropped\n", srv->rank,
+		peer);
+	return RK_IDLE;
+}
+
+static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, void *arg)
+{
+	struct server *srv = arg;
+	struct rk_wire_user u;
+	int ret;
+
+	(void)w;
+	/* backend and scheduler exist before the world can deliver a frame */
+	ret = rk_sched_on_frame(srv->sched, peer, h, payload);
+	if (ret != -ENOENT)
+		return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
+	ret = be_on_frame(srv, peer, h, payload);
+	if (ret != -ENOENT)
+		return RK_BUSY; /* -EPROTO: the backend failed the round, the scheduler says so */
+	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
+	    u.tag == SERVE_TAG)
+		return serve_frame(srv, peer, &u);
+	return RK_IDLE;
+}
+
+static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
+{
+	struct server *srv = arg;
+
+	(void)w;
+	if (srv->rank != 0 && rank == 0 && err == -RK_EPEERBYE) {
+		if (!srv->bye)
+			be_abort(srv); /* BYE without END: the leader's communicator is gone */
+		srv->bye = true;       /* the leader ended the job: a clean exit */
+		rk_loop_stop(srv->loop);
+		return;
+	}
+	/* no collective of ours may wait for a dead rank, even while we leave */
+	be_abort(srv);
+	if (srv->leaving)
+		return;
+	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
+	if (!srv->err)
+		srv->err = err;
+	if (srv->rank == 0)
+		stats_fail_all(srv, err);
+	rk_loop_stop(srv->loop);
+}
+
+const struct rk_world_ops world_ops = {
+	.frame = on_frame,
+	.peer_error = on_peer_error,
+};

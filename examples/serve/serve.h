@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rk-serve's private header: its options, the server every file works on, the
+ * counters the ranks exchange, and what each file offers the others
+ * (examples/serve/README.md says which file holds which concern; main.c has
+ * the threads and the shutdown). Never installed.
+ */
+#ifndef RK_SERVE_H
+#define RK_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "rankrt.h"
+#include "le.h"
+#include "toy.h"
+#include "toy_cuda.h"
+
+#define PROG "rk-serve"
+/* USER frames of rk-serve itself ("SRV"); the toy backend's are TOY_TAG (0x544f5900) */
+#define SERVE_TAG      0x53525600u
+#define MAX_BODY       (1u << 20) /* request body bytes */
+#define MAX_PROMPT     8192u	  /* prompt tokens */
+#define MAX_GEN	       4096u	  /* max_tokens */
+#define MAX_BATCH      256u
+#define DEF_MAX_TOKENS 16u
+#define DEF_TOP_K      40u
+#define DRAIN_NS       (10 * 1000000000ull)
+#define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
+
+enum serve_msg {
+	MSG_MODEL = 1,	   /* leader -> followers: V, H, backend, seed (checked) */
+	MSG_STATS_REQ = 2, /* leader -> followers: seq */
+	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
+	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
+	MSG_POLICY = 5,	   /* leader -> followers: policy index, wait, notify (--bench-policies) */
+};
+
+#define MSG_HDR	      16u /* kind, reserved, seq or model fields */
+#define MODEL_LEN     24u /* kind, V, H, backend, seed */
+#define POLICY_LEN    24u /* kind, reserved, policy index, wait mode, notify mode */
+#define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
+#define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
+#define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
+
+enum backend_kind {
+	BACKEND_CPU = 0,
+	BACKEND_CUDA = 1,
+};
+
+/* --bench: the request mix is rk-load's, so the hashes of a mode agree with it */
+#define BENCH_MAX_LIST	8u
+#define BENCH_MAX_RUNS	16u
+#define BENCH_SEED_BASE 1000u
+#define BENCH_TOP_K	40u
+#define BENCH_TEMP	0.8f
+#define BENCH_TOP_P	0.95f
+#define BENCH_PROMPT	64u /* longest built-in prompt, in tokens */
+#define BENCH_WARM_TOK	16u /* tokens per warm-up request */
+#define BENCH_POLICIES	3u  /* default, block, spin */
+#define POLICY_RETRY_MS 1u  /* a policy switch waits for the last marks this often */
+
+#if defined(RK_HAVE_CUDA) && defined(RK_HAVE_NCCL)
+#define HAVE_CUDA_BACKEND 1 /* toy_cuda.c has the real backend, not its stubs */
+#endif
+
+struct options {
+	struct toy_params model;
+	uint32_t max_batch;
+	uint32_t draft_k;
+	char http[300];
+	bool http_set;
+	bool demo;
+	enum backend_kind backend;
+	enum rk_gpu_notify_mode notify;
+	bool graphs;			/* cuda: a CUDA graph per round shape */
+	bool graphs_set;
+	bool notify_set;
+	int device; /* -1: rank % device count */
+
+	/* --bench (leader) */
+	bool bench;
+	uint32_t b_streams[BENCH_MAX_LIST], b_n_streams;
+	bool b_modes[2];  /* greedy, sampled */
+	bool b_drafts[2]; /* plain, drafted */
+	uint32_t b_draft_k;
+	uint32_t b_requests, b_max_tokens, b_runs, b_idle;
+	const char *const *b_prompts;
+	uint32_t b_n_prompts;
+	const char *b_prompt_set;
+	bool b_check_ref;
+	bool b_warmup;
+	uint32_t b_pol[BENCH_POLICIES], b_n_pol; /* --bench-policies, in order */
+	const char *trace_path; /* --trace-rounds: FILE.r<rank> */
+};
+
+/* The backend's counters that /v1/stats reports (toy_cpu's; CUDA's mapped onto them). */
+struct be_stats {
+	uint64_t rounds, outputs, ns_compute;
+};
+
+/* One rank's counters as /v1/stats reports them. */
+struct rank_stats {
+	bool valid;
+	double user_s, sys_s;
+	struct rk_loop_stats loop;
+	struct be_stats toy;
+};
+
+struct server;
+
+/*
+ * A stats collection waiter. Its storage is the waiter's (an HTTP thread's
+ * stack, or the demo's); it is the loop's from rk_loop_post() until done() is
+ * called, which must be the loop's last access.
+ */
+struct stats_wait {
+	struct rk_post post;
+	struct server *srv;
+	struct stats_wait *next;
+	void (*done)(struct stats_wait *w);
+	/* results, written by the loop thread before done() */
+	int err;
+	struct rank_stats *ranks; /* [world size], the waiter's */
+	struct rk_sched_stats sched;
+	uint64_t req_total, req_active, req_failed;
+	bool finished; /* HTTP waiters: under srv->mu */
+};
+
+struct server {
+	struct options opt;
+	struct rk_config cfg;
+	int rank, size;
+	struct rk_loop *loop;
+	struct rk_world *world;
+	struct toy_cpu *cpu; /* the backend: one of these two */
+	struct toy_cuda *cuda;
+	struct rk_sched *sched;
+	int err;      /* the first peer failure */
+	int exit_rc;  /* leader: --bench's exit status when it ran through (3, 4) */
+	bool bye;     /* follower: the leader said BYE or END */
+	bool leaving; /* our own teardown: peer errors are expected */
+
+	/* leader, loop thread */
+	uint64_t req_total, req_active, req_failed;
+	struct stats_wait *st_cur, *st_next; /* collecting now / queued for the next */
+	uint64_t st_seq;
+	uint32_t st_pending;
+	struct rank_stats *st_ranks;
+	uint8_t txbuf[8 + STATS_REP_LEN];
+
+	/* --bench-policies: the policy asked for; a follower's switch waits for its marks */
+	enum rk_wait_mode pol_wait;
+	enum rk_gpu_notify_mode pol_notify;
+	struct rk_timer pol_timer;
+	bool pol_pending;
+	bool st_deferred;	   /* follower: a stats request waits for the switch */
+	uint8_t st_req[MSG_HDR];
+
+	/* shared with the HTTP threads */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;   /* stats waiters */
+	bool stopping;	     /* under mu: no new posts */
+	unsigned int posted; /* under mu: handed to the loop, callback not run yet */
+
+#ifdef RK_HAVE_SERVE_HTTP
+	struct MHD_Daemon *httpd;
+#endif
+	char http_url[320];
+};
+
+/* --bench-policies: the wait policies a bench can switch every rank to (peers.c). */
+struct bench_policy {
+	const char *name;
+	enum rk_wait_mode wait;
+	enum rk_gpu_notify_mode notify; /* cuda */
+};
+
+extern const struct bench_policy bench_policies[BENCH_POLICIES];
+
+/* ---- small helpers ------------------------------------------------------------- */
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* This process's CPU time, every thread (loop, worker, HTTP). */
+static inline void cpu_times(double *user_s, double *sys_s)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	*user_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6;
+	*sys_s = (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/*
+ * Token ids as text, one character each: printable ASCII ids (32..126) are
+ * themselves, the others fold into that range. Prompts go the other way as
+ * byte % V, so printable text of a V >= 127 model round-trips.
+ */
+static inline char tok_char(uint32_t t)
+{
+	return (char)(t >= 32 && t <= 126 ? t : 32 + t % 95);
+}
+
+static inline void tokens_text(const uint32_t *t, uint32_t n, char *out)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		out[i] = tok_char(t[i]);
+	out[n] = '\0';
+}
+
+/* ---- main.c: the lifecycle ----------------------------------------------------- */
+
+/* RK_LOG=debug: the lifecycle's steps, so that a stall shows where it is. */
+void phase(const struct server *srv, const char *what);
+
+/* ---- args.c: the command line -------------------------------------------------- */
+
+/* Return: 0; 1 after --help; 2 on a usage error (said). */
+int parse_args(int argc, char **argv, struct options *o);
+#ifdef RK_HAVE_SERVE_HTTP
+/* Parse "HOST:PORT" or "[V6]:PORT" into @ss (--http). Return 0 or -EINVAL. */
+int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sslen);
+#endif
+
+/* ---- backend.c: toy_cpu or toy_cuda (loop thread) ------------------------------ */
+
+const char *backend_name(enum backend_kind k);
+int be_create(struct server *srv);
+int be_sched_create(struct server *srv, const struct rk_sched_config *sc);
+/* Return: as toy_cpu_on_frame()/toy_cuda_on_frame(); -ENOENT when not the backend's. */
+int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h, const uint8_t *payload);
+bool be_busy(const struct server *srv);
+/* Return: 0, -EBUSY (nothing freed) while a round is in flight, or the CUDA teardown's error. */
+int be_destroy(struct server *srv);
+/* A peer failed: no collective of this rank may wait for it (CUDA: abort NCCL). */
+void be_abort(struct server *srv);
+void be_stats(const struct server *srv, struct be_stats *out);
+/* --bench, CUDA: how this rank learned of its rounds' completions (on its own stdout). */
+void print_notify(const struct server *srv);
+
+/* ---- peers.c: rk-serve's frames between ranks, stats collection (loop thread) -- */
+
+extern const struct rk_world_ops world_ops;
+/* One of rk-serve's USER frames to rank @to, or to every follower (-1); as rk_world_send(). */
+int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len);
+/* Leader: begin a collection for the queued waiters (srv->st_next). */
+void stats_start(struct server *srv);
+/* Fail every waiter, current and queued (shutdown, a dead peer). */
+void stats_fail_all(struct server *srv, int err);
+#ifdef RK_HAVE_SERVE_HTTP
+/* An HTTP thread's stats waiter reaches the loop. */
+enum rk_activity stats_post_cb(struct rk_post *p);
+#endif
+/* Put srv->pol_wait and srv->pol_notify into effect. Return: 0, -EBUSY (retry), an error. */
+int policy_apply(struct server *srv);
+/* Follower: srv->pol_timer's callback, a policy switch that waits for the last marks. */
+enum rk_activity policy_retry_cb(struct rk_timer *t, uint64_t now);
+
+/* ---- http.c: the HTTP server (rank 0, its own threads) ------------------------- */
+
+#ifdef RK_HAVE_SERVE_HTTP
+/* Before any thread exists. */
+void http_init(void);
+/* Serve srv->opt.http; srv->http_url says where. Return: 0 or -errno (said). */
+int http_start(struct server *srv);
+/* Stop accepting; connections already open are answered 503. */
+void http_quiesce(struct server *srv);
+/* Once no request or stats waiter is the loop's: stop every HTTP thread. */
+void http_stop(struct server *srv);
+#endif
+
+/* ---- demo.c, bench.c: rank 0 instead of HTTP (loop thread) --------------------- */
+
+int demo_run(struct server *srv);
+/* A stats waiter of the loop thread's own: stops the loop when done. */
+void demo_stats_done(struct stats_wait *w);
+/* Return: 0 (srv->exit_rc: 3 or 4 when the receipt disagrees) or an error. */
+int bench_run(struct server *srv);
+
+#endif /* RK_SERVE_H */
