@@ -1,6 +1,8 @@
 #!/bin/sh
-# check_loop with every loop that is not testing the policy itself pinned to
-# RK_WAIT=block (tests/Makefile.inc sets builddir; run from the build dir).
+# check_loop and check_wait with every loop that is not testing the policy
+# itself pinned to RK_WAIT=block (tests/Makefile.inc sets builddir; run from the
+# build dir).
 RK_TEST_WAIT=block
 export RK_TEST_WAIT
-exec "${builddir:-.}/tests/check_loop" "$@"
+"${builddir:-.}/tests/check_loop" "$@" || exit
+exec "${builddir:-.}/tests/check_wait" "$@"

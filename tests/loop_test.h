@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers shared by the loop's two suites, check_loop.c and check_wait.c:
+ * loops made and checked, the wait mode RK_TEST_WAIT forces, a few timers and
+ * a post that do nothing but count or stop. Never installed.
+ */
+#ifndef RK_LOOP_TEST_H
+#define RK_LOOP_TEST_H
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+
+#define TIMEOUT_S	30
+#define US		((uint64_t)1000)
+#define MS		((uint64_t)1000000)
+#define SEC		((uint64_t)1000000000)
+
+#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static inline uint64_t mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / SEC), .tv_nsec = (long)(ns % SEC) };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* Deterministic PRNG (splitmix64) so every failure reproduces. */
+static inline uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The wait mode RK_TEST_WAIT forces, or -1. */
+static inline int forced_mode(void)
+{
+	const char *s = getenv("RK_TEST_WAIT");
+
+	if (!s || !*s)
+		return -1;
+	if (!strcmp(s, "adaptive"))
+		return RK_WAIT_ADAPTIVE;
+	if (!strcmp(s, "block"))
+		return RK_WAIT_BLOCK;
+	if (!strcmp(s, "spin"))
+		return RK_WAIT_SPIN;
+	ck_abort_msg("RK_TEST_WAIT='%s': want adaptive, block or spin", s);
+	return -1;
+}
+
+/* Defaults, with the wait mode RK_TEST_WAIT forces. */
+static inline void test_config(struct rk_config *c)
+{
+	int m = forced_mode();
+
+	rk_config_init(c);
+	if (m >= 0)
+		c->wait.mode = (enum rk_wait_mode)m;
+}
+
+static inline struct rk_loop *new_loop(const struct rk_config *c)
+{
+	struct rk_loop *loop = NULL;
+	int ret = rk_loop_create(c, &loop);
+
+	ck_assert_msg(ret == 0, "rk_loop_create: %s", rk_strerror(ret));
+	ck_assert_ptr_nonnull(loop);
+	return loop;
+}
+
+static inline void free_loop(struct rk_loop *loop)
+{
+	ck_assert_int_eq(rk_loop_destroy(loop), 0);
+}
+
+static inline struct rk_loop_stats stats_of(const struct rk_loop *loop)
+{
+	struct rk_loop_stats s;
+
+	rk_loop_stats(loop, &s);
+	return s;
+}
+
+/* A timer whose callback stops the loop (t->data is the loop). */
+static inline enum rk_activity stop_cb(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	rk_loop_stop(t->data);
+	return RK_IDLE;
+}
+
+/* A timer that must never fire: counts, so the test can assert it did not. */
+static inline enum rk_activity never_cb(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	(*(int *)t->data)++;
+	return RK_IDLE;
+}
+
+/* A watchdog: stops the loop and records that the test's own stop never came. */
+struct guard {
+	struct rk_timer t;
+	struct rk_loop *loop;
+	bool fired;
+};
+
+static inline enum rk_activity guard_cb(struct rk_timer *t, uint64_t now)
+{
+	struct guard *g = container_of(t, struct guard, t);
+
+	(void)now;
+	g->fired = true;
+	rk_loop_stop(g->loop);
+	return RK_IDLE;
+}
+
+static inline void guard_start(struct guard *g, struct rk_loop *loop, uint64_t after_ns)
+{
+	g->loop = loop;
+	g->fired = false;
+	rk_timer_init(&g->t, guard_cb, g);
+	ck_assert_int_eq(rk_timer_start(loop, &g->t, after_ns, 0), 0);
+}
+
+/* A post that counts (p->data is an int) and is busy work. */
+static inline enum rk_activity busy_post_cb(struct rk_post *p)
+{
+	(*(int *)p->data)++;
+	return RK_BUSY;
+}
+
+static inline TCase *tcase(Suite *s, const char *name, int timeout)
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_set_timeout(tc, timeout);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+#endif /* RK_LOOP_TEST_H */
