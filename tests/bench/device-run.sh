@@ -161,9 +161,10 @@ grc=0
 if want check_gpu; then
 glog=$OUT/check_gpu.log
 : >"$glog"
-step check_gpu "${CHECK_GPU_S:-300}" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 tests/check_gpu
+step check_gpu "${CHECK_GPU_S:-300}" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 \
+	sh -c 'tests/check_gpu; r=$?; tests/check_toy_cuda || r=$?; exit $r'
 grc=$?
-grep -E '^(check_gpu|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 60
+grep -E '^(check_gpu|check_toy_cuda|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 60
 grep -E '^[0-9]+%' "$glog" >>"$summary"
 grep -E ':[EF]:' "$glog" | head -n 20 >>"$summary"
 fi
@@ -330,7 +331,7 @@ fi
 alog=$OUT/check-all.log
 rem=$(left)
 others=$(printf 'print-tests:\n\t@echo $(TESTS)\n' | make -s -f Makefile -f - print-tests 2>/dev/null |
-	tr ' ' '\n' | grep -v -e check_gpu -e gpu-lat | tr '\n' ' ')
+	tr ' ' '\n' | grep -v -e check_gpu -e check_toy_cuda -e gpu-lat | tr '\n' ' ')
 if want rest && [ "$rem" -gt 90 ] && [ -n "$others" ]; then
 	: >"$alog"
 	step make-check $((rem - 30)) "$alog" make -j"$(nproc)" -k check TESTS="$others"
