@@ -79,10 +79,7 @@ static int nccl_check(const struct rk_nccl *n, ncclResult_t r, const char *what)
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return rk__now_ns() / 1000000u;
 }
 
 /* Before NCCL may wait for the owner's graphs: let it release them, once. */

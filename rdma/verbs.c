@@ -566,8 +566,7 @@ static int vb_poll_cq(struct verbs_link *v, int *busy);
 
 static void sc_recv_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct verbs_link *v =
-		(struct verbs_link *)((char *)op - offsetof(struct verbs_link, recv_op));
+	struct verbs_link *v = rk__container_of(op, struct verbs_link, recv_op);
 	struct rk_link *l = &v->link;
 	int ret = 0, busy;
 
@@ -1094,8 +1093,7 @@ int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_
 
 static void vb_connect_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct verbs_link *v =
-		(struct verbs_link *)((char *)op - offsetof(struct verbs_link, connect_op));
+	struct verbs_link *v = rk__container_of(op, struct verbs_link, connect_op);
 	struct rk_link *l = &v->link;
 	int ret;
 

@@ -90,7 +90,7 @@ static size_t tx_pending(const struct rk_link *l)
 
 static void link_flush_cb(struct rk__flusher *f)
 {
-	struct rk_link *l = (struct rk_link *)((char *)f - offsetof(struct rk_link, flusher));
+	struct rk_link *l = rk__container_of(f, struct rk_link, flusher);
 
 	if (l->state == RK_LINK_CLOSED) {
 		link_maybe_free(l);

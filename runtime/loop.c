@@ -97,13 +97,11 @@ struct rk_loop {
 	struct rk_loop_stats stats;
 };
 
+/* The default clock_fn. */
 static uint64_t mono_ns(void *arg)
 {
-	struct timespec ts;
-
 	(void)arg;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return rk__now_ns();
 }
 
 static inline void cpu_relax(void)
@@ -205,7 +203,7 @@ static void wake_arm(struct rk_loop *loop);
 
 static void wake_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct rk_loop *loop = (struct rk_loop *)((char *)op - offsetof(struct rk_loop, wake_op));
+	struct rk_loop *loop = rk__container_of(op, struct rk_loop, wake_op);
 
 	(void)flags;
 	loop->wake_armed = false;
@@ -235,7 +233,7 @@ static void sig_arm(struct rk_loop *loop);
 
 static void sig_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct rk_loop *loop = (struct rk_loop *)((char *)op - offsetof(struct rk_loop, sig_op));
+	struct rk_loop *loop = rk__container_of(op, struct rk_loop, sig_op);
 
 	(void)flags;
 	loop->sig_armed = false;

@@ -67,13 +67,9 @@ struct rk_sched {
 
 static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_event ev)
 {
-	struct timespec ts;
-
 	if (!s->cfg.trace)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	s->cfg.trace(s->cfg.trace_arg, round_id, ev,
-		     (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+	s->cfg.trace(s->cfg.trace_arg, round_id, ev, rk__now_ns());
 }
 
 /* ---- follower: predicting the next ROUND ------------------------------------------ */

@@ -66,7 +66,7 @@ static void tcp_recv_arm(struct tcp_link *t);
 
 static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, recv_op));
+	struct tcp_link *t = rk__container_of(op, struct tcp_link, recv_op);
 	struct rk_link *l = &t->link;
 	struct rk__bufring *br = rk__loop_bufring(l->loop);
 	bool more = flags & IORING_CQE_F_MORE;
@@ -128,7 +128,7 @@ static void tcp_recv_arm(struct tcp_link *t)
 
 static void tcp_send_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, send_op));
+	struct tcp_link *t = rk__container_of(op, struct tcp_link, send_op);
 	struct rk_link *l = &t->link;
 
 	(void)flags;
@@ -253,7 +253,7 @@ int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_own
 
 static void tcp_connect_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct tcp_link *t = (struct tcp_link *)((char *)op - offsetof(struct tcp_link, connect_op));
+	struct tcp_link *t = rk__container_of(op, struct tcp_link, connect_op);
 	struct rk_link *l = &t->link;
 
 	(void)flags;
@@ -376,8 +376,7 @@ static void accept_arm(struct rk__listener *ls);
 
 static void accept_done(struct rk__op *op, int res, unsigned int flags)
 {
-	struct rk__listener *ls =
-		(struct rk__listener *)((char *)op - offsetof(struct rk__listener, accept_op));
+	struct rk__listener *ls = rk__container_of(op, struct rk__listener, accept_op);
 
 	if (!(flags & IORING_CQE_F_MORE))
 		ls->armed = false;

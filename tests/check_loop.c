@@ -63,7 +63,7 @@ START_TEST(test_create_destroy)
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
 		b = rk_loop_now(loop);
 		ck_assert_uint_ge(b - a, 2 * MS);
-		ck_assert_uint_le(b, mono());
+		ck_assert_uint_le(b, rk__now_ns());
 	}
 	free_loop(loop);
 }
@@ -148,7 +148,7 @@ struct nested {
 
 static enum rk_activity nested_cb(struct rk_timer *t, uint64_t now)
 {
-	struct nested *n = container_of(t, struct nested, t);
+	struct nested *n = rk__container_of(t, struct nested, t);
 
 	(void)now;
 	n->ret = rk_loop_run(n->loop, RK_RUN_NOWAIT);
@@ -207,7 +207,7 @@ static void ring_maybe_stop(struct ring_member *m)
 
 static enum rk_activity ring_post_cb(struct rk_post *p)
 {
-	struct ring_post *rp = container_of(p, struct ring_post, p);
+	struct ring_post *rp = rk__container_of(p, struct ring_post, p);
 	struct ring_member *m = p->data;
 
 	if (rp->seq != m->got)
@@ -219,7 +219,7 @@ static enum rk_activity ring_post_cb(struct rk_post *p)
 
 static enum rk_activity ring_tick_cb(struct rk_timer *t, uint64_t now)
 {
-	struct ring_member *m = container_of(t, struct ring_member, tick);
+	struct ring_member *m = rk__container_of(t, struct ring_member, tick);
 	struct ring_member *to = &m->ctx->m[(m->idx + 1) % NLOOPS];
 	struct ring_post *rp = &m->out[m->ticks];
 
@@ -312,11 +312,11 @@ struct probe {
 
 static enum rk_activity probe_cb(struct rk_timer *t, uint64_t now)
 {
-	struct probe *p = container_of(t, struct probe, t);
+	struct probe *p = rk__container_of(t, struct probe, t);
 
 	if (p->fired < MAX_FIRES) {
 		p->now[p->fired] = now;
-		p->real[p->fired] = mono();
+		p->real[p->fired] = rk__now_ns();
 	}
 	p->fired++;
 	if (p->order)
@@ -537,7 +537,7 @@ struct seq_post {
 
 static enum rk_activity seq_post_cb(struct rk_post *p)
 {
-	struct seq_post *sp = container_of(p, struct seq_post, p);
+	struct seq_post *sp = rk__container_of(p, struct seq_post, p);
 
 	sp->log[(*sp->nlog)++] = sp->id;
 	if (sp->repost > 0) {
@@ -617,7 +617,7 @@ struct poster {
 
 static enum rk_activity stress_cb(struct rk_post *p)
 {
-	struct snode *n = container_of(p, struct snode, p);
+	struct snode *n = rk__container_of(p, struct snode, p);
 	struct stress *st = p->data;
 
 	if (n->seq != st->next[n->thr])
@@ -680,7 +680,7 @@ static void run_stress(int nposters)
 		st.nodes[i].thr = (uint32_t)(i / st.per_thread);
 		st.nodes[i].seq = (uint32_t)(i % st.per_thread);
 	}
-	t0 = mono();
+	t0 = rk__now_ns();
 	for (t = 0; t < nposters; t++) {
 		po[t] = (struct poster){ .st = &st, .thr = (uint32_t)t };
 		ck_assert_int_eq(pthread_create(&th[t], NULL, poster_thread, &po[t]), 0);
@@ -688,7 +688,7 @@ static void run_stress(int nposters)
 	ck_assert_int_eq(rk_loop_run(st.loop, RK_RUN_DEFAULT), 0);
 	for (t = 0; t < nposters; t++)
 		ck_assert_int_eq(pthread_join(th[t], NULL), 0);
-	elapsed = mono() - t0;
+	elapsed = rk__now_ns() - t0;
 	s = stats_of(st.loop);
 
 	ck_assert_uint_eq(st.got, st.total);
@@ -835,7 +835,7 @@ struct handoff {
 
 static int handoff_arm(struct rk_source *src)
 {
-	struct handoff *h = container_of(src, struct handoff, src);
+	struct handoff *h = rk__container_of(src, struct handoff, src);
 
 	atomic_store(&h->req, 1);
 	while (!atomic_exchange(&h->done, 0))
@@ -919,7 +919,7 @@ START_TEST(test_wake_plain)
 	w.loop = new_loop(&c);
 	atomic_init(&w.done, 0);
 	fresh_now(w.loop);
-	t0 = mono();
+	t0 = rk__now_ns();
 	ck_assert_int_eq(pthread_create(&th, NULL, plain_waker, &w), 0);
 	ck_assert_int_eq(rk_loop_run(w.loop, RK_RUN_ONCE), 0);
 	atomic_store(&w.done, 1);
@@ -927,7 +927,7 @@ START_TEST(test_wake_plain)
 	s = stats_of(w.loop);
 	ck_assert_uint_eq(s.blocks, 1);
 	ck_assert_uint_eq(s.wakeups, 1);
-	ck_assert_uint_ge(mono() - t0, 10 * MS);
+	ck_assert_uint_ge(rk__now_ns() - t0, 10 * MS);
 	ck_assert_uint_gt(s.ns_blocked, 0);
 	free_loop(w.loop);
 }
@@ -1119,7 +1119,7 @@ struct fdw {
 
 static enum rk_activity fdw_cb(struct rk_fd_watch *w, int revents)
 {
-	struct fdw *f = container_of(w, struct fdw, w);
+	struct fdw *f = rk__container_of(w, struct fdw, w);
 
 	f->calls++;
 	f->revents = revents;
@@ -1300,9 +1300,9 @@ START_TEST(test_stats)
 	rk_timer_init(&stop, stop_cb, fe.loop);
 	ck_assert_int_eq(rk_timer_start(fe.loop, &stop, 400 * MS, 0), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, feeder_thread, &fe), 0);
-	t0 = mono();
+	t0 = rk__now_ns();
 	ck_assert_int_eq(rk_loop_run(fe.loop, RK_RUN_DEFAULT), 0);
-	wall = mono() - t0;
+	wall = rk__now_ns() - t0;
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
 	/* Anything posted after the stop (a very slow feeder) is delivered now. */
 	while (fe.ran < 100)
@@ -1372,9 +1372,9 @@ START_TEST(test_stats_timed)
 	rk_timer_init(&stop, stop_cb, loop);
 	fresh_now(loop);
 	ck_assert_int_eq(rk_timer_start(loop, &stop, 300 * MS, 0), 0);
-	t0 = mono();
+	t0 = rk__now_ns();
 	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_DEFAULT), 0);
-	wall = mono() - t0;
+	wall = rk__now_ns() - t0;
 	s = stats_of(loop);
 	ck_assert_int_eq(ran, 1);
 	ck_assert_uint_ge(s.timed_waits, 1);

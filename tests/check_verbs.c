@@ -49,14 +49,6 @@ struct dev_spec {
 static struct dev_spec g_a, g_b;
 static bool g_verbose;
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void log_fn(int level, int rank, const char *msg, void *arg)
 {
 	(void)arg;
@@ -183,7 +175,7 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 		return; /* the peer finished and left */
 	if (!n->peer_err) {
 		n->peer_err = err;
-		n->t_peer_err = mono_ns();
+		n->t_peer_err = rk__now_ns();
 	}
 }
 
@@ -275,7 +267,7 @@ static void node_finish(struct node *n)
 static void *node_main(void *arg)
 {
 	struct node *n = arg;
-	uint64_t deadline = mono_ns() + (TIMEOUT_S - 20) * 1000000000ull;
+	uint64_t deadline = rk__now_ns() + (TIMEOUT_S - 20) * 1000000000ull;
 	int ret;
 
 	ret = rk_world_wait_ready(n->w);
@@ -287,7 +279,7 @@ static void *node_main(void *arg)
 		free(n->data);
 		return NULL;
 	}
-	while (!n->peer_err && mono_ns() < deadline) {
+	while (!n->peer_err && rk__now_ns() < deadline) {
 		bool more = n->tx_n < n->tx_target;
 
 		if (n->done_sent && n->acked && n->peer_done)
@@ -485,11 +477,11 @@ END_TEST
 static int raw_connect(const char *ip, int port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	uint64_t deadline = mono_ns() + 20000000000ull;
+	uint64_t deadline = rk__now_ns() + 20000000000ull;
 	int fd;
 
 	inet_pton(AF_INET, ip, &sa.sin_addr);
-	while (mono_ns() < deadline) {
+	while (rk__now_ns() < deadline) {
 		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			return -errno;
@@ -504,17 +496,17 @@ static int raw_connect(const char *ip, int port)
 /* Read until the leader closes the socket; return the ms it took, -1 if it did not. */
 static int wait_closed(int fd, int limit_ms)
 {
-	uint64_t t0 = mono_ns();
+	uint64_t t0 = rk__now_ns();
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	char b[256];
 	ssize_t r;
 
-	while ((int)((mono_ns() - t0) / 1000000) < limit_ms) {
+	while ((int)((rk__now_ns() - t0) / 1000000) < limit_ms) {
 		if (poll(&p, 1, 100) <= 0)
 			continue;
 		r = read(fd, b, sizeof(b));
 		if (r == 0 || (r < 0 && errno == ECONNRESET))
-			return (int)((mono_ns() - t0) / 1000000);
+			return (int)((rk__now_ns() - t0) / 1000000);
 	}
 	return -1;
 }
@@ -613,15 +605,15 @@ START_TEST(test_peer_death)
 	a.tx_target = 0;
 	ck_assert_int_eq(node_start(&a), 0);
 	ck_assert_int_eq(rk_world_wait_ready(a.w), 0);
-	deadline = mono_ns() + 30000000000ull;
-	while (a.rx_n < 5 && mono_ns() < deadline)
+	deadline = rk__now_ns() + 30000000000ull;
+	while (a.rx_n < 5 && rk__now_ns() < deadline)
 		rk_loop_run(a.loop, RK_RUN_ONCE);
 	ck_assert_uint_eq(a.rx_n, 5);
-	t_kill = mono_ns();
+	t_kill = rk__now_ns();
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	deadline = t_kill + 5000000000ull;
-	while (!a.peer_err && mono_ns() < deadline)
+	while (!a.peer_err && rk__now_ns() < deadline)
 		rk_loop_run(a.loop, RK_RUN_ONCE);
 	ck_assert_msg(a.peer_err != 0, "no peer error within 5 s of the kill");
 	ck_assert_msg(a.t_peer_err - t_kill < 2000000000ull, "peer death took %llu ms",

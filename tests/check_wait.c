@@ -347,7 +347,7 @@ struct csrc {
 
 static int csrc_poll(struct rk_source *src, uint64_t now)
 {
-	struct csrc *c = container_of(src, struct csrc, src);
+	struct csrc *c = rk__container_of(src, struct csrc, src);
 
 	(void)now;
 	c->polls++;
@@ -364,7 +364,7 @@ static int csrc_poll(struct rk_source *src, uint64_t now)
 
 static int csrc_arm(struct rk_source *src)
 {
-	struct csrc *c = container_of(src, struct csrc, src);
+	struct csrc *c = rk__container_of(src, struct csrc, src);
 	struct rk_loop_stats s;
 
 	c->arms++;
@@ -521,7 +521,7 @@ struct psrc {
 
 static int psrc_poll(struct rk_source *src, uint64_t now)
 {
-	struct psrc *p = container_of(src, struct psrc, src);
+	struct psrc *p = rk__container_of(src, struct psrc, src);
 	uint64_t n = atomic_exchange(&p->published, 0);
 
 	(void)now;
@@ -598,11 +598,11 @@ static int pred_poll(struct rk_source *src, uint64_t now)
 
 	if (!p->ready_at)
 		return 0;
-	if (mono() < p->ready_at) {
+	if (rk__now_ns() < p->ready_at) {
 		p->early_looks++;
 		return 0;
 	}
-	p->seen_at = mono();
+	p->seen_at = rk__now_ns();
 	p->ready_at = 0;
 	(void)now;
 	return 1;
@@ -623,7 +623,7 @@ static int pred_arm(struct rk_source *src)
 
 	if (!p->ready_at)
 		return 0;
-	if (mono() >= p->ready_at)
+	if (rk__now_ns() >= p->ready_at)
 		return 1;
 	/* the loop will wake by the prediction: nothing to arm */
 	if (rk_loop_predicts(src->loop) && pred_expect(src, rk_loop_now(src->loop)))
@@ -655,10 +655,10 @@ static uint64_t pred_run_one(struct rk_loop *loop, struct pred_src *p, uint64_t 
 	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
 	ck_assert_int_eq(ran, 1);
 	p->seen_at = 0;
-	p->ready_at = mono() + in_ns;
+	p->ready_at = rk__now_ns() + in_ns;
 	cpu0 = thread_cpu_ns();
 	t_end = p->ready_at + 2 * SEC;
-	while (!p->seen_at && mono() < t_end)
+	while (!p->seen_at && rk__now_ns() < t_end)
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
 	ck_assert_msg(p->seen_at, "the predicted event was never delivered");
 	return thread_cpu_ns() - cpu0;
@@ -698,7 +698,7 @@ START_TEST(test_predict_sleeps)
 	p.src.data = &p;
 	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
 	for (i = 0; i < n; i++) {
-		uint64_t ready = mono() + wait, late;
+		uint64_t ready = rk__now_ns() + wait, late;
 
 		cpu = pred_run_one(loop, &p, wait);
 		late = p.seen_at >= ready ? p.seen_at - ready : 0;
@@ -785,7 +785,7 @@ static void *pred_poster_thread(void *arg)
 	struct pred_poster *pp = arg;
 
 	sleep_ns(pp->delay);
-	pp->posted_at = mono();
+	pp->posted_at = rk__now_ns();
 	rk_loop_post(pp->loop, &pp->post);
 	return NULL;
 }
@@ -820,11 +820,11 @@ START_TEST(test_predict_cut_by_event)
 	pp.loop = loop;
 	pp.post = (struct rk_post){ .cb = pred_post_cb, .data = &pp };
 	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	p.ready_at = mono() + 500 * MS;
+	p.ready_at = rk__now_ns() + 500 * MS;
 	ck_assert_int_eq(pthread_create(&th, NULL, pred_poster_thread, &pp), 0);
 	while (!pp.ran)
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
-	seen = mono();
+	seen = rk__now_ns();
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
 	ck_assert_msg(seen - pp.posted_at < 20 * MS, "post seen %" PRIu64 " us after it was made",
 		      (seen - pp.posted_at) / US);

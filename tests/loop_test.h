@@ -32,17 +32,7 @@
 #define MS		((uint64_t)1000000)
 #define SEC		((uint64_t)1000000000)
 
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
-
 /* ---- helpers ------------------------------------------------------------------------ */
-
-static inline uint64_t mono(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
-}
 
 static inline void sleep_ns(uint64_t ns)
 {
@@ -137,7 +127,7 @@ struct guard {
 
 static inline enum rk_activity guard_cb(struct rk_timer *t, uint64_t now)
 {
-	struct guard *g = container_of(t, struct guard, t);
+	struct guard *g = rk__container_of(t, struct guard, t);
 
 	(void)now;
 	g->fired = true;

@@ -14,13 +14,11 @@
 #include <unistd.h>
 
 #include "rk_runtime.h"
+#include "util_int.h"
 
 static inline uint64_t rk_test_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return rk__now_ns();
 }
 
 /* A TCP port on 127.0.0.1 that was free a moment ago; or -errno. */

@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "config.h"	/* PACKAGE_VERSION */
+#include "clock.h"
 
 extern char **environ;
 
@@ -136,14 +137,6 @@ struct launch {
 	int exit_code;
 	bool out_broken[3]; /* writes to fd 1 or 2 failed: drop further output */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void vlog(const struct launch *l, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

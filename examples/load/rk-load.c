@@ -34,6 +34,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "clock.h"
 #include "toy.h"
 
 #define PROG	     "rk-load"
@@ -114,14 +115,6 @@ struct reader {
 	size_t len, cap_buf;
 	bool sse;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void seterr(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

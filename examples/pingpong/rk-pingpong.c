@@ -29,6 +29,7 @@
 
 #include "rankrt.h"
 #include "cli.h"
+#include "clock.h"
 
 extern char **environ;
 
@@ -77,14 +78,6 @@ static double cpu_seconds(void)
 	getrusage(RUSAGE_SELF, &ru);
 	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
 	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static int send_user(struct pp *p, int to, uint32_t tag, const void *data, uint32_t len)

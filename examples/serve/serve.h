@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "rankrt.h"
+#include "clock.h"
 #include "le.h"
 #include "toy.h"
 #include "toy_cuda.h"
@@ -183,14 +184,6 @@ struct bench_policy {
 extern const struct bench_policy bench_policies[BENCH_POLICIES];
 
 /* ---- small helpers ------------------------------------------------------------- */
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* This process's CPU time, every thread (loop, worker, HTTP). */
 static inline void cpu_times(double *user_s, double *sys_s)

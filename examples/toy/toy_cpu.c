@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "le.h"
 #include "toy.h"
 
@@ -74,14 +75,6 @@ struct toy_cpu {
 	size_t acc_cap;
 	bool *acc_from;			/* [size]: whose partials are in */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void toy_params_init(struct toy_params *p)
 {

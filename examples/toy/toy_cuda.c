@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "toy_cuda.h"
 
 #if defined(RK_HAVE_CUDA) && defined(RK_HAVE_NCCL)
@@ -118,14 +119,6 @@ struct toy_cuda {
 	struct job *cur;			/* leader: the last completed round */
 	struct toy_cuda_stats stats;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* CUDA and NCCL errors are converted once, here: logged, then -EIO (-ENOMEM). */
 static int cuda_check(const struct toy_cuda *b, int e, const char *what)
