@@ -25,7 +25,14 @@ static void own_stats(struct server *srv, struct rank_stats *rs)
 	be_stats(srv, &rs->toy);
 }
 
-/* struct rk_loop_stats <-> N_LOOP_CTR u64, in field order */
+/*
+ * struct rk_loop_stats <-> N_LOOP_CTR u64, in field order: the layout of a
+ * MSG_STATS_REP between ranks. A counter added to the struct stops the build
+ * here until it is listed below and N_LOOP_CTR counts it.
+ */
+_Static_assert(sizeof(struct rk_loop_stats) == N_LOOP_CTR * sizeof(uint64_t),
+	       "struct rk_loop_stats changed: update loop_ctr() and N_LOOP_CTR");
+
 static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 {
 	v[0] = &s->iterations;
