@@ -246,8 +246,10 @@ enum rk_run_mode {
 /**
  * rk_loop_run() - run the loop.
  * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
- * -RK_ESTOPPED when a caught signal stopped it, or a fatal ring error (-errno).
- * Loop thread.
+ * -RK_ESTOPPED when a caught signal stopped it, or -EBUSY (nothing run) when
+ * called from inside one of this loop's callbacks: it does not nest. A failed
+ * ring wait is not returned: it is logged, counts as an empty wait, and the
+ * next iteration decides again. Loop thread.
  */
 RK_EXPORT int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode);
 
