@@ -139,6 +139,12 @@ opt_refused "trace-rounds: expected a file name" --bench --trace-rounds=
 opt_refused "bench-policies='default,fast'" --bench --bench-policies=default,fast
 opt_refused "bench-policies='spin,spin'" --bench --bench-policies=spin,spin
 opt_refused "bench-policies needs --bench" --bench-policies=spin --demo
+# an unknown RK_* variable: refused by name, with the whole list of known ones
+RK_NO_SUCH_KNOB=1 "$serve" --bench >/dev/null 2>"$tmp/opt.err"
+rc=$?
+[ $rc = 2 ] || fail "RK_NO_SUCH_KNOB=1 rk-serve: exit $rc, expected 2"
+grep -q '^rk-serve: unknown variable RK_NO_SUCH_KNOB (known: RK_[A-Z_ ]*)$' "$tmp/opt.err" ||
+	fail "RK_NO_SUCH_KNOB=1 rk-serve: the message is not whole: $(cat "$tmp/opt.err")"
 if "$serve" --help | grep -q 'without the CUDA backend'; then
 	opt_refused "backend=cuda: Operation not supported" --bench --backend=cuda
 fi

@@ -89,6 +89,12 @@ done <<EOF
 EOF
 run opt --hosts remote-host-$$ -- true
 grep -q -- '--port' "$tmp/opt.err" || fail "remote leader without --port: no hint"
+# a rank's unknown RK_* variable: refused by name, with the whole list of known ones
+RK_NO_SUCH_KNOB=1 "$pingpong" --local >/dev/null 2>"$tmp/knob.err"
+rc=$?
+[ $rc = 2 ] || fail "RK_NO_SUCH_KNOB=1 rk-pingpong: exit $rc, expected 2"
+grep -q '^rk-pingpong: unknown variable RK_NO_SUCH_KNOB (known: RK_[A-Z_ ]*)$' "$tmp/knob.err" ||
+	fail "RK_NO_SUCH_KNOB=1 rk-pingpong: the message is not whole"
 run help --help
 [ $rc = 0 ] && grep -q '^usage: rk-launch' "$tmp/help.out" || fail "--help"
 

@@ -428,7 +428,7 @@ int main(int argc, char **argv)
 	};
 	struct pp p = { .count = 20000, .size = 64, .warmup = 1000, .runs = 3 };
 	struct rk_config cfg;
-	char err[256], leader_addr[64];
+	char err[2048], leader_addr[64]; /* an unknown variable's message lists every known one */
 	bool local = false, pin = false;
 	unsigned int idle = 0;
 	pid_t child = -1;

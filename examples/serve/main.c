@@ -178,7 +178,7 @@ int main(int argc, char **argv)
 	struct server *srv;
 	struct rk_sched_config sc = { 0 };
 	struct round_trace trace = { 0 };
-	char err[256];
+	char err[2048]; /* an unknown variable's message lists every known one */
 	int ret, rc = 1;
 
 	srv = calloc(1, sizeof(*srv));
