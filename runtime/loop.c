@@ -632,33 +632,42 @@ static void bufring_teardown(struct rk_loop *loop)
 	r->br = NULL;
 }
 
-static int ring_setup(struct rk_loop *loop)
+/* The ring's setup parameters for @w, with or without COOP_TASKRUN (@coop). */
+static void ring_params(const struct rk_wait_policy *w, bool coop, struct io_uring_params *p)
 {
-	struct io_uring_params p;
-	const struct rk_wait_policy *w = &loop->cfg.wait;
-	int ret;
-
-	memset(&p, 0, sizeof(p));
-	if (w->coop_taskrun)
-		p.flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+	memset(p, 0, sizeof(*p));
+	if (coop)
+		p->flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
 	if (w->sqpoll) {
 		uint64_t idle_ms = w->spin_ns / 1000000;
 
-		p.flags |= IORING_SETUP_SQPOLL;
-		p.sq_thread_idle = (unsigned int)(idle_ms ? idle_ms : 1);
+		p->flags |= IORING_SETUP_SQPOLL;
+		p->sq_thread_idle = (unsigned int)(idle_ms ? idle_ms : 1);
 		if (w->sqpoll_cpu >= 0) {
-			p.flags |= IORING_SETUP_SQ_AFF;
-			p.sq_thread_cpu = (unsigned int)w->sqpoll_cpu;
+			p->flags |= IORING_SETUP_SQ_AFF;
+			p->sq_thread_cpu = (unsigned int)w->sqpoll_cpu;
 		}
 	}
+}
+
+static int ring_setup(struct rk_loop *loop)
+{
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+	struct io_uring_params p;
+	int ret;
+
+	ring_params(w, w->coop_taskrun, &p);
 	ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
-	if (ret == -EINVAL && (p.flags & IORING_SETUP_COOP_TASKRUN)) {
-		/* Kernels before 5.19 lack COOP_TASKRUN/TASKRUN_FLAG: spinning is then
-		 * ~3x slower (ARCHITECTURE.md), but everything still works. */
-		rk__info(loop->cfg.rank, "io_uring: COOP_TASKRUN unsupported, continuing without");
-		memset(&p, 0, sizeof(p));
-		p.flags = w->sqpoll ? IORING_SETUP_SQPOLL : 0;
-		p.sq_thread_idle = (unsigned int)(w->spin_ns / 1000000 ? w->spin_ns / 1000000 : 1);
+	if (ret == -EINVAL && w->coop_taskrun) {
+		/*
+		 * Kernels before 5.19 lack COOP_TASKRUN/TASKRUN_FLAG, and newer ones
+		 * refuse them with SQPOLL: spinning is then slower (ARCHITECTURE.md),
+		 * but everything works. The rest is asked for again as it was, the
+		 * SQ thread's CPU included.
+		 */
+		rk__info(loop->cfg.rank, "io_uring: COOP_TASKRUN refused%s, continuing without",
+			 w->sqpoll ? " with SQPOLL" : "");
+		ring_params(w, false, &p);
 		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
 	}
 	return ret;

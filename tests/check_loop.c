@@ -25,6 +25,7 @@
  * safe on the test's own thread with CK_FORK=no); they record, and the test
  * thread asserts.
  */
+#define _GNU_SOURCE	/* sched_getaffinity() */
 #include "loop_test.h"
 
 /* ---- create / destroy --------------------------------------------------------------- */
@@ -1477,6 +1478,83 @@ START_TEST(test_sqpoll)
 }
 END_TEST
 
+/*
+ * The SQ thread of this process's ring, found by name ("iou-sqp-<pid>"): the
+ * CPUs it may run on as /proc lists them ("1", "0-1") into @out[64].
+ * Return: 1 when found, 0 when not (yet).
+ */
+static int sq_thread_cpus(char out[64])
+{
+	char path[sizeof("/proc/self/task//status") + 256], line[256];
+	struct dirent *d;
+	DIR *dir = opendir("/proc/self/task");
+	int found = 0;
+	FILE *f;
+
+	ck_assert_ptr_nonnull(dir);
+	while (!found && (d = readdir(dir))) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		found = fgets(line, sizeof(line), f) && !strncmp(line, "iou-sqp-", 8);
+		fclose(f);
+		if (!found)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", d->d_name);
+		f = fopen(path, "r");
+		found = 0;
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "Cpus_allowed_list: %63s", out) == 1)
+				found = 1;
+		if (f)
+			fclose(f);
+	}
+	closedir(dir);
+	return found;
+}
+
+/*
+ * RK_SQPOLL_CPU pins the SQ thread, also with COOP_TASKRUN asked for (the
+ * default), which the kernel refuses together with SQPOLL: the ring is then
+ * set up without COOP_TASKRUN and with everything else it was asked for.
+ */
+START_TEST(test_sqpoll_cpu)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	cpu_set_t set;
+	char want[16], got[64] = "";
+	uint64_t deadline;
+	int cpu, ret;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	for (cpu = CPU_SETSIZE - 1; cpu > 0 && !CPU_ISSET(cpu, &set); cpu--)
+		;
+	test_config(&c);
+	ck_assert(c.wait.coop_taskrun);		/* the default */
+	c.wait.sqpoll = true;
+	c.wait.sqpoll_cpu = cpu;		/* the last CPU this process may use */
+	c.wait.spin_ns = 2 * MS;
+	ret = rk_loop_create(&c, &loop);
+	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
+		fprintf(stderr, "sqpoll: not permitted here (%s), skipped\n", rk_strerror(ret));
+		return;
+	}
+	ck_assert_msg(ret == 0, "rk_loop_create(sqpoll, cpu %d): %s", cpu, rk_strerror(ret));
+	/* the thread pins itself when it starts */
+	snprintf(want, sizeof(want), "%d", cpu);
+	deadline = rk__now_ns() + 5 * SEC;
+	while ((!sq_thread_cpus(got) || strcmp(got, want)) && rk__now_ns() < deadline)
+		sleep_ns(MS);
+	ck_assert_msg(!strcmp(got, want), "the SQ thread may run on CPUs '%s', not only on %s", got,
+		      want);
+	free_loop(loop);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static Suite *loop_suite(void)
@@ -1529,6 +1607,7 @@ static Suite *loop_suite(void)
 
 	tc = tcase(s, "sqpoll", TIMEOUT_S);
 	tcase_add_test(tc, test_sqpoll);
+	tcase_add_test(tc, test_sqpoll_cpu);
 	return s;
 }
 

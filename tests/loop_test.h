@@ -8,6 +8,7 @@
 #define RK_LOOP_TEST_H
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
