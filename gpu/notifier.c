@@ -18,7 +18,7 @@
  *
  * Why the side stream: a host function blocks its stream until it returns
  * and occupies a CUDA worker thread; on the compute stream it would delay the
- * next kernel by the callback hop (~30 us measured on H200). On a side stream
+ * next kernel by the callback hop (docs/GPU.md has its cost). On a side stream
  * that only waits on an event, the compute stream never waits for it.
  *
  * Prediction (AUTO and POLL): the source learns how long a mark takes, from

@@ -58,7 +58,7 @@ RK_EXPORT int rk_gpu_probe(void);
  *   source keeps the loop from blocking (it spins until they are delivered).
  * - WAKE: a host function (cudaLaunchHostFunc) on a side stream, ordered after
  *   the mark by an event, posts to the loop (rk_loop_post); it wakes a blocked
- *   loop. Costs a CUDA worker thread hop (~30 us measured).
+ *   loop. Costs a CUDA worker thread hop (docs/GPU.md has the figure).
  * - AUTO: both; whichever sees a mark first delivers it. Once the notifier
  *   can predict how long a mark takes (after a few marks), marks enqueue the
  *   word only, and the loop sleeps until shortly before the predicted time
@@ -144,7 +144,7 @@ RK_EXPORT int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie);
  * a wait with a timeout arms nothing for them (they are delivered when the
  * loop next runs: its timeout, or any other event). A wait without a timeout
  * still arms the wake path (AUTO), so delivery stays bounded; POLL keeps such
- * a wait from starting, as before. Default: not lazy. Takes effect for the
+ * a wait from starting. Default: not lazy. Takes effect for the
  * next wait. Loop thread.
  */
 RK_EXPORT void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy);

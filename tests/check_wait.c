@@ -668,8 +668,8 @@ static uint64_t pred_run_one(struct rk_loop *loop, struct pred_src *p, uint64_t 
  * The loop sleeps through most of a predicted wait and wakes before the
  * prediction (then spins on the source): its CPU time is a small part of
  * the wait, where a loop inside its spin window would burn all of it, and
- * the event is seen within a bound of its time. Fails without the feature:
- * with RK_PREDICT=0 (the old policy) the 200 ms spin window spins throughout.
+ * the event is seen within a bound of its time. With RK_PREDICT=0 the 200 ms
+ * spin window spins throughout, and the CPU bound fails.
  */
 START_TEST(test_predict_sleeps)
 {
@@ -685,11 +685,11 @@ START_TEST(test_predict_sleeps)
 	c.wait.spin_ns = 200 * MS;
 	ck_assert(c.wait.predict);		/* the default */
 	/*
-	 * A 2-vCPU VM wakes 80-350 us late from a 30 ms sleep (deep idle), a qemu
-	 * TCG guest (tests/softroce/verbs-softroce.sh runs this suite on one) 600-900 us:
-	 * more than the learned part of the margin may grow (100 us). The knob
-	 * covers the rest, as it would on such a machine; spinning 2 ms of a 30 ms
-	 * wait still keeps the CPU bound below.
+	 * A small VM, and more so a qemu TCG guest (tests/softroce/verbs-softroce.sh
+	 * runs this suite on one), wakes from a 30 ms sleep later than the learned
+	 * part of the margin may grow (100 us; docs/BENCH.md has the figures). The
+	 * knob covers the rest, as it would on such a machine; spinning 2 ms of a
+	 * 30 ms wait still keeps the CPU bound below.
 	 */
 	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MARGIN_US", "2000", NULL, 0), 0);
 	ck_assert_uint_eq(c.wait.predict_margin_ns, 2000 * US);

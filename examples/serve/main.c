@@ -368,9 +368,8 @@ out_drain:
 	 * A pass before the world's teardown: it releases the CUDA notifier's
 	 * last posts (host functions that ran while the backend was destroyed),
 	 * without which rk_loop_destroy() says -EBUSY. The world's teardown runs
-	 * the loop only while links are live (none at TP1), so it is still
-	 * needed; the BYE linger no longer depends on it (the world refreshes
-	 * the loop's clock itself).
+	 * the loop only while links are live (none at TP1), so this pass is
+	 * needed at any world size.
 	 */
 	rk_loop_run(srv->loop, RK_RUN_NOWAIT);
 	goto out_world;
