@@ -937,10 +937,7 @@ static Suite *gpu_suite(void)
 
 int main(void)
 {
-	/* every GPU run of this project keeps NVLink SHARP off (docs/GPU.md) */
-	setenv("NCCL_NVLS_ENABLE", "0", 1);
-	setenv("NCCL_RUNTIME_CONNECT", "0", 1);	/* rk_nccl_create() warns otherwise */
-	rk_log_set_handler(log_quiet, NULL);
+	gpu_test_setup();
 #ifndef RK_HAVE_CUDA
 	/* the stubs answer -EOPNOTSUPP, and that is all there is to test */
 	if (rk_gpu_probe() != -EOPNOTSUPP ||
@@ -953,21 +950,11 @@ int main(void)
 	printf("SKIP: rankrt was built without CUDA\n");
 	return 77;
 #else
-	SRunner *sr;
-	int failed;
-
-	g_ndev = probe_in_child();
-	if (g_ndev <= 0) {
-		printf("SKIP: no CUDA device (%s)\n", rk_strerror(g_ndev));
+	if (gpu_test_probe())
 		return 77;
-	}
 	if (getenv("RK_BENCH_GPU_LAT") && !strcmp(getenv("RK_BENCH_GPU_LAT"), "1"))
 		return bench();
 	printf("check_gpu: %d CUDA device(s)\n", g_ndev);
-	sr = srunner_create(gpu_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return gpu_test_run(gpu_suite());
 #endif
 }

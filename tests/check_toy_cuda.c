@@ -530,10 +530,7 @@ static Suite *toy_cuda_suite(void)
 
 int main(void)
 {
-	/* every GPU run of this project keeps NVLink SHARP off (docs/GPU.md) */
-	setenv("NCCL_NVLS_ENABLE", "0", 1);
-	setenv("NCCL_RUNTIME_CONNECT", "0", 1);	/* rk_nccl_create() warns otherwise */
-	rk_log_set_handler(log_quiet, NULL);
+	gpu_test_setup();
 #ifndef HAVE_TOY_CUDA
 	/* the stubs answer -EOPNOTSUPP, and that is all there is to test */
 	if (toy_cuda_create(NULL, NULL, 0, RK_GPU_NOTIFY_AUTO, NULL) != -EOPNOTSUPP) {
@@ -543,19 +540,9 @@ int main(void)
 	printf("SKIP: rankrt was built without CUDA and NCCL\n");
 	return 77;
 #else
-	SRunner *sr;
-	int failed;
-
-	g_ndev = probe_in_child();
-	if (g_ndev <= 0) {
-		printf("SKIP: no CUDA device (%s)\n", rk_strerror(g_ndev));
+	if (gpu_test_probe())
 		return 77;
-	}
 	printf("check_toy_cuda: %d CUDA device(s)\n", g_ndev);
-	sr = srunner_create(toy_cuda_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return gpu_test_run(toy_cuda_suite());
 #endif
 }

@@ -50,6 +50,15 @@ static inline void log_quiet(int level, int rank, const char *msg, void *arg)
 		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
 }
 
+/* Every GPU suite starts so. */
+static inline void gpu_test_setup(void)
+{
+	/* every GPU run of this project keeps NVLink SHARP off (docs/GPU.md) */
+	setenv("NCCL_NVLS_ENABLE", "0", 1);
+	setenv("NCCL_RUNTIME_CONNECT", "0", 1);	/* rk_nccl_create() warns otherwise */
+	rk_log_set_handler(log_quiet, NULL);
+}
+
 #ifdef RK_HAVE_CUDA
 /* CUDA devices, probed in a child before any test forks (unused where a suite has no tests) */
 static int g_ndev __attribute__((unused));
@@ -82,6 +91,29 @@ static inline int probe_in_child(void)
 		return -ECHILD;
 	st = WEXITSTATUS(st);
 	return st <= 100 ? st : (st == 102 ? -EOPNOTSUPP : -ENODEV);
+}
+
+/* g_ndev, probed in a child. Return: 0, or 77 (said) without a device. */
+static inline int gpu_test_probe(void)
+{
+	g_ndev = probe_in_child();
+	if (g_ndev <= 0) {
+		printf("SKIP: no CUDA device (%s)\n", rk_strerror(g_ndev));
+		return 77;
+	}
+	return 0;
+}
+
+/* Run @s. Return: EXIT_SUCCESS, or EXIT_FAILURE when a test failed. */
+static inline int gpu_test_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #ifdef RK_HAVE_NCCL
