@@ -506,7 +506,10 @@ static const struct rk__transport_class tcp_class = {
 	.from_fd = tcp_class_from_fd,
 };
 
-static void __attribute__((constructor)) tcp_class_register(void)
+/* Also the symbol a static link names (rankrt.pc's Libs.private) to keep this
+ * class: a program that calls nothing else of tcp.c would otherwise lose it. */
+void rk__tcp_transport_register(void);
+void __attribute__((constructor)) rk__tcp_transport_register(void)
 {
 	rk__transport_register(&tcp_class);
 }
