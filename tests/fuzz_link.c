@@ -328,6 +328,10 @@ static void accept_one(void)
 
 	CHECK(fd >= 0);
 	g_out_len = 0;
+	/* a connection is accepted inside an iteration, with its time fresh; here
+	 * the loop's cached time may be seconds old, which would make the new
+	 * link look past its handshake deadline at the next timer */
+	rk__loop_refresh(g_loop);
 	rk__world_accept(g_world, fd);
 	CHECK(g_link && g_link->state == RK_LINK_ACCEPTED);
 }
@@ -392,6 +396,7 @@ static void follower(const uint8_t *data, size_t size)
 	uint64_t seq = 0;
 
 	g_out_len = 0;
+	rk__loop_refresh(g_floop);	/* as accept_one() */
 	CHECK(rk_world_create(g_floop, &ops, NULL, &w) == 0);
 	CHECK(g_link && g_link->state == RK_LINK_HELLO_SENT);
 	pump(g_floop);		/* the HELLO leaves before the loop waits */
