@@ -21,6 +21,9 @@
  *
  * Every handler reports RK_BUSY or RK_IDLE; a busy event restarts the spin
  * window. A wait interrupted by a signal (EINTR) is an empty wait.
+ *
+ * rk__loop_run_io() (a world's teardown) runs steps 1, 2, 4 and 6 only: no
+ * post and no timer is delivered outside the application's own rk_loop_run().
  */
 #include "config.h"
 
@@ -284,6 +287,13 @@ void rk_loop_wake(struct rk_loop *loop)
 	loop_kick(loop);
 }
 
+void rk_post_init(struct rk_post *p, rk_post_cb cb, void *data)
+{
+	memset(p, 0, sizeof(*p));
+	p->cb = cb;
+	p->data = data;
+}
+
 void rk_loop_post(struct rk_loop *loop, struct rk_post *p)
 {
 	struct rk_post *head = atomic_load_explicit(&loop->inbox, memory_order_relaxed);
@@ -404,6 +414,13 @@ static void run_timers(struct rk_loop *loop)
 }
 
 /* ---- sources and fd watches ------------------------------------------------------ */
+
+void rk_source_init(struct rk_source *src, const struct rk_source_ops *ops, void *data)
+{
+	memset(src, 0, sizeof(*src));
+	src->ops = ops;
+	src->data = data;
+}
 
 int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
 {
@@ -749,7 +766,7 @@ int rk_loop_destroy(struct rk_loop *loop)
 {
 	if (!loop)
 		return 0;
-	if (loop->refs || loop->sources || loop->timers)
+	if (loop->in_run || loop->refs || loop->sources || loop->timers)
 		return -EBUSY;
 	/* Exiting the ring cancels our own reads on wake_fd and sig_fd. */
 	bufring_teardown(loop);
@@ -851,7 +868,7 @@ static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
 	ts->tv_nsec = (long long)(ns % 1000000000ull);
 }
 
-enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT };
+enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT, PARK_IO };
 
 /*
  * Park the thread until a CQE, a wake or @timeout_ns. The spin-to-sleep switch
@@ -860,6 +877,8 @@ enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT };
  * here or finds 'sleeping' set and writes the eventfd whose read is armed.
  * PARK_PREDICT: @timeout_ns ends shortly before a source's predicted event;
  * the source's arm() may rely on that (rk_source_ops.expect).
+ * PARK_IO (rk__loop_run_io()): posts and a pending stop are not its business,
+ * so neither keeps it from sleeping; a post still wakes it (a spurious wake).
  */
 static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 {
@@ -875,9 +894,9 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_seq_cst);
 	loop->park_ns = timeout_ns;	/* for the sources' arm() */
-	if (atomic_load_explicit(&loop->inbox, memory_order_relaxed) ||
+	if ((how != PARK_IO && atomic_load_explicit(&loop->inbox, memory_order_relaxed)) ||
 	    io_uring_cq_ready(&loop->ring) || arm_sources(loop) > 0 || loop->flush_head ||
-	    loop->stop) {
+	    (how != PARK_IO && loop->stop)) {
 		atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
 		io_uring_submit(&loop->ring);
 		return;
@@ -1061,11 +1080,9 @@ static void loop_wait(struct rk_loop *loop)
 	loop_park(loop, tmo, PARK_BLOCK);
 }
 
-/* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
-static void iterate(struct rk_loop *loop, bool may_wait, bool once)
+/* Step 1 of an iteration: the clock, read once. */
+static void iter_begin(struct rk_loop *loop)
 {
-	uint64_t t;
-
 	loop->now = loop->clock_fn(loop->clock_arg);
 	/* a flag, not the phase: rk_loop_run() starts every ONCE/NOWAIT call in PH_RUN */
 	loop->after_park = loop->parked;
@@ -1074,12 +1091,42 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	loop->iter_busy = 0;
 	loop->iter_events = 0;
 	loop->stats.iterations++;
+}
 
+/* Step 2: the completions the ring holds, or holds back under COOP_TASKRUN. */
+static void iter_reap(struct rk_loop *loop)
+{
 	if (io_uring_cq_ready(&loop->ring) || (loop->phase != PH_SPIN && ring_needs_enter(loop))) {
 		if (!io_uring_cq_ready(&loop->ring))
 			io_uring_get_events(&loop->ring);
 		reap(loop);
 	}
+}
+
+/* After the handlers: charge their time to 'run', and restart the window from
+ * the end of the work if any of it was busy. */
+static void iter_account(struct rk_loop *loop)
+{
+	uint64_t t;
+
+	if (!loop->iter_events) {
+		loop->phase = PH_SPIN;
+		return;
+	}
+	t = loop->clock_fn(loop->clock_arg);
+	loop->phase = PH_RUN;
+	account(loop, t);
+	loop->now = t;
+	loop->stats.busy_events += loop->iter_busy;
+	if (loop->iter_busy)
+		loop->last_busy = t;
+}
+
+/* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
+static void iterate(struct rk_loop *loop, bool may_wait, bool once)
+{
+	iter_begin(loop);
+	iter_reap(loop);
 	drain_inbox(loop);
 	if (loop->sources)
 		poll_sources(loop);
@@ -1091,20 +1138,7 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	if (loop->timers && loop->timers->due <= loop->now)
 		run_timers(loop);
 	run_flushers(loop);
-
-	if (loop->iter_events) {
-		/* Handlers ran: charge their time to 'run', and restart the
-		 * window from the end of the work if any of it was busy. */
-		t = loop->clock_fn(loop->clock_arg);
-		loop->phase = PH_RUN;
-		account(loop, t);
-		loop->now = t;
-		loop->stats.busy_events += loop->iter_busy;
-		if (loop->iter_busy)
-			loop->last_busy = t;
-	} else {
-		loop->phase = PH_SPIN;
-	}
+	iter_account(loop);
 	if (loop->stop || !may_wait || (once && loop->iter_events)) {
 		io_uring_submit(&loop->ring);
 		return;
@@ -1112,29 +1146,70 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	loop_wait(loop);
 }
 
+static void run_begin(struct rk_loop *loop)
+{
+	loop->in_run = true;
+	loop->mark = loop->clock_fn(loop->clock_arg);
+	loop->phase = PH_RUN;
+}
+
+static void run_end(struct rk_loop *loop)
+{
+	account(loop, loop->clock_fn(loop->clock_arg));
+	loop->in_run = false;
+}
+
 int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 {
 	if (loop->in_run)
 		return -EBUSY;
-	loop->in_run = true;
-	loop->stop = false;
-	loop->mark = loop->clock_fn(loop->clock_arg);
-	loop->phase = PH_RUN;
-	switch (mode) {
-	case RK_RUN_ONCE:
-		iterate(loop, true, true);
-		break;
-	case RK_RUN_NOWAIT:
-		iterate(loop, false, false);
-		break;
-	default:
-		while (!loop->stop)
-			iterate(loop, true, false);
-		break;
+	/* As libuv's uv_run(): a stop asked for before the run ends it at once, and
+	 * the run that a stop ends consumes it. */
+	if (!loop->stop) {
+		run_begin(loop);
+		switch (mode) {
+		case RK_RUN_ONCE:
+			iterate(loop, true, true);
+			break;
+		case RK_RUN_NOWAIT:
+			iterate(loop, false, false);
+			break;
+		default:
+			while (!loop->stop)
+				iterate(loop, true, false);
+			break;
+		}
+		run_end(loop);
 	}
-	account(loop, loop->clock_fn(loop->clock_arg));
-	loop->in_run = false;
+	loop->stop = false;
 	return loop->stop_signal ? -RK_ESTOPPED : 0;
+}
+
+int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
+{
+	if (loop->in_run)
+		return -EBUSY;
+	run_begin(loop);
+	iter_begin(loop);
+	iter_reap(loop);
+	if (loop->sources)
+		poll_sources(loop);
+	/* a predictive sleep's accounting belongs to the policy, which is not running */
+	loop->pred_deadline = 0;
+	loop->pred_src = NULL;
+	run_flushers(loop);
+	iter_account(loop);
+	if (loop->iter_events)
+		io_uring_submit(&loop->ring);
+	else
+		loop_park(loop, timeout_ns, PARK_IO);
+	run_end(loop);
+	return 0;
+}
+
+bool rk__loop_running(const struct rk_loop *loop)
+{
+	return loop->in_run;
 }
 
 void rk_loop_stop(struct rk_loop *loop)
@@ -1151,6 +1226,14 @@ void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
 {
 	*out = loop->stats;
 	out->predict_margin_ns = predict_margin(loop);
+}
+
+void rk_wait_policy_init(struct rk_wait_policy *w)
+{
+	struct rk_config c;
+
+	rk_config_init(&c);	/* the one table of defaults */
+	*w = c.wait;
 }
 
 void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)

@@ -10,6 +10,36 @@
  * run) rk_loop_run() for that loop.
  *
  * Errors: negative -errno or -RK_E* codes, named by rk_strerror().
+ *
+ * Callbacks and re-entrancy. A callback of the loop (timer, post, source,
+ * fd watch, rk_world_ops) runs on the loop thread, inside rk_loop_run() (or
+ * rk_world_wait_ready(), which runs the loop). From inside any of them every
+ * "loop thread" call may be made, except these, which return -EBUSY and do
+ * nothing: rk_loop_run() (no nested runs), rk_world_wait_ready(),
+ * rk_loop_destroy() and rk_world_destroy(). A timer may stop or restart any
+ * timer, itself included; a post's callback may free or re-post its post; a
+ * source may remove itself from its own poll() or arm() (not another source);
+ * an fd watch may start itself again. The log handler (rk_log_set_handler())
+ * may be called on any thread and must call nothing of rankrt.
+ *
+ * Lifetimes (libuv's handle rules are the model). Timers, sources, fd watches
+ * and posts live in the caller's storage; timers, sources and fd watches are
+ * handles: stop or remove them before their storage goes, and before
+ * rk_loop_destroy(), which refuses (-EBUSY) while any handle, link or world
+ * is attached. A post is a request: the loop owns it from rk_loop_post() until
+ * its callback starts, and a post cannot be taken back, so whatever its
+ * callback touches must outlive the callback. Posts and timers run only
+ * inside the application's rk_loop_run() and rk_world_wait_ready(), never
+ * inside rk_world_destroy(). The world is destroyed before its loop and after
+ * every scheduler built on it (rk_world_destroy() refuses, -EBUSY, while a
+ * scheduler exists): rk_sched.h gives the whole order.
+ *
+ * A zeroed struct is not a default one: initialise every struct the caller
+ * fills with its init function (rk_config_init(), rk_wait_policy_init(),
+ * rk_timer_init(), rk_post_init(), rk_source_init(), rk_fd_watch_init()).
+ * Each struct says what a zeroed one gets wrong. Stats structs are output only;
+ * ops tables (rk_source_ops, rk_world_ops) are const tables in which a NULL
+ * member means "none", so a zeroed member is right.
  */
 #ifndef RK_RUNTIME_H
 #define RK_RUNTIME_H
@@ -50,7 +80,10 @@ enum rk_wait_mode {
  * at the completion queue and polling every source, with a pause instruction),
  * then, if timed_ns > 0, waits in slices of timed_slice_ns until timed_ns has
  * passed, then blocks until the next event or timer. See ARCHITECTURE.md for
- * the measurements behind the defaults.
+ * the measurements behind the defaults. Zeroed, it gets spin_ns (no busy
+ * window), spin_yield, predict, the margins and coop_taskrun wrong, and
+ * sqpoll_cpu 0 pins the SQPOLL thread to CPU 0: start from rk_wait_policy_init()
+ * (or a loop's rk_loop_config()->wait).
  */
 struct rk_wait_policy {
 	enum rk_wait_mode mode;		/* RK_WAIT */
@@ -74,6 +107,11 @@ struct rk_wait_policy {
 	uint64_t predict_min_ns;	/* RK_PREDICT_MIN_US: no predictive sleep shorter */
 };
 
+/*
+ * Zeroed, nearly every field is wrong (rank 0 instead of "not set", no ring
+ * entries, no receive buffers, max_frame 0, no heartbeat or timeouts, rdma_gid
+ * 0 instead of "not set"): always start from rk_config_init().
+ */
 struct rk_config {
 	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
 	int rank;			/* -1 = not set */
@@ -232,8 +270,9 @@ RK_EXPORT int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out);
 
 /**
  * rk_loop_destroy() - free a loop. Sources, timers and links must be removed or
- * closed first. Return: 0, or -EBUSY (nothing freed) while any are attached.
- * Loop thread, not from inside a callback.
+ * closed first. Return: 0, or -EBUSY (nothing freed) while any are attached or
+ * when called from inside one of the loop's callbacks. Posts still queued are
+ * never delivered (their storage is the poster's). Loop thread.
  */
 RK_EXPORT int rk_loop_destroy(struct rk_loop *loop);
 
@@ -244,16 +283,23 @@ enum rk_run_mode {
 };
 
 /**
- * rk_loop_run() - run the loop.
+ * rk_loop_run() - run the loop. A stop asked for before the call (rk_loop_stop()
+ * while no run is under way) makes it return at once, without an iteration, in
+ * every mode (as libuv's uv_run()); the run that a stop ends consumes it.
  * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
- * -RK_ESTOPPED when a caught signal stopped it, or -EBUSY (nothing run) when
- * called from inside one of this loop's callbacks: it does not nest. A failed
- * ring wait is not returned: it is logged, counts as an empty wait, and the
- * next iteration decides again. Loop thread.
+ * -RK_ESTOPPED once a caught signal stopped the loop (every later run returns
+ * it too, after its iteration), or -EBUSY (nothing run) when called from
+ * inside one of this loop's callbacks: it does not nest. A failed ring wait is
+ * not returned: it is logged, counts as an empty wait, and the next iteration
+ * decides again. Loop thread.
  */
 RK_EXPORT int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode);
 
-/** rk_loop_stop() - make rk_loop_run() return after the current iteration. Loop thread. */
+/**
+ * rk_loop_stop() - make rk_loop_run() return after the current iteration, or,
+ * called while no run is under way, make the next rk_loop_run() return at once.
+ * Loop thread, from a callback or outside a run.
+ */
 RK_EXPORT void rk_loop_stop(struct rk_loop *loop);
 
 /**
@@ -268,6 +314,9 @@ RK_EXPORT uint64_t rk_loop_now(const struct rk_loop *loop);
 
 /** rk_loop_stats() - copy the counters. Loop thread (or after the loop thread joined). */
 RK_EXPORT void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out);
+
+/** rk_wait_policy_init() - fill @w with the defaults (rk_config_init()'s). Any thread. */
+RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
@@ -296,7 +345,8 @@ RK_EXPORT int rk_loop_signal_stopped(const struct rk_loop *loop);
 struct rk_timer;
 typedef enum rk_activity (*rk_timer_cb)(struct rk_timer *t, uint64_t now);
 
-/* A timer, embedded in the caller's storage. Fields are private. */
+/* A timer, embedded in the caller's storage. Fields are private; a zeroed one
+ * has no callback: rk_timer_init() it. */
 struct rk_timer {
 	/* public */
 	void *data;
@@ -333,6 +383,7 @@ typedef enum rk_activity (*rk_post_cb)(struct rk_post *p);
  * A message to the loop, in the poster's storage (no allocation on either side:
  * the CUDA host-callback path may not allocate). Owned by the loop from
  * rk_loop_post() until its callback starts; the callback may free or re-post it.
+ * A zeroed one is right once cb is set; rk_post_init() sets both public fields.
  */
 struct rk_post {
 	/* public */
@@ -341,6 +392,9 @@ struct rk_post {
 	/* private */
 	struct rk_post *next;
 };
+
+/** rk_post_init() - prepare @p with its callback and data. Any thread. */
+RK_EXPORT void rk_post_init(struct rk_post *p, rk_post_cb cb, void *data);
 
 /**
  * rk_loop_post() - queue @p; its callback runs on the loop thread, in post
@@ -382,6 +436,8 @@ struct rk_source_ops {
 	uint64_t (*expect)(struct rk_source *src, uint64_t now);
 };
 
+/* A source in the caller's storage. A zeroed one is right once ops is set
+ * (garbage in the private fields makes rk_loop_add_source() say -EALREADY). */
 struct rk_source {
 	/* public */
 	const struct rk_source_ops *ops;
@@ -390,6 +446,9 @@ struct rk_source {
 	struct rk_source *next;
 	struct rk_loop *loop;
 };
+
+/** rk_source_init() - prepare @src with its ops and data. Any thread. */
+RK_EXPORT void rk_source_init(struct rk_source *src, const struct rk_source_ops *ops, void *data);
 
 /**
  * rk_loop_predicts() - whether the loop now honours rk_source_ops.expect()
@@ -406,7 +465,8 @@ RK_EXPORT int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 struct rk_fd_watch;
 typedef enum rk_activity (*rk_fd_watch_cb)(struct rk_fd_watch *w, int revents);
 
-/* A one-shot readiness watch on a file descriptor through the ring (poll SQE). */
+/* A one-shot readiness watch on a file descriptor through the ring (poll SQE).
+ * Zeroed, it watches fd 0 with no callback: rk_fd_watch_init() it. */
 struct rk_fd_watch {
 	/* public */
 	void *data;
@@ -489,8 +549,11 @@ RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
 /* ---- the world ----------------------------------------------------------- */
 
 /*
- * Callbacks of a world. All run on the loop thread. Frames handled by the
+ * Callbacks of a world. All run on the loop thread, inside rk_loop_run() or
+ * rk_world_wait_ready(), never inside rk_world_destroy(). Frames handled by the
  * runtime itself (HELLO, WELCOME, HEARTBEAT, BYE, ERROR) are not delivered.
+ * Any of them may send, stop the loop, or hand the frame to rk_sched_on_frame();
+ * none may destroy the world (rk_world_destroy() says -EBUSY there).
  */
 struct rk_world_ops {
 	/* every link this rank needs is up (leader: all followers; follower: the leader) */
@@ -535,11 +598,26 @@ RK_EXPORT int rk_world_wait_ready(struct rk_world *w);
 
 /**
  * rk_world_send() - send a frame to @rank (the leader reaches everyone;
- * a follower reaches rank 0). Return: as rk_link_send(), -ENOTCONN when no
- * link to @rank is up. Loop thread.
+ * a follower reaches rank 0). @payload must be a payload of @type as the
+ * rk_wire_encode_*() functions write it: the receiver validates it and drops
+ * the link when it does not decode. Application bytes go with
+ * rk_world_send_user(). Return: as rk_link_send(), -ENOTCONN when no link to
+ * @rank is up. Loop thread.
  */
 RK_EXPORT int rk_world_send(struct rk_world *w, int rank, unsigned int type,
 			    unsigned int flags, const void *payload, uint32_t len);
+
+/**
+ * rk_world_send_user() - send the application message @data (@len bytes, any
+ * content, copied) to @rank as a USER frame tagged @tag. The receiver's frame
+ * callback gets h->type == RK_FRAME_USER; rk_wire_decode_user() gives back the
+ * tag and a view of the bytes. Return: 0; -ENOTCONN when no link to @rank is
+ * up; -RK_ETOOBIG past RK_WIRE_MAX_PAYLOAD or the link's max_frame;
+ * -RK_ESLOWPEER as rk_link_send(); -EBUSY between rk_link_reserve() and
+ * rk_link_commit() on that link. Loop thread.
+ */
+RK_EXPORT int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, const void *data,
+				 uint32_t len);
 
 /**
  * rk_world_broadcast() - leader: send a frame to every follower (the payload
@@ -587,7 +665,12 @@ RK_EXPORT void rk_world_stats(const struct rk_world *w, struct rk_world_stats *o
 
 /**
  * rk_world_destroy() - send BYE on every link, flush briefly (bounded by
- * 100 ms), close the sockets and free the world. Return: 0. Loop thread.
+ * 100 ms), close the sockets and free the world. Meanwhile only I/O runs (ring
+ * completions and sources): no callback of @w, no post and no timer; posts
+ * queued for the loop wait for the next rk_loop_run(). Return: 0; -EBUSY
+ * (nothing done) while a scheduler built on @w exists (rk_sched_destroy() it
+ * first) or when called from inside a callback of the loop. NULL is a no-op.
+ * Loop thread.
  */
 RK_EXPORT int rk_world_destroy(struct rk_world *w);
 

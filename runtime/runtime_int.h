@@ -445,4 +445,19 @@ const struct rk__transport_class *rk__transport_find(const char *scheme);
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */
 void rk__world_accept(struct rk_world *w, int fd);
 
+/* ---- teardown (loop.c, world.c, sched.c) ---- */
+/*
+ * One iteration that only drives I/O, for a world's teardown: reap completions,
+ * poll the sources, run the flushers, then, if nothing ran, wait at most
+ * @timeout_ns (UINT64_MAX: no bound). It delivers no post and runs no timer
+ * (they wait for the application's next rk_loop_run()), and it neither honours
+ * nor consumes rk_loop_stop(). Return: 0, -EBUSY inside a callback. Loop thread.
+ */
+int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns);
+/* Whether a run of @loop is under way: the caller is inside one of its callbacks. */
+bool rk__loop_running(const struct rk_loop *loop);
+/* A scheduler is built on @w: rk_world_destroy() refuses (-EBUSY) until it is released. */
+void rk__world_hold(struct rk_world *w);
+void rk__world_release(struct rk_world *w);
+
 #endif /* RK_RUNTIME_INT_H */

@@ -87,6 +87,7 @@ struct rk_world {
 	uint64_t log_at;		/* when the interval began */
 	uint64_t folded[REF__COUNT];	/* refusals since then, not logged */
 	uint64_t nr_folded;
+	unsigned int holds;		/* schedulers built on it (rk__world_hold) */
 };
 
 static void pending_remove(struct rk_world *w, struct rk_link *l)
@@ -749,22 +750,19 @@ int rk_world_port(const struct rk_world *w)
 	return w->ls ? rk__tcp_listener_port(w->ls) : -ENOTCONN;
 }
 
-static enum rk_activity linger_cb(struct rk_timer *t, uint64_t now)
-{
-	(void)now;
-	*(bool *)t->data = true;
-	return RK_BUSY;
-}
-
 int rk_world_destroy(struct rk_world *w)
 {
 	struct rk_link *l, *next;
-	struct rk_timer linger;
-	bool expired = false, aborted = false, ls_gone = true;
+	bool aborted = false, ls_gone = true;
+	uint64_t now, deadline;
 
 	if (!w)
 		return 0;
+	/* a scheduler still sends through it, or a callback is running: nothing done */
+	if (w->holds || rk__loop_running(w->loop))
+		return -EBUSY;
 	w->destroying = true;
+	w->ops = NULL;		/* no ready, frame or peer_error callback from here on */
 	rk_timer_stop(&w->hb_timer);
 	rk_timer_stop(&w->retry_timer);
 	if (w->ls) {
@@ -776,14 +774,17 @@ int rk_world_destroy(struct rk_world *w)
 		next = l->all_next;
 		rk__link_close(l, true);
 	}
-	/* Give BYE frames a bounded time to leave, then cut what is left. The
-	 * cached time may be stale here (a server's teardown can block for a
-	 * while before this call): count the grace from now. */
-	rk__loop_refresh(w->loop);
-	rk_timer_init(&linger, linger_cb, &expired);
-	rk_timer_start(w->loop, &linger, 100000000ull, 0);
+	/*
+	 * Give BYE frames a bounded time to leave, then cut what is left. Only
+	 * I/O runs meanwhile: posts and timers wait for the application's next
+	 * rk_loop_run(), so nothing reaches an object it has already destroyed.
+	 * The cached time may be stale here (a server's teardown can block for a
+	 * while before this call): count the grace from now.
+	 */
+	deadline = rk__loop_refresh(w->loop) + 100000000ull;
 	while (w->nr_live || !ls_gone) {
-		if (expired && !aborted) {
+		now = rk__loop_clock(w->loop);
+		if (now >= deadline && !aborted) {
 			/* every live link, also one that failed earlier and is
 			 * still flushing its ERROR to a peer that does not read */
 			aborted = true;
@@ -792,14 +793,47 @@ int rk_world_destroy(struct rk_world *w)
 				rk__link_abort(l);
 			}
 		}
-		if (rk_loop_run(w->loop, RK_RUN_ONCE) == -EBUSY)
-			break;	/* called from a callback: documented misuse */
+		/* after the abort only cancellations are awaited: look again now and then */
+		rk__loop_run_io(w->loop, aborted ? 10000000ull : deadline - now);
 	}
-	rk_timer_stop(&linger);
 	rk__loop_unref(w->loop);
 	if (w->tc && w->tc->release)
 		w->tc->release(w->tctx);
 	free(w->links);
 	free(w);
 	return 0;
+}
+
+int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, const void *data,
+		       uint32_t len)
+{
+	struct rk_link *l = rk_world_link(w, rank);
+	uint8_t hdr[16], *p;
+	int n, ret;
+
+	if (!l)
+		return -ENOTCONN;
+	n = rk_wire_encode_user(hdr, sizeof(hdr), tag, NULL, 0);	/* the USER header alone */
+	if (n < 0)
+		return n;
+	if (len > RK_WIRE_MAX_PAYLOAD - (uint32_t)n)
+		return -RK_ETOOBIG;
+	/* encoded in place in the link's batch: the caller's bytes are copied once */
+	p = rk_link_reserve(l, (uint32_t)n + len, &ret);
+	if (!p)
+		return ret;
+	memcpy(p, hdr, (size_t)n);
+	if (len)
+		memcpy(p + n, data, len);
+	return rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)n + len);
+}
+
+void rk__world_hold(struct rk_world *w)
+{
+	w->holds++;
+}
+
+void rk__world_release(struct rk_world *w)
+{
+	w->holds--;
 }

@@ -1555,6 +1555,113 @@ START_TEST(test_sqpoll_cpu)
 }
 END_TEST
 
+/* ---- stop before run, and calls from inside a callback --------------------------------- */
+
+static enum rk_activity count_post(struct rk_post *p)
+{
+	(*(int *)p->data)++;
+	return RK_BUSY;
+}
+
+/*
+ * rk_loop_stop() before rk_loop_run() makes the run return at once, in every
+ * mode, without an iteration (libuv's uv_stop() rule); the stop is consumed,
+ * so the next run runs. A lost stop shows as the guard firing.
+ */
+START_TEST(test_stop_before_run)
+{
+	static const enum rk_run_mode modes[] = { RK_RUN_DEFAULT, RK_RUN_ONCE, RK_RUN_NOWAIT };
+	struct rk_loop_stats a, b;
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct rk_post p;
+	struct guard g;
+	int posts = 0;
+	size_t i;
+
+	test_config(&c);
+	loop = new_loop(&c);
+	for (i = 0; i < ARRAY_SIZE(modes); i++) {
+		guard_start(&g, loop, 2 * SEC);
+		rk_post_init(&p, count_post, &posts);
+		rk_loop_post(loop, &p);
+		rk_loop_stop(loop);
+		a = stats_of(loop);
+		ck_assert_int_eq(rk_loop_run(loop, modes[i]), 0);
+		b = stats_of(loop);
+		ck_assert(!g.fired);
+		ck_assert_uint_eq(b.iterations, a.iterations);	/* not one iteration */
+		ck_assert_int_eq(posts, (int)i);		/* the post waits */
+		/* consumed: the next run iterates, and delivers the post */
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+		ck_assert_int_eq(posts, (int)i + 1);
+		rk_timer_stop(&g.t);
+	}
+	free_loop(loop);
+}
+END_TEST
+
+/* rk_loop_destroy() from inside the loop's own callback refuses, frees nothing. */
+struct destroy_in_cb {
+	struct rk_timer t;
+	struct rk_loop *loop;
+	int ret;
+};
+
+static enum rk_activity destroy_in_cb(struct rk_timer *t, uint64_t now)
+{
+	struct destroy_in_cb *d = rk__container_of(t, struct destroy_in_cb, t);
+
+	(void)now;
+	d->ret = rk_loop_destroy(d->loop);	/* a one-shot timer: nothing else is attached */
+	rk_loop_stop(d->loop);
+	return RK_IDLE;
+}
+
+START_TEST(test_destroy_from_callback)
+{
+	struct destroy_in_cb d = { .ret = 1 };
+	struct rk_config c;
+
+	test_config(&c);
+	d.loop = new_loop(&c);
+	rk_timer_init(&d.t, destroy_in_cb, NULL);
+	ck_assert_int_eq(rk_timer_start(d.loop, &d.t, 0, 0), 0);
+	ck_assert_int_eq(rk_loop_run(d.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(d.ret, -EBUSY);
+	ck_assert_int_eq(rk_loop_run(d.loop, RK_RUN_NOWAIT), 0);	/* still whole */
+	free_loop(d.loop);
+}
+END_TEST
+
+/* The init functions write every "none" a zeroed struct gets wrong. */
+START_TEST(test_init_functions)
+{
+	struct rk_wait_policy w;
+	struct rk_config c;
+	struct rk_source src;
+	struct rk_post p;
+	int x;
+
+	memset(&w, 0xa5, sizeof(w));
+	rk_wait_policy_init(&w);
+	rk_config_init(&c);
+	ck_assert_mem_eq(&w, &c.wait, sizeof(w));
+	ck_assert_int_eq(w.sqpoll_cpu, -1);
+	memset(&p, 0xa5, sizeof(p));
+	rk_post_init(&p, count_post, &x);
+	ck_assert(p.cb == count_post);
+	ck_assert_ptr_eq(p.data, &x);
+	ck_assert_ptr_null(p.next);
+	memset(&src, 0xa5, sizeof(src));
+	rk_source_init(&src, NULL, &x);
+	ck_assert_ptr_null(src.ops);
+	ck_assert_ptr_eq(src.data, &x);
+	ck_assert_ptr_null(src.loop);	/* rk_loop_add_source() would say -EALREADY */
+	ck_assert_ptr_null(src.next);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static Suite *loop_suite(void)
@@ -1608,6 +1715,11 @@ static Suite *loop_suite(void)
 	tc = tcase(s, "sqpoll", TIMEOUT_S);
 	tcase_add_test(tc, test_sqpoll);
 	tcase_add_test(tc, test_sqpoll_cpu);
+
+	tc = tcase(s, "reentrancy", TIMEOUT_S);
+	tcase_add_test(tc, test_stop_before_run);
+	tcase_add_test(tc, test_destroy_from_callback);
+	tcase_add_test(tc, test_init_functions);
 	return s;
 }
 

@@ -2592,6 +2592,135 @@ START_TEST(test_transport_class)
 }
 END_TEST
 
+/* ---- application messages and the world's teardown (rk_world_send_user, destroy) ---- */
+
+/* The caller's bytes, any bytes, arrive as they were sent; the link stays up. */
+START_TEST(test_send_user)
+{
+	struct node n[2] = { 0 };
+	struct rk_wire_user u;
+	struct rk_config c;
+	uint8_t raw[300], *big;
+	size_t i;
+
+	for (i = 0; i < sizeof(raw); i++)
+		raw[i] = (uint8_t)(i * 7 + 1);	/* bytes 4..7 are not a zero "reserved" field */
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0xab12, raw, sizeof(raw)), 0);
+	ck_assert_int_eq(rk_world_send_user(n[1].w, 0, 0xab13, NULL, 0), 0);
+	ck_assert(PUMP_UNTIL(3000, count_tag(&n[1], 0xab12) == 1 && count_tag(&n[0], 0xab13) == 1,
+			     &n[0], &n[1]));
+	for (i = 0; i < n[1].nrx && frame_tag(&n[1].rx[i]) != 0xab12; i++)
+		;
+	ck_assert_int_eq(rk_wire_decode_user(n[1].rx[i].data, n[1].rx[i].len, &u), 0);
+	ck_assert_uint_eq(u.len, sizeof(raw));
+	ck_assert_mem_eq(u.data, raw, sizeof(raw));
+	ck_assert_int_eq(n[1].rx[i].peer, 0);
+	PUMP_FOR(20, &n[0], &n[1]);
+	ck_assert(rk_link_up(rk_world_link(n[0].w, 1)) && rk_link_up(rk_world_link(n[1].w, 0)));
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	/* what cannot be sent is refused at the sender */
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 0, 1, raw, 1), -ENOTCONN);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 2, 1, raw, 1), -ENOTCONN);
+	ck_assert_int_eq(rk_world_send_user(n[1].w, -1, 1, raw, 1), -ENOTCONN);
+	big = calloc(1, c.max_frame);
+	ck_assert_ptr_nonnull(big);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 1, big, c.max_frame), -RK_ETOOBIG);
+	free(big);
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+static enum rk_activity count_post_cb(struct rk_post *p)
+{
+	(*(int *)p->data)++;
+	return RK_BUSY;
+}
+
+static enum rk_activity count_timer_cb(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	(*(int *)t->data)++;
+	return RK_IDLE;
+}
+
+/*
+ * rk_world_destroy() drives only its links' I/O: a post queued and a timer due
+ * before it run at the next rk_loop_run(), not inside it, and no frame reaches
+ * the world's callback while it lingers.
+ */
+START_TEST(test_destroy_runs_nothing_else)
+{
+	struct node n[2] = { 0 };
+	struct rk_config c;
+	struct rk_post p;
+	struct rk_timer t;
+	int posts = 0, fired = 0, i;
+	size_t nrx;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	for (i = 0; i < 50; i++)	/* frames on their way to rank 0 as it leaves */
+		ck_assert_int_eq(rk_world_send_user(n[1].w, 0, TAG_PLAIN, "late", 4), 0);
+	ck_assert_int_eq(rk_loop_run(n[1].loop, RK_RUN_NOWAIT), 0);
+	rk_post_init(&p, count_post_cb, &posts);
+	rk_loop_post(n[0].loop, &p);
+	rk_timer_init(&t, count_timer_cb, &fired);
+	ck_assert_int_eq(rk_timer_start(n[0].loop, &t, 0, 0), 0);
+	nrx = n[0].nrx;
+	ck_assert_int_eq(rk_world_destroy(n[0].w), 0);
+	n[0].w = NULL;
+	ck_assert_int_eq(posts, 0);
+	ck_assert_int_eq(fired, 0);
+	ck_assert_uint_eq(n[0].nrx, nrx);
+	ck_assert_int_eq(rk_loop_run(n[0].loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(posts, 1);
+	ck_assert_int_eq(fired, 1);
+	ck_assert(PUMP_UNTIL(3000, n[1].nerr > 0, &n[1]));	/* it heard the BYE */
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
+/* rk_world_destroy() from inside one of the loop's callbacks refuses; the world lives on. */
+struct destroy_cb {
+	struct rk_timer t;
+	struct node *n;
+	int ret;
+};
+
+static enum rk_activity destroy_timer_cb(struct rk_timer *t, uint64_t now)
+{
+	struct destroy_cb *d = rk__container_of(t, struct destroy_cb, t);
+
+	(void)now;
+	d->ret = rk_world_destroy(d->n->w);
+	return RK_IDLE;
+}
+
+START_TEST(test_destroy_from_callback)
+{
+	struct node n[2] = { 0 };
+	struct destroy_cb d = { .ret = 1, .n = &n[0] };
+	struct rk_config c;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	rk_timer_init(&d.t, destroy_timer_cb, NULL);
+	ck_assert_int_eq(rk_timer_start(n[0].loop, &d.t, 0, 0), 0);
+	ck_assert(PUMP_UNTIL(3000, d.ret != 1, &n[0], &n[1]));
+	ck_assert_int_eq(d.ret, -EBUSY);
+	ping_pong(&n[0], &n[1]);	/* still whole */
+	node_stop(&n[1]);
+	node_stop(&n[0]);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 static TCase *new_tcase(Suite *s, const char *name)
@@ -2650,6 +2779,11 @@ static Suite *world_suite(void)
 	tcase_add_loop_test(tc, test_bad_config, 0, ARRAY_SIZE(bad_cfgs));
 	tcase_add_test(tc, test_port_in_use);
 	tcase_add_test(tc, test_world_of_one);
+
+	tc = new_tcase(s, "app_and_teardown");
+	tcase_add_test(tc, test_send_user);
+	tcase_add_test(tc, test_destroy_runs_nothing_else);
+	tcase_add_test(tc, test_destroy_from_callback);
 	return s;
 }
 

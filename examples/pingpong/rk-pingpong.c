@@ -82,11 +82,7 @@ static double cpu_seconds(void)
 
 static int send_user(struct pp *p, int to, uint32_t tag, const void *data, uint32_t len)
 {
-	int n = rk_wire_encode_user(p->buf, (size_t)len + 8, tag, data, len);
-
-	if (n < 0)
-		return n;
-	return rk_world_send(p->world, to, RK_FRAME_USER, 0, p->buf, (uint32_t)n);
+	return rk_world_send_user(p->world, to, tag, data, len);
 }
 
 static void set_mode(struct pp *p, int mode)
