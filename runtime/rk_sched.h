@@ -22,6 +22,58 @@
  *   predictions after its last input and after each draft: n_draft + 1 tokens.
  *
  * All functions: loop thread, unless stated otherwise.
+ *
+ * Errors belong to the request that caused them. rk_sched_submit() checks
+ * every field of a request and refuses a bad one alone, naming the field in
+ * rk_request.err_field. A request that still turns out bad in a round (a field
+ * changed after submit, no memory for its history, the backend's token()
+ * failing for its stream) fails alone, with its id in the log line; the round
+ * and every other request go on. Only a failure of the whole round (a
+ * broadcast, launch() or a rank's share failing) fails the requests in that
+ * round; queued requests go on with the next.
+ *
+ * Callbacks and re-entrancy. The scheduler calls out to the backend (launch,
+ * token, retire), to requests (rk_request_cb), to the drafter and to the
+ * tracer, always on the loop thread and never before the call that caused it
+ * returns to the loop: a request's callback never runs inside the
+ * rk_sched_submit() that queued it, and a completion reported from inside
+ * launch() is handled from the loop after launch() returns (on the leader: a
+ * zero-delay timer), so a backend that completes at once never recurses and
+ * the stack stays bounded at any length. What may be called from where:
+ * - request callback: rk_sched_submit(), rk_sched_cancel() (of any request,
+ *   itself included), rk_sched_stop(), rk_sched_idle/busy/stats(), and the
+ *   world's and loop's calls a loop callback may make (rk_runtime.h);
+ * - launch(): rk_sched_complete() (for this round too), and what a request
+ *   callback may call;
+ * - token(), retire(), the drafter, the tracer: rk_sched_idle/busy/stats()
+ *   only;
+ * - rk_sched_destroy() from inside any of these returns -EBUSY and does nothing.
+ *
+ * Lifetimes and the teardown order (libuv's handle rules are the model: after
+ * a close nothing calls into the closed object, and its memory goes when the
+ * last request it started is done). A scheduler holds its world and calls
+ * its backend; the backend holds the scheduler a round was launched through
+ * until it reports that round. So:
+ *   1. rk_sched_stop(s): every request fails with -RK_ESTOPPED; from here on
+ *      the scheduler calls its backend no more (no launch, token or retire)
+ *      and forms no ROUND; a follower answers each ROUND with a ROUND_DONE
+ *      carrying -RK_ESTOPPED. Optional: 3 does it.
+ *   2. Optional: run the loop until !rk_sched_busy(s), the backend having
+ *      reported every round it holds (a report after the stop only counts).
+ *   3. rk_sched_destroy(s): nothing of the scheduler runs after it; if the
+ *      backend still holds a round, the scheduler's memory goes with that
+ *      report, which the backend may still make (and nothing else on @s).
+ *   4. The backend's own teardown, which says -EBUSY while it holds a round
+ *      (toy_cpu_destroy()): run the loop until it is idle. A backend that can
+ *      no longer finish a round (a peer died) fails it first (toy_cpu_abort()).
+ *   5. rk_world_destroy(w): -EBUSY while any scheduler built on @w exists, so
+ *      3 comes first; it delivers no frame, post or timer.
+ *   6. rk_loop_destroy(), after one more rk_loop_run(RK_RUN_NOWAIT) if the
+ *      backend left posts behind (a GPU notifier's last host functions).
+ * 4 may come before 3 once the backend holds no round: rk_sched_destroy()
+ * calls no backend op, and after step 1 nothing else does either; without
+ * step 1, do not run the loop between the two (a follower would launch the
+ * next ROUND into the freed backend).
  */
 #ifndef RK_SCHED_H
 #define RK_SCHED_H
@@ -40,21 +92,34 @@ struct rk_request;
  */
 struct rk_backend_ops {
 	/*
-	 * Launch this rank's share of @round. Must not block: enqueue GPU work,
-	 * or hand CPU work to a worker. Report the round's completion on this
-	 * rank with rk_sched_complete() (loop thread), e.g. from a post sent by
-	 * the worker or a CUDA host function. On the leader, completion means the
-	 * outputs can be read with token(). @round is valid only during the call.
-	 * Return: 0, or -errno (the round fails on every rank).
+	 * Launch this rank's share of @round for the scheduler @s. Must not
+	 * block: enqueue GPU work, or hand CPU work to a worker. Report the
+	 * round's completion on this rank exactly once, with
+	 * rk_sched_complete(@s, @round->round_id, status) on the loop thread:
+	 * from a post sent by the worker, a CUDA host function, or from inside
+	 * this call (handled after it returns, never recursively). On the leader,
+	 * completion means the outputs can be read with token(). @round is valid
+	 * only during the call; @s until the report.
+	 * Return: 0, or -errno: the round fails on every rank, and it must then
+	 * not be reported. A leader's backend that finds one stream bad runs the
+	 * others and fails that stream through token(); a follower cannot fail one
+	 * stream alone (its report is the rank's share as a whole).
 	 */
-	int (*launch)(void *ctx, const struct rk_wire_round *round, unsigned int flags);
+	int (*launch)(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
+		      unsigned int flags);
 	/*
 	 * Leader, between completion and the next launch: the model's token at
 	 * output @j (0..n_draft) of stream @i (index in the round), greedy or
-	 * sampled per the stream's parameters. Return: 0 or -errno.
+	 * sampled per the stream's parameters. Return: 0 or -errno; an error
+	 * fails stream @i's request alone, with that error (its stream is
+	 * retired), and the rest of the round goes on.
 	 */
 	int (*token)(void *ctx, uint32_t i, uint32_t j, uint32_t *tok);
-	/* Every rank: stream @stream_id ended; drop its state. May be NULL. */
+	/*
+	 * Every rank: stream @stream_id ended; drop its state. It may name a
+	 * stream this rank never saw (a request that failed before its first
+	 * round): ignore it then. May be NULL.
+	 */
 	void (*retire)(void *ctx, uint64_t stream_id);
 };
 
@@ -90,15 +155,24 @@ enum rk_sched_event {
 typedef void (*rk_sched_trace_fn)(void *arg, uint64_t round_id, enum rk_sched_event ev,
 				  uint64_t t_ns);
 
+/*
+ * Scheduler settings. Every field's "none" or default is 0, so a zeroed config
+ * is the defaults; rk_sched_config_init() writes them out all the same.
+ */
 struct rk_sched_config {
-	uint32_t max_batch;		/* streams per round (default 8) */
+	uint32_t max_batch;		/* streams per round (0: 8) */
 	uint32_t draft_k;		/* default drafted tokens per stream and round, 0 = plain,
 					 * at most RK_SCHED_MAX_DRAFT */
-	rk_draft_fn draft;		/* drafter (default rk_ngram_draft when draft_k > 0) */
+	rk_draft_fn draft;		/* drafter (NULL: rk_ngram_draft when draft_k > 0) */
 	void *draft_arg;
 	rk_sched_trace_fn trace;	/* optional round tracer (NULL: none) */
 	void *trace_arg;
+	uint32_t vocab;			/* tokens are < vocab: rk_sched_submit() checks the
+					 * prompt and stop_token (0: not checked) */
 };
+
+/** rk_sched_config_init() - the defaults (max_batch 8, plain decoding, no tracer). */
+RK_EXPORT void rk_sched_config_init(struct rk_sched_config *cfg);
 
 /* Per-scheduler counters. */
 struct rk_sched_stats {
@@ -111,44 +185,65 @@ struct rk_sched_stats {
 };
 
 /*
- * A request: the caller's storage, owned by the scheduler from
- * rk_sched_submit() until its callback reports done.
+ * A request: the caller's storage, owned by the scheduler from a successful
+ * rk_sched_submit() until its callback reports done; the caller changes
+ * nothing in it meanwhile. The callback gets new tokens (NULL when @n is 0)
+ * and, exactly once at the end, done=true with @err: 0; -ECANCELED
+ * (rk_sched_cancel()); -RK_ESTOPPED (rk_sched_stop(), rk_sched_destroy());
+ * -EINVAL (a field turned bad after submit: err_field names it); -ENOMEM;
+ * the backend's token() error for this stream; or the error of the round it
+ * was in (a rank's failure, -ENOTCONN from a broken world, ...).
  */
 typedef void (*rk_request_cb)(struct rk_request *req, const uint32_t *tokens, uint32_t n,
 			      bool done, int err);
 
+/*
+ * Start from rk_request_init(): a zeroed request gets stop_token wrong (0 stops
+ * at token 0; "none" is -1), draft_k (0 means plain decoding, not the
+ * scheduler's default -1) and top_p (0; "no nucleus cut" is 1).
+ */
 struct rk_request {
-	/* public: set before submit */
-	const uint32_t *prompt;		/* borrowed until done */
-	uint32_t prompt_len;		/* >= 1 */
-	uint32_t max_tokens;		/* tokens to generate */
-	int64_t stop_token;		/* -1 = none */
-	uint32_t top_k;			/* 0 = greedy */
-	float temperature;
-	float top_p;
+	/* public: set before submit; rk_sched_submit() checks each */
+	const uint32_t *prompt;		/* not NULL; borrowed until done; tokens < vocab */
+	uint32_t prompt_len;		/* >= 1; the first ROUND must fit the link's max_frame */
+	uint32_t max_tokens;		/* tokens to generate, >= 1; prompt_len + max_tokens
+					 * <= UINT32_MAX */
+	int64_t stop_token;		/* -1 = none (init), else 0..UINT32_MAX, < vocab */
+	uint32_t top_k;			/* 0 = greedy (init) */
+	float temperature;		/* finite, >= 0 (init 0) */
+	float top_p;			/* finite, 0..1 (init 1) */
 	uint64_t seed;
 	int32_t draft_k;		/* drafted tokens per round: -1 = the scheduler's
-					 * default, 0 = plain, up to RK_SCHED_MAX_DRAFT */
-	rk_request_cb cb;		/* new tokens (NULL when n is 0); done=true exactly
-					 * once at the end */
+					 * default (init), 0 = plain, up to RK_SCHED_MAX_DRAFT */
+	rk_request_cb cb;		/* not NULL */
 	void *data;
 	/* read-only */
 	uint64_t id;			/* stream id, assigned at submit */
 	uint32_t generated;
+	const char *err_field;		/* the field a refusal or a failure names
+					 * ("temperature"), NULL when none; static */
 	/* private */
 	uint32_t *hist;			/* prompt + generated */
 	size_t hist_len, hist_cap;
 	uint32_t fed;			/* tokens folded into the model state */
+	uint32_t dk;			/* draft_k, the default resolved */
 	uint32_t n_in, n_draft;		/* this round's inputs and drafts */
 	struct rk_request *next;
+	bool queued;
 	bool in_batch;
 	bool cancelled;
 };
 
+/** rk_request_init() - every "none": no prompt, stop_token -1, greedy, top_p 1,
+ * the scheduler's draft_k, no callback. Any thread. */
+RK_EXPORT void rk_request_init(struct rk_request *req);
+
 /**
  * rk_sched_create() - a scheduler for @world's rank (leader or follower).
- * @ops/@ctx: the backend. @cfg: NULL = defaults.
- * Return: 0 and *@out, -ENOMEM, -EINVAL.
+ * @ops/@ctx: the backend. @cfg: NULL = defaults. The world is held: it cannot
+ * be destroyed before the scheduler.
+ * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
+ * draft_k above RK_SCHED_MAX_DRAFT).
  */
 RK_EXPORT int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 			      const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out);
@@ -156,16 +251,21 @@ RK_EXPORT int rk_sched_create(struct rk_world *world, const struct rk_sched_conf
 /**
  * rk_sched_on_frame() - hand a frame from the world's frame callback to the
  * scheduler. Return: RK_BUSY/RK_IDLE when it was a scheduler frame (ROUND,
- * ROUND_DONE), -ENOENT when it is not (the caller handles it).
+ * ROUND_DONE), -ENOENT when it is not (the caller handles it), or when @s is
+ * NULL (a scheduler already destroyed handles nothing).
  */
 RK_EXPORT int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
 				const uint8_t *payload);
 
 /**
  * rk_sched_submit() - leader: queue a request; it joins the batch between
- * rounds. Return: 0, -EINVAL (empty prompt, no callback, draft_k out of range),
- * -EPERM on a follower,
- * -RK_ESTOPPED after rk_sched_stop().
+ * rounds, from the loop (its callback never runs inside this call).
+ * Every public field is checked, in order; a refusal sets @req->err_field to
+ * the field's name and changes nothing else.
+ * Return: 0; -EINVAL (a field out of its range above: "prompt", "prompt_len",
+ * "max_tokens", "stop_token", "temperature", "top_p", "draft_k", "cb");
+ * -RK_ETOOBIG ("prompt_len": its first ROUND would not fit max_frame);
+ * -ENOMEM; -EPERM on a follower; -RK_ESTOPPED after rk_sched_stop().
  */
 RK_EXPORT int rk_sched_submit(struct rk_sched *s, struct rk_request *req);
 
@@ -173,17 +273,20 @@ RK_EXPORT int rk_sched_submit(struct rk_sched *s, struct rk_request *req);
  * rk_sched_cancel() - leader: end @req early (its client went away). A queued
  * request ends at once; a running one leaves the batch before the next round
  * (after the round in flight, whose tokens are dropped), so every rank
- * retires it. Its callback runs once more with done=true, err=-ECANCELED.
+ * retires it. Its callback runs once more with done=true, err=-ECANCELED:
+ * inside this call when no round holds @req, else when that round is done.
  * Return: 0, -ENOENT when @req is not held by this scheduler.
  */
 RK_EXPORT int rk_sched_cancel(struct rk_sched *s, struct rk_request *req);
 
 /**
  * rk_sched_complete() - the backend reports that its share of round
- * @round_id finished on this rank, with @status (0 or -errno). Leader: the
- * round's tokens are verified and emitted and the next round starts.
- * Follower: a failure goes back to the leader in a ROUND_DONE (with
- * @status); a success sends nothing.
+ * @round_id (launched through @s) finished on this rank, with @status (0 or
+ * -errno), exactly once per launch() that returned 0. Leader: the round's
+ * tokens are verified and emitted and the next round starts; reported from
+ * inside launch(), that happens from the loop once launch() has returned.
+ * Follower: a failure goes back to the leader in a ROUND_DONE (with @status);
+ * a success sends nothing. After rk_sched_stop() the report is only counted.
  */
 RK_EXPORT void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status);
 
@@ -191,15 +294,32 @@ RK_EXPORT void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int stat
 RK_EXPORT bool rk_sched_idle(const struct rk_sched *s);
 
 /**
+ * rk_sched_busy() - true while this rank's backend holds a round launched
+ * through @s that it has not reported with rk_sched_complete() (after
+ * rk_sched_destroy(), the scheduler's memory waits for those reports).
+ */
+RK_EXPORT bool rk_sched_busy(const struct rk_sched *s);
+
+/**
  * rk_sched_stop() - fail every queued and running request with -RK_ESTOPPED
- * (their callbacks run) and refuse new ones.
+ * (their callbacks run now, or, called from inside a callback of the
+ * scheduler, as soon as it returns) and refuse new ones. From here on the
+ * scheduler makes no call into its backend; see the teardown order above.
  */
 RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 
 RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
 
-/** rk_sched_destroy() - free; requests still held get -RK_ESTOPPED first. */
-RK_EXPORT void rk_sched_destroy(struct rk_sched *s);
+/**
+ * rk_sched_destroy() - stop (as rk_sched_stop()), release the world and free.
+ * It calls no backend op; after it nothing of the scheduler runs. While the
+ * backend still holds a round launched through @s (rk_sched_busy()), the
+ * memory is kept until the backend reports it: rk_sched_complete() on @s
+ * stays valid for that report only, and touches nothing else. Return: 0;
+ * -EBUSY when called from inside one of the scheduler's callbacks (nothing
+ * done). NULL is a no-op.
+ */
+RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 
 #ifdef __cplusplus
 }

@@ -7,11 +7,13 @@
 #include "config.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime_int.h"
 #include "rk_sched.h"
+#include "rk_test.h"
 
 #define MAXS 64
 #define VOC 23
@@ -29,8 +31,10 @@ struct fake {
 	struct rk_loop *loop;
 	struct rk_world *world;
 	struct rk_sched *sched;
+	struct rk_sched *target;	/* the scheduler of the round launched last */
 	struct fstream st[MAXS];
 	uint32_t out[MAXS][16];	/* per round index: outputs */
+	uint64_t ids[MAXS];	/* per round index: the stream */
 	uint64_t round_id;
 	struct rk_post done;
 	int launches, retires, bad;
@@ -69,11 +73,12 @@ static enum rk_activity done_cb(struct rk_post *p)
 {
 	struct fake *f = p->data;
 
-	rk_sched_complete(f->sched, f->round_id, 0);
+	rk_sched_complete(f->target, f->round_id, 0);
 	return RK_BUSY;
 }
 
-static int f_launch(void *ctx, const struct rk_wire_round *r, unsigned int flags)
+static int f_launch(void *ctx, struct rk_sched *sched, const struct rk_wire_round *r,
+		    unsigned int flags)
 {
 	struct fake *f = ctx;
 	struct rk_wire_stream ws;
@@ -91,6 +96,7 @@ static int f_launch(void *ctx, const struct rk_wire_round *r, unsigned int flags
 		}
 		s->top_k = ws.top_k;
 		s->seed = ws.seed;
+		f->ids[i] = ws.stream_id;
 		for (j = 0; j < ws.n_tokens; j++)
 			s->hist[s->len++] = rk_wire_round_token(r, t++);
 		memcpy(tmp, s->hist, s->len * sizeof(uint32_t));
@@ -102,8 +108,8 @@ static int f_launch(void *ctx, const struct rk_wire_round *r, unsigned int flags
 		}
 	}
 	f->round_id = r->round_id;
-	f->done.cb = done_cb;
-	f->done.data = f;
+	f->target = sched;
+	rk_post_init(&f->done, done_cb, f);
 	rk_loop_post(f->loop, &f->done);	/* completion arrives as a loop event */
 	return 0;
 }
@@ -157,9 +163,12 @@ static void on_tokens(struct rk_request *req, const uint32_t *t, uint32_t n, boo
 	}
 }
 
+/* Cancel and stop tests call the scheduler from inside its callbacks. */
+static struct rk_sched *g_sched;
+
 static void fake_setup(struct fake *f, uint32_t max_batch, uint32_t draft_k)
 {
-	struct rk_sched_config sc = { .max_batch = max_batch, .draft_k = draft_k };
+	struct rk_sched_config sc = { .max_batch = max_batch, .draft_k = draft_k, .vocab = VOC };
 	struct rk_config cfg;
 
 	memset(f, 0, sizeof(*f));
@@ -173,7 +182,7 @@ static void fake_setup(struct fake *f, uint32_t max_batch, uint32_t draft_k)
 
 static void fake_teardown(struct fake *f)
 {
-	rk_sched_destroy(f->sched);
+	ck_assert_int_eq(rk_sched_destroy(f->sched), 0);
 	rk_world_destroy(f->world);
 	ck_assert_int_eq(rk_loop_destroy(f->loop), 0);
 }
@@ -190,11 +199,10 @@ static void out_init(struct out *o, struct fake *f, const uint32_t *prompt, uint
 {
 	memset(o, 0, sizeof(*o));
 	o->f = f;
+	rk_request_init(&o->req);
 	o->req.prompt = prompt;
 	o->req.prompt_len = 6;
 	o->req.max_tokens = max_tokens;
-	o->req.stop_token = -1;
-	o->req.draft_k = -1;
 	o->req.cb = on_tokens;
 	o->req.data = o;
 }
@@ -336,13 +344,16 @@ START_TEST(test_submit_errors)
 	fake_setup(&f, 2, 0);
 	memset(&r, 0, sizeof(r));
 	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -EINVAL);
+	ck_assert_str_eq(r.err_field, "prompt");
 	r.prompt = prompts[0];
 	r.prompt_len = 6;
 	r.max_tokens = 1;
 	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -EINVAL);	/* no callback */
+	ck_assert_str_eq(r.err_field, "cb");
 	r.cb = on_tokens;
 	r.draft_k = RK_SCHED_MAX_DRAFT + 1;
 	ck_assert_int_eq(rk_sched_submit(f.sched, &r), -EINVAL);
+	ck_assert_str_eq(r.err_field, "draft_k");
 	r.draft_k = 0;
 	r.cb = NULL;
 	rk_sched_stop(f.sched);
@@ -354,7 +365,6 @@ END_TEST
 
 /* Cancel: a queued request ends at once; a running one is cancelled from its
  * own token callback and leaves before the next round; the others finish. */
-static struct rk_sched *g_sched;
 static uint32_t g_cancel_after;
 
 static void on_tokens_cancel(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
@@ -381,10 +391,11 @@ START_TEST(test_cancel)
 	for (i = 0; i < 3; i++) {
 		memset(&g_a[i], 0, sizeof(g_a[i]));
 		g_a[i].f = &f;
+		rk_request_init(&g_a[i].req);
+		g_a[i].req.draft_k = 0;
 		g_a[i].req.prompt = prompts[i];
 		g_a[i].req.prompt_len = 6;
 		g_a[i].req.max_tokens = 30;
-		g_a[i].req.stop_token = -1;
 		g_a[i].req.seed = 1000 + (uint64_t)i;
 		g_a[i].req.cb = i == 1 ? on_tokens_cancel : on_tokens;
 		g_a[i].req.data = &g_a[i];
@@ -471,7 +482,7 @@ START_TEST(test_trace)
 
 	sc.trace_arg = &tr;
 	fake_setup(&f, 1, 0);
-	rk_sched_destroy(f.sched);
+	ck_assert_int_eq(rk_sched_destroy(f.sched), 0);
 	ck_assert_int_eq(rk_sched_create(f.world, &sc, &fake_ops, &f, &f.sched), 0);
 	g_pending = &pending;
 	out_init(o, &f, prompts[0], 20);
@@ -491,6 +502,770 @@ START_TEST(test_trace)
 }
 END_TEST
 
+/* ---- errors belong to their request ---------------------------------------------------- */
+
+#define BAD_AT 3	/* the request of the ten that is made bad */
+
+/* Make @r bad in way @i; return the error and the field submit must name. */
+static int make_bad(struct rk_request *r, int i, const char **field)
+{
+	static const uint32_t big_token[6] = { 1, 2, VOC, 3, 4, 5 };
+
+	switch (i) {
+	case 0: r->prompt = NULL;			*field = "prompt";	break;
+	case 1: r->prompt_len = 0;			*field = "prompt_len";	break;
+	case 2: r->max_tokens = 0;			*field = "max_tokens";	break;
+	case 3: r->max_tokens = UINT32_MAX;		*field = "max_tokens";	break;
+	case 4: r->stop_token = -2;			*field = "stop_token";	break;
+	case 5: r->stop_token = VOC;			*field = "stop_token";	break;
+	case 6: r->temperature = -1.0f;			*field = "temperature";	break;
+	case 7: r->temperature = __builtin_nanf("");	*field = "temperature";	break;
+	case 8: r->top_p = 1.5f;			*field = "top_p";	break;
+	case 9: r->draft_k = -2;			*field = "draft_k";	break;
+	case 10: r->cb = NULL;				*field = "cb";		break;
+	case 11: r->prompt = big_token;			*field = "prompt";	break;
+	default: r->prompt_len = 2u << 20;		*field = "prompt_len";
+		return -RK_ETOOBIG;	/* 8 MiB of prompt: past max_frame (4 MiB) */
+	}
+	return -EINVAL;
+}
+#define N_BAD 13
+
+/* Ten requests, one of them bad: submit refuses it alone and names the field;
+ * the other nine run as if it had never been there. */
+START_TEST(test_bad_field_fails_alone)
+{
+	const char *field = NULL;
+	struct fake f;
+	int i, err, pending = NPROMPT - 1;
+
+	fake_setup(&f, 4, 0);
+	g_pending = &pending;
+	for (i = 0; i < NPROMPT; i++) {
+		out_init(&g_a[i], &f, prompts[i], 30);
+		g_a[i].req.seed = 1000 + (uint64_t)i;
+		if (i != BAD_AT) {
+			ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+			ck_assert_ptr_null(g_a[i].req.err_field);
+			continue;
+		}
+		err = make_bad(&g_a[i].req, _i, &field);
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), err);
+		ck_assert_ptr_nonnull(g_a[i].req.err_field);
+		ck_assert_str_eq(g_a[i].req.err_field, field);
+	}
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(g_a[BAD_AT].done, 0);	/* refused: never called back */
+	for (i = 0; i < NPROMPT; i++) {
+		uint32_t ref[64], n;
+
+		if (i == BAD_AT)
+			continue;
+		reference(i, false, 30, -1, ref, &n);
+		ck_assert_int_eq(g_a[i].done, 1);
+		ck_assert_int_eq(g_a[i].err, 0);
+		ck_assert_uint_eq(g_a[i].n, n);
+		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
+	}
+	ck_assert_int_eq(f.bad, 0);
+	fake_teardown(&f);
+}
+END_TEST
+
+/* A request whose field turns bad after submit (from its own callback, 5
+ * tokens in) fails alone at the next round, with the field named; its stream
+ * is retired and the others run on. */
+static void on_tokens_spoil(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
+			    int err)
+{
+	struct out *o = req->data;
+
+	on_tokens(req, t, n, done, err);
+	if (!done && o->n >= 5)
+		req->top_p = 2.0f;	/* a contract breach the scheduler survives */
+}
+
+START_TEST(test_field_turns_bad)
+{
+	struct fake f;
+	int i, pending = 3;
+
+	fake_setup(&f, 4, 0);
+	g_pending = &pending;
+	for (i = 0; i < 3; i++) {
+		out_init(&g_a[i], &f, prompts[i], 30);
+		if (i == 1)
+			g_a[i].req.cb = on_tokens_spoil;
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	}
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(g_a[1].done, 1);
+	ck_assert_int_eq(g_a[1].err, -EINVAL);
+	ck_assert_str_eq(g_a[1].req.err_field, "top_p");
+	ck_assert_uint_eq(g_a[1].n, 5);
+	for (i = 0; i < 3; i += 2) {
+		uint32_t ref[64], n;
+
+		reference(i, false, 30, -1, ref, &n);
+		ck_assert_int_eq(g_a[i].err, 0);
+		ck_assert_uint_eq(g_a[i].n, n);
+		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
+	}
+	ck_assert_int_eq(f.retires, 3);
+	ck_assert_int_eq(f.bad, 0);
+	fake_teardown(&f);
+}
+END_TEST
+
+/* The backend fails one stream: token() for it says -EIO from its 4th round on. */
+static uint64_t g_fail_id;
+
+static int f_token_failing(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
+{
+	struct fake *f = ctx;
+
+	if (f->round_id >= 4 && f->ids[i] == g_fail_id)
+		return -EIO;
+	return f_token(ctx, i, j, tok);
+}
+
+static const struct rk_backend_ops failing_ops = {
+	.launch = f_launch,
+	.token = f_token_failing,
+	.retire = f_retire,
+};
+
+START_TEST(test_backend_fails_one_stream)
+{
+	struct rk_sched_config sc;
+	struct fake f;
+	int i, pending = 4;
+
+	fake_setup(&f, 4, 0);
+	ck_assert_int_eq(rk_sched_destroy(f.sched), 0);
+	rk_sched_config_init(&sc);
+	sc.max_batch = 4;
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &failing_ops, &f, &f.sched), 0);
+	g_pending = &pending;
+	for (i = 0; i < 4; i++) {
+		out_init(&g_a[i], &f, prompts[i], 30);
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	}
+	g_fail_id = g_a[2].req.id;
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(g_a[2].done, 1);
+	ck_assert_int_eq(g_a[2].err, -EIO);
+	ck_assert_uint_eq(g_a[2].n, 3);		/* rounds 1-3 gave a token each */
+	for (i = 0; i < 4; i++) {
+		uint32_t ref[64], n;
+
+		if (i == 2)
+			continue;
+		reference(i, false, 30, -1, ref, &n);
+		ck_assert_int_eq(g_a[i].err, 0);
+		ck_assert_uint_eq(g_a[i].n, n);
+		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
+	}
+	ck_assert_int_eq(f.retires, 4);
+	fake_teardown(&f);
+}
+END_TEST
+
+/* rk_request_init() on a zeroed request: it runs to max_tokens, through the
+ * token 0 that a zeroed stop_token would have stopped at. */
+START_TEST(test_zeroed_then_init)
+{
+	uint32_t ref[1024], n, i;
+	struct out *o = &g_a[0];
+	bool has_zero = false;
+	struct fake f;
+	int pending = 1;
+
+	reference(2, false, 200, -1, ref, &n);
+	for (i = 0; i < n; i++)
+		has_zero |= ref[i] == 0;
+	ck_assert_msg(has_zero, "the reference must emit token 0 for this test to mean anything");
+	fake_setup(&f, 1, 0);
+	g_pending = &pending;
+	memset(o, 0, sizeof(*o));
+	o->f = &f;
+	rk_request_init(&o->req);
+	o->req.prompt = prompts[2];
+	o->req.prompt_len = 6;
+	o->req.max_tokens = 200;
+	o->req.cb = on_tokens;
+	o->req.data = o;
+	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(o->err, 0);
+	ck_assert_uint_eq(o->n, 200);
+	ck_assert_uint_eq(o->req.generated, 200);
+	ck_assert_mem_eq(o->toks, ref, 200 * sizeof(uint32_t));
+	fake_teardown(&f);
+}
+END_TEST
+
+/* ---- re-entrancy: completing inside launch() -------------------------------------------- */
+
+/*
+ * A backend that completes every round inside launch(), as a one-rank CPU
+ * backend computing inline would. It records whether launch() was ever entered
+ * while another launch() was on the stack, and how deep below the first
+ * launch() the stack went.
+ */
+struct deep {
+	struct rk_loop *loop;
+	struct rk_world *world;
+	struct rk_sched *sched;
+	struct rk_request req;
+	bool fail;			/* launch() refuses instead */
+	uint64_t round;
+	uint32_t n, tokens_max;
+	int done, err;
+	int in_launch, nested;
+	uintptr_t sp0, depth_max;
+	bool in_submit;
+	int cb_in_submit;
+	int line;			/* the thread's failure, 0 = none */
+};
+
+static int deep_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *r,
+		       unsigned int flags)
+{
+	struct deep *d = ctx;
+	uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+
+	(void)flags;
+	if (d->fail)
+		return -EIO;
+	if (d->in_launch)
+		d->nested++;
+	d->in_launch++;
+	if (!d->sp0)
+		d->sp0 = sp;
+	if (sp < d->sp0 && d->sp0 - sp > d->depth_max)
+		d->depth_max = d->sp0 - sp;
+	d->round = r->round_id;
+	rk_sched_complete(s, r->round_id, 0);	/* done at once */
+	d->in_launch--;
+	return 0;
+}
+
+static int deep_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
+{
+	struct deep *d = ctx;
+
+	*tok = (uint32_t)(d->round + i + j) % 7;
+	return 0;
+}
+
+static const struct rk_backend_ops deep_ops = {
+	.launch = deep_launch,
+	.token = deep_token,
+};
+
+static void deep_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
+{
+	struct deep *d = req->data;
+
+	(void)t;
+	if (d->in_submit)
+		d->cb_in_submit++;
+	d->n += n;
+	if (done) {
+		d->done++;
+		d->err = err;
+		rk_loop_stop(d->loop);
+	}
+}
+
+#define D_FAIL(d) do { (d)->line = __LINE__; goto out; } while (0)
+
+/* The thread body: no Check assertions here, the test thread checks. */
+static void *deep_main(void *arg)
+{
+	static const uint32_t prompt[3] = { 1, 2, 3 };
+	struct deep *d = arg;
+	struct rk_config c;
+
+	rk_config_init(&c);
+	c.rank = 0;
+	c.world_size = 1;
+	if (rk_loop_create(&c, &d->loop))
+		D_FAIL(d);
+	if (rk_world_create(d->loop, NULL, NULL, &d->world))
+		D_FAIL(d);
+	if (rk_sched_create(d->world, NULL, &deep_ops, d, &d->sched))
+		D_FAIL(d);
+	rk_request_init(&d->req);
+	d->req.prompt = prompt;
+	d->req.prompt_len = 3;
+	d->req.max_tokens = d->tokens_max;
+	d->req.cb = deep_cb;
+	d->req.data = d;
+	d->in_submit = true;
+	if (rk_sched_submit(d->sched, &d->req))
+		D_FAIL(d);
+	d->in_submit = false;
+	while (!d->done)
+		if (rk_loop_run(d->loop, RK_RUN_DEFAULT) < 0)
+			D_FAIL(d);
+out:
+	if (d->sched && rk_sched_destroy(d->sched) && !d->line)
+		d->line = __LINE__;
+	if (d->world && rk_world_destroy(d->world) && !d->line)
+		d->line = __LINE__;
+	if (d->loop && rk_loop_destroy(d->loop) && !d->line)
+		d->line = __LINE__;
+	return NULL;
+}
+
+/* Run deep_main() on a thread with a 1 MiB stack. */
+static void deep_run(struct deep *d)
+{
+	pthread_attr_t attr;
+	pthread_t th;
+
+	ck_assert_int_eq(pthread_attr_init(&attr), 0);
+	ck_assert_int_eq(pthread_attr_setstacksize(&attr, 1u << 20), 0);
+	ck_assert_int_eq(pthread_create(&th, &attr, deep_main, d), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	pthread_attr_destroy(&attr);
+	ck_assert_msg(!d->line, "the rank thread failed at line %d", d->line);
+}
+
+/* 4096 tokens, each round completed inside launch(), on a 1 MiB stack: no
+ * launch() inside another, and the stack stays as deep as one round needs. */
+START_TEST(test_complete_inside_launch)
+{
+	struct deep *d = calloc(1, sizeof(*d));
+
+	d->tokens_max = 4096;
+	deep_run(d);
+	ck_assert_int_eq(d->done, 1);
+	ck_assert_int_eq(d->err, 0);
+	ck_assert_uint_eq(d->n, 4096);
+	ck_assert_uint_eq(d->round, 4096);
+	ck_assert_int_eq(d->nested, 0);
+	ck_assert_uint_lt(d->depth_max, 64u << 10);
+	ck_assert_int_eq(d->cb_in_submit, 0);
+	free(d);
+}
+END_TEST
+
+/* A request's callbacks never run inside the rk_sched_submit() that queued it:
+ * not when its round completes inside launch() (0), nor when launch() fails (1). */
+START_TEST(test_no_callback_inside_submit)
+{
+	struct deep *d = calloc(1, sizeof(*d));
+
+	d->tokens_max = 1;
+	d->fail = _i == 1;
+	deep_run(d);
+	ck_assert_int_eq(d->done, 1);
+	ck_assert_int_eq(d->err, _i == 1 ? -EIO : 0);
+	ck_assert_int_eq(d->cb_in_submit, 0);
+	free(d);
+}
+END_TEST
+
+/* rk_sched_stop() from a token callback in the middle of a round's walk:
+ * every request ends exactly once, the rest with -RK_ESTOPPED; and
+ * rk_sched_destroy() from a callback refuses. */
+static void on_tokens_stop(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
+			   int err)
+{
+	struct out *o = req->data;
+
+	on_tokens(req, t, n, done, err);
+	if (!done && o->n == 3) {
+		ck_assert_int_eq(rk_sched_destroy(g_sched), -EBUSY);
+		rk_sched_stop(g_sched);
+		ck_assert_int_eq(rk_sched_submit(g_sched, &g_b[0].req), -RK_ESTOPPED);
+	}
+}
+
+START_TEST(test_stop_from_callback)
+{
+	struct fake f;
+	int i, pending = 4;
+
+	fake_setup(&f, 4, 0);
+	g_pending = &pending;
+	g_sched = f.sched;
+	out_init(&g_b[0], &f, prompts[0], 5);
+	for (i = 0; i < 4; i++) {
+		out_init(&g_a[i], &f, prompts[i], 30);
+		if (i == 1)
+			g_a[i].req.cb = on_tokens_stop;
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	}
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(g_a[i].done, 1);
+		ck_assert_int_eq(g_a[i].err, -RK_ESTOPPED);
+		/* the walk stopped at request 1: 0 and 1 had their third token */
+		ck_assert_uint_eq(g_a[i].n, i <= 1 ? 3 : 2);
+	}
+	ck_assert_int_eq(g_b[0].done, 0);
+	ck_assert(rk_sched_idle(f.sched));
+	fake_teardown(&f);
+}
+END_TEST
+
+/* ---- teardown orders: a two-rank world, both loops pumped in this thread ----------------- */
+
+/*
+ * A backend in an allocation of its own, so that a call into it after its
+ * teardown is a use after free that ASan reports. Completion comes from a
+ * post; as under tensor parallelism, the leader's share of a round completes
+ * only once the follower has launched it too (g_f_round), so a follower that
+ * launches nothing holds the leader's round until the leader aborts it.
+ */
+struct tb {
+	struct rk_loop *loop;
+	struct rk_post post;
+	struct rk_sched *target;
+	uint64_t round;
+	bool held;			/* launched; the post has not reported it */
+	bool leader;
+	bool abort;			/* a peer failed: report what is held, failed */
+	uint32_t n_streams;
+};
+
+static uint64_t g_f_round;		/* the last round the follower launched */
+
+static enum rk_activity tb_done(struct rk_post *p)
+{
+	struct tb *b = p->data;
+
+	if (!b->abort && b->leader && g_f_round < b->round) {
+		rk_loop_post(b->loop, p);	/* look again next iteration */
+		return RK_IDLE;
+	}
+	b->held = false;
+	rk_sched_complete(b->target, b->round, b->abort ? -ECONNRESET : 0);
+	return RK_BUSY;
+}
+
+static int tb_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *r,
+		     unsigned int flags)
+{
+	struct tb *b = ctx;
+
+	(void)flags;
+	if (b->held || b->abort)
+		return -EBUSY;
+	b->target = s;
+	b->round = r->round_id;
+	b->n_streams = r->n_streams;
+	b->held = true;
+	if (!b->leader)
+		g_f_round = r->round_id;
+	rk_loop_post(b->loop, &b->post);
+	return 0;
+}
+
+static int tb_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
+{
+	struct tb *b = ctx;
+
+	if (i >= b->n_streams)
+		return -EINVAL;
+	*tok = (uint32_t)(b->round * 3 + i + j) % VOC;
+	return 0;
+}
+
+static void tb_retire(void *ctx, uint64_t id)
+{
+	(void)ctx;
+	(void)id;
+}
+
+static const struct rk_backend_ops tb_ops = {
+	.launch = tb_launch,
+	.token = tb_token,
+	.retire = tb_retire,
+};
+
+static struct tb *tb_create(struct rk_loop *loop, bool leader)
+{
+	struct tb *b = calloc(1, sizeof(*b));
+
+	ck_assert_ptr_nonnull(b);
+	b->loop = loop;
+	b->leader = leader;
+	rk_post_init(&b->post, tb_done, b);
+	return b;
+}
+
+/* -EBUSY while it holds a round, as toy_cpu_destroy(). */
+static int tb_destroy(struct tb *b)
+{
+	if (b->held)
+		return -EBUSY;
+	free(b);
+	return 0;
+}
+
+struct trank {
+	struct rk_loop *loop;
+	struct rk_world *w;
+	struct rk_sched *s;
+	struct tb *b;
+	int ready, peer_errs;
+};
+
+static void tr_ready(struct rk_world *w, void *arg)
+{
+	(void)w;
+	((struct trank *)arg)->ready++;
+}
+
+static enum rk_activity tr_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, void *arg)
+{
+	struct trank *t = arg;
+	int ret;
+
+	(void)w;
+	ret = rk_sched_on_frame(t->s, peer, h, payload);
+	return ret < 0 ? RK_IDLE : (enum rk_activity)ret;
+}
+
+/* What a server does when a rank dies: stop generating, fail what waits for it. */
+static void tr_peer_error(struct rk_world *w, int rank, int err, void *arg)
+{
+	struct trank *t = arg;
+
+	(void)w;
+	(void)rank;
+	(void)err;
+	t->peer_errs++;
+	if (t->s)
+		rk_sched_stop(t->s);
+	if (t->b)
+		t->b->abort = true;
+}
+
+static const struct rk_world_ops tr_ops = {
+	.ready = tr_ready,
+	.frame = tr_frame,
+	.peer_error = tr_peer_error,
+};
+
+/* One NOWAIT iteration of each live loop; a short nap when both were idle. */
+static void tr_pump(struct trank *r)
+{
+	struct rk_loop_stats a, b;
+	uint64_t ev = 0;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (!r[i].loop)
+			continue;
+		rk_loop_stats(r[i].loop, &a);
+		ck_assert_int_ge(rk_loop_run(r[i].loop, RK_RUN_NOWAIT), 0);
+		rk_loop_stats(r[i].loop, &b);
+		ev += b.events - a.events;
+	}
+	if (!ev)
+		usleep(100);
+}
+
+#define TR_PUMP_UNTIL(r, cond)								\
+	do {										\
+		uint64_t dl_ = rk_test_now_ns() + 10000000000ull;			\
+		while (!(cond)) {							\
+			ck_assert_msg(rk_test_now_ns() < dl_, "timed out: %s", #cond);	\
+			tr_pump(r);							\
+		}									\
+	} while (0)
+
+static void tr_start(struct trank *r)
+{
+	uint64_t deadline = rk_test_now_ns() + 10000000000ull;
+	struct rk_sched_config sc;
+	atomic_int port = 0;
+	struct rk_config c;
+	int i;
+
+	memset(r, 0, 2 * sizeof(*r));
+	g_f_round = 0;
+	for (i = 0; i < 2; i++) {
+		rk_config_init(&c);
+		c.rank = i;
+		c.world_size = 2;
+		c.session_id = 0x7464;
+		ck_assert_int_eq(rk_test_join(&c, &port, deadline, &tr_ops, &r[i], &r[i].loop,
+					      &r[i].w), 0);
+		r[i].b = tb_create(r[i].loop, i == 0);
+		rk_sched_config_init(&sc);
+		sc.max_batch = 4;
+		ck_assert_int_eq(rk_sched_create(r[i].w, &sc, &tb_ops, r[i].b, &r[i].s), 0);
+	}
+	TR_PUMP_UNTIL(r, r[0].ready && r[1].ready);
+}
+
+/* Whatever is left of rank @t, in the documented order: scheduler, backend, world, loop. */
+static void tr_down(struct trank *t, struct trank *all)
+{
+	if (t->s) {
+		ck_assert_int_eq(rk_sched_destroy(t->s), 0);
+		t->s = NULL;
+	}
+	if (t->b) {
+		TR_PUMP_UNTIL(all, !t->b->held);
+		ck_assert_int_eq(tb_destroy(t->b), 0);
+		t->b = NULL;
+	}
+	if (t->w) {
+		ck_assert_int_eq(rk_world_destroy(t->w), 0);
+		t->w = NULL;
+	}
+	ck_assert_int_eq(rk_loop_run(t->loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(rk_loop_destroy(t->loop), 0);
+	t->loop = NULL;
+}
+
+enum { TD_STOP_DRAIN, TD_SCHED_THEN_WORLD, TD_WORLD_THEN_SCHED, TD_BACKEND_FIRST,
+       TD_BACKEND_FIRST_IDLE, TD_FOLLOWER_FIRST, TD_FOLLOWER_STOPS, TD__COUNT };
+
+static void on_tokens_quiet(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
+			    int err)
+{
+	struct out *o = req->data;
+
+	if (n && o->n + n <= ARRAY_SIZE(o->toks))
+		memcpy(o->toks + o->n, t, n * sizeof(*t));
+	o->n += n;
+	if (done) {
+		o->done++;
+		o->err = err;
+	}
+}
+
+static int tr_done(void)
+{
+	int i, n = 0;
+
+	for (i = 0; i < 4; i++)
+		n += g_a[i].done;
+	return n;
+}
+
+static uint64_t tr_rounds(struct trank *t)
+{
+	struct rk_sched_stats st;
+
+	rk_sched_stats(t->s, &st);
+	return st.rounds;
+}
+
+/*
+ * Each teardown order, mid-generation (a round in flight whose completion is
+ * a post not yet run), of the leader or of the follower: the library makes
+ * the order safe or refuses it (-EBUSY) until it is, every request ends
+ * exactly once, and nothing reaches a destroyed object (run under ASan).
+ */
+START_TEST(test_teardown_order)
+{
+	struct trank r[2];
+	uint64_t rounds;
+	int i;
+
+	tr_start(r);
+	for (i = 0; i < 4; i++) {
+		out_init(&g_a[i], NULL, prompts[i], _i == TD_BACKEND_FIRST_IDLE ? 8 : 400);
+		g_a[i].req.cb = on_tokens_quiet;
+		ck_assert_int_eq(rk_sched_submit(r[0].s, &g_a[i].req), 0);
+	}
+	out_init(&g_b[0], NULL, prompts[0], 8);
+	g_b[0].req.cb = on_tokens_quiet;
+	if (_i == TD_BACKEND_FIRST_IDLE)
+		TR_PUMP_UNTIL(r, tr_done() == 4);
+	else
+		TR_PUMP_UNTIL(r, tr_rounds(&r[0]) >= 3 && rk_sched_busy(r[0].s));
+
+	switch (_i) {
+	case TD_STOP_DRAIN:
+		rk_sched_stop(r[0].s);
+		ck_assert_int_eq(tr_done(), 4);
+		TR_PUMP_UNTIL(r, !rk_sched_busy(r[0].s));
+		break;
+	case TD_SCHED_THEN_WORLD:
+		/* destroyed with its round held: the report frees it, later */
+		ck_assert(rk_sched_busy(r[0].s));
+		ck_assert_int_eq(rk_sched_destroy(r[0].s), 0);
+		r[0].s = NULL;
+		ck_assert_int_eq(tr_done(), 4);
+		ck_assert(r[0].b->held);
+		ck_assert_int_eq(rk_world_destroy(r[0].w), 0);
+		r[0].w = NULL;
+		break;
+	case TD_WORLD_THEN_SCHED:
+		ck_assert_int_eq(rk_world_destroy(r[0].w), -EBUSY);	/* nothing changed */
+		ck_assert_int_eq(tr_done(), 0);
+		rounds = tr_rounds(&r[0]);
+		TR_PUMP_UNTIL(r, tr_rounds(&r[0]) > rounds + 2);
+		break;
+	case TD_BACKEND_FIRST:
+		rk_sched_stop(r[0].s);
+		TR_PUMP_UNTIL(r, !r[0].b->held);
+		ck_assert_int_eq(tb_destroy(r[0].b), 0);
+		r[0].b = NULL;
+		for (i = 0; i < 50; i++)	/* nothing may call the freed backend now */
+			tr_pump(r);
+		ck_assert_int_eq(rk_sched_submit(r[0].s, &g_b[0].req), -RK_ESTOPPED);
+		break;
+	case TD_BACKEND_FIRST_IDLE:
+		ck_assert(rk_sched_idle(r[0].s));
+		ck_assert_int_eq(tb_destroy(r[0].b), 0);	/* no stop: destroy calls no op */
+		r[0].b = NULL;
+		break;
+	case TD_FOLLOWER_FIRST:
+		/* the follower goes with a ROUND on its way to it: its world's
+		 * teardown must not hand that frame to the freed scheduler (the
+		 * pointer stays dangling, on purpose, until the world is gone) */
+		TR_PUMP_UNTIL(r, !rk_sched_busy(r[1].s) && !r[1].b->held);
+		ck_assert_int_eq(rk_sched_destroy(r[1].s), 0);
+		ck_assert_int_eq(tb_destroy(r[1].b), 0);
+		r[1].b = NULL;
+		for (i = 0; i < 20; i++)
+			ck_assert_int_eq(rk_loop_run(r[0].loop, RK_RUN_NOWAIT), 0);
+		ck_assert_int_eq(rk_world_destroy(r[1].w), 0);
+		r[1].w = NULL;
+		r[1].s = NULL;
+		tr_down(&r[1], r);
+		/* the leader hears of it and stops (tr_peer_error) */
+		TR_PUMP_UNTIL(r, tr_done() == 4);
+		for (i = 0; i < 4; i++)
+			ck_assert_int_ne(g_a[i].err, 0);
+		break;
+	case TD_FOLLOWER_STOPS:
+		/* a stopped follower launches nothing: it fails the leader's round */
+		rk_sched_stop(r[1].s);
+		TR_PUMP_UNTIL(r, tr_done() == 4);
+		for (i = 0; i < 4; i++)
+			ck_assert_int_eq(g_a[i].err, -RK_ESTOPPED);
+		ck_assert_int_eq(r[0].peer_errs, 0);	/* the world is whole */
+		r[0].b->abort = true;	/* the follower's share will never come */
+		break;
+	}
+	if (r[0].loop)
+		tr_down(&r[0], r);
+	if (r[1].loop)
+		tr_down(&r[1], r);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(g_a[i].done, 1);
+}
+END_TEST
+
 static Suite *sched_suite(void)
 {
 	Suite *s = suite_create("sched");
@@ -505,6 +1280,26 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_cancel);
 	tcase_add_test(tc, test_ngram);
 	tcase_add_test(tc, test_trace);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("errors");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_bad_field_fails_alone, 0, N_BAD);
+	tcase_add_test(tc, test_field_turns_bad);
+	tcase_add_test(tc, test_backend_fails_one_stream);
+	tcase_add_test(tc, test_zeroed_then_init);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("reentrancy");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_complete_inside_launch);
+	tcase_add_loop_test(tc, test_no_callback_inside_submit, 0, 2);
+	tcase_add_test(tc, test_stop_from_callback);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("teardown");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_teardown_order, 0, TD__COUNT);
 	suite_add_tcase(s, tc);
 	return s;
 }

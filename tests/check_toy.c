@@ -776,8 +776,7 @@ struct tworld {
 		bool quit;
 		int frame_err;			/* first error a frame handler hit */
 		int peer_errs;
-		uint64_t completions;
-		bool round_done;
+		uint64_t completions;		/* the backend's reports seen (no scheduler) */
 		uint64_t done_id;
 		int done_status;
 		uint32_t streams_left;		/* leader: toy_cpu_streams() at the end */
@@ -830,7 +829,7 @@ static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_w
 		/* a follower without a scheduler launches what it receives */
 		ret = rk_wire_decode_round(payload, h->len, &view);
 		if (!ret)
-			ret = toy_cpu_ops.launch(t->b, &view, h->flags);
+			ret = toy_cpu_ops.launch(t->b, NULL, &view, h->flags);
 		note_err(t, ret);
 		return RK_BUSY;
 	}
@@ -855,14 +854,16 @@ static const struct rk_world_ops world_ops = {
 	.peer_error = on_peer_error,
 };
 
-static void on_complete(void *arg, uint64_t round_id, int status)
+/* Before a launch without a scheduler: the reports so far. */
+static void mark_reports(struct trank *t)
 {
-	struct trank *t = arg;
+	t->completions = toy_cpu_reports(t->b, NULL, NULL);
+}
 
-	t->completions++;
-	t->round_done = true;
-	t->done_id = round_id;
-	t->done_status = status;
+/* That round was reported (its id and status in done_id, done_status). */
+static bool reported(struct trank *t)
+{
+	return toy_cpu_reports(t->b, &t->done_id, &t->done_status) > t->completions;
 }
 
 static int node_create(struct trank *t, uint64_t deadline)
@@ -944,14 +945,14 @@ static int leader_rounds(struct trank *t, uint64_t deadline)
 		ret = rk_wire_decode_round(buf, (size_t)len, &view);
 		if (ret)
 			return ret;
-		t->round_done = false;
-		ret = toy_cpu_ops.launch(t->b, &view, flags);
+		mark_reports(t);
+		ret = toy_cpu_ops.launch(t->b, NULL, &view, flags);
 		if (ret)
 			return ret;
 		/* nothing to read before the round is complete */
 		if (toy_cpu_ops.token(t->b, 0, 0, &x) != -EAGAIN)
 			return -EPROTO;
-		if (!RUN_UNTIL(t, deadline, t->round_done))
+		if (!RUN_UNTIL(t, deadline, reported(t)))
 			return -ETIMEDOUT;
 		if (t->done_status)
 			return t->done_status;
@@ -1020,16 +1021,14 @@ static int leader_sched(struct trank *t, uint64_t deadline)
 	for (i = 0; i < NSTREAM; i++) {
 		struct tstream *s = &tw->s[i];
 
-		memset(&s->req, 0, sizeof(s->req));
+		rk_request_init(&s->req);
 		s->req.prompt = s->prompt;
 		s->req.prompt_len = s->n_prompt;
 		s->req.max_tokens = s->n_gen;
-		s->req.stop_token = -1;
 		s->req.top_k = s->s.top_k;
 		s->req.temperature = s->s.temperature;
 		s->req.top_p = s->s.top_p;
 		s->req.seed = s->s.seed;
-		s->req.draft_k = -1;	/* the scheduler's default */
 		s->req.cb = req_cb;
 		s->req.data = s;
 		ret = rk_sched_submit(t->sched, &s->req);
@@ -1077,9 +1076,6 @@ static void *rank_thread(void *arg)
 		ret = rk_sched_create(t->w, &sc, &toy_cpu_ops, t->b, &t->sched);
 		if (ret)
 			T_FAIL(t, ret);
-		toy_cpu_set_sched(t->b, t->sched);
-	} else {
-		toy_cpu_set_complete(t->b, on_complete, t);
 	}
 	ret = rk_world_wait_ready(t->w);
 	if (ret)
@@ -1245,7 +1241,6 @@ START_TEST(test_backend_errors)
 	ck_assert_int_eq(toy_cpu_create(t->w, &p, &t->b), -EINVAL);
 	p.V = 32;
 	ck_assert_int_eq(toy_cpu_create(t->w, &p, &t->b), 0);
-	toy_cpu_set_complete(t->b, on_complete, t);
 	ck_assert_uint_eq(toy_cpu_model(t->b)->H, 100);
 
 	/* a token outside the vocabulary: refused by launch itself */
@@ -1253,7 +1248,7 @@ START_TEST(test_backend_errors)
 	st.position = 0;
 	len = rk_wire_encode_round(buf, sizeof(buf), 1, &st, 1, tok);
 	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
-	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), -EINVAL);
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, NULL, &view, 0), -EINVAL);
 	ck_assert(!toy_cpu_busy(t->b));
 
 	/* a position this rank never saw: the round completes with -EPROTO */
@@ -1261,10 +1256,11 @@ START_TEST(test_backend_errors)
 	st.position = 3;
 	len = rk_wire_encode_round(buf, sizeof(buf), 2, &st, 1, tok);
 	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
-	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), 0);
+	mark_reports(t);
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, NULL, &view, 0), 0);
 	ck_assert(toy_cpu_busy(t->b));
 	ck_assert_int_eq(toy_cpu_destroy(t->b), -EBUSY);	/* in flight: nothing freed */
-	ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+	ck_assert(RUN_UNTIL(t, deadline, reported(t)));
 	ck_assert_uint_eq(t->done_id, 2);
 	ck_assert_int_eq(t->done_status, -EPROTO);
 	ck_assert_int_eq(toy_cpu_ops.token(t->b, 0, 0, &x), -EAGAIN);
@@ -1273,10 +1269,10 @@ START_TEST(test_backend_errors)
 	st.position = 0;
 	len = rk_wire_encode_round(buf, sizeof(buf), 3, &st, 1, tok);
 	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
-	t->round_done = false;
-	ck_assert_int_eq(toy_cpu_ops.launch(t->b, &view, 0), 0);
+	mark_reports(t);
+	ck_assert_int_eq(toy_cpu_ops.launch(t->b, NULL, &view, 0), 0);
 	toy_cpu_ops.retire(t->b, 7);		/* deferred until the worker is done */
-	ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+	ck_assert(RUN_UNTIL(t, deadline, reported(t)));
 	ck_assert_int_eq(t->done_status, 0);
 	ck_assert_uint_eq(toy_cpu_streams(t->b), 0);
 	ck_assert_int_eq(toy_cpu_ops.token(t->b, 0, 0, &x), 0);

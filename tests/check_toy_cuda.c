@@ -18,13 +18,16 @@
 #include "gpu_test.h"
 
 #ifdef HAVE_TOY_CUDA
-static void on_complete(void *arg, uint64_t round_id, int status)
+/* Before a launch without a scheduler: the reports so far. */
+static void mark_reports(struct grank *t)
 {
-	struct grank *t = arg;
+	t->completions = toy_cuda_reports(t->b, NULL, NULL);
+}
 
-	t->round_done = true;
-	t->done_id = round_id;
-	t->done_status = status;
+/* That round was reported (its id and status in done_id, done_status). */
+static bool reported(struct grank *t)
+{
+	return toy_cuda_reports(t->b, &t->done_id, &t->done_status) > t->completions;
 }
 
 /* Encode and launch one round on the backend; return launch()'s result. */
@@ -40,7 +43,7 @@ static int launch_round(struct toy_cuda *b, uint64_t id, const struct rk_wire_st
 	ck_assert_int_eq(rk_wire_decode_round(buf, (size_t)len, &view), 0);
 	if (copy)
 		ck_assert_int_eq(toy_round_copy(copy, &view, V), 0);
-	return toy_cuda_ops.launch(b, &view, 0);
+	return toy_cuda_ops.launch(b, NULL, &view, 0);
 }
 
 /*
@@ -75,7 +78,6 @@ START_TEST(test_toy_logits)
 	ck_assert_int_eq(toy_cuda_create(t->w, &p, 99, RK_GPU_NOTIFY_AUTO, &t->b), -ENODEV);
 	ck_assert_int_eq(toy_cuda_create(t->w, &p, -1, (enum rk_gpu_notify_mode)(_i % 3), &t->b),
 			 0);
-	toy_cuda_set_complete(t->b, on_complete, t);
 	toy_cuda_set_graphs(t->b, true);
 	ck_assert_int_eq(toy_cuda_ready(t->b), 1);
 	ck_assert_int_eq(toy_model_init(&m, V, H, 1, 0, 1), 0);
@@ -85,10 +87,11 @@ START_TEST(test_toy_logits)
 	/* the golden values of TOY.md (H = 64): a fresh stream fed token 1 */
 	st[0] = (struct rk_wire_stream){ .stream_id = 5, .position = 0, .n_tokens = 1 };
 	tok[0] = 1;
+	mark_reports(t);
 	ck_assert_int_eq(launch_round(t->b, 1, st, 1, tok, &r, V), 0);
 	ck_assert(toy_cuda_busy(t->b));
 	ck_assert_int_eq(toy_cuda_destroy(t->b), -EBUSY);
-	ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+	ck_assert(RUN_UNTIL(t, deadline, reported(t)));
 	ck_assert_int_eq(t->done_status, 0);
 	ck_assert_uint_eq(t->done_id, 1);
 	ck_assert_int_eq(toy_table_exec(&tab, &r, cpu), 0);
@@ -155,9 +158,9 @@ START_TEST(test_toy_logits)
 		}
 		if (!n)
 			continue;
-		t->round_done = false;
+		mark_reports(t);
 		ck_assert_int_eq(launch_round(t->b, round, st, n, tok, &r, V), 0);
-		ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+		ck_assert(RUN_UNTIL(t, deadline, reported(t)));
 		ck_assert_int_eq(t->done_status, 0);
 		ck_assert_uint_le(r.n_out, 64);
 		ck_assert_int_eq(toy_table_exec(&tab, &r, cpu), 0);
@@ -181,9 +184,9 @@ START_TEST(test_toy_logits)
 			for (j = 0; j < k + 2; j++)
 				tok[ntok++] = (uint32_t)(rng_next(&rs) % V);
 		}
-		t->round_done = false;
+		mark_reports(t);
 		ck_assert_int_eq(launch_round(t->b, round, st, 3, tok, &r, V), 0);
-		ck_assert(RUN_UNTIL(t, deadline, t->round_done));
+		ck_assert(RUN_UNTIL(t, deadline, reported(t)));
 		ck_assert_int_eq(t->done_status, 0);
 		ck_assert_uint_eq(r.n_out, 9);
 		ck_assert_int_eq(toy_table_exec(&tab, &r, cpu), 0);
@@ -272,7 +275,6 @@ static void *toy_rank(void *arg)
 	ret = rk_sched_create(t->w, &sc, &toy_cuda_ops, t->b, &t->sched);
 	if (ret)
 		T_FAIL(t, ret);
-	toy_cuda_set_sched(t->b, t->sched);
 	t->abort_on_peer_error = false;
 	ret = rk_world_wait_ready(t->w);
 	if (ret)
@@ -282,16 +284,14 @@ static void *toy_rank(void *arg)
 		for (i = 0; i < gw->nstreams; i++) {
 			struct gstream *s = &gw->s[i];
 
-			memset(&s->req, 0, sizeof(s->req));
+			rk_request_init(&s->req);
 			s->req.prompt = s->prompt;
 			s->req.prompt_len = s->n_prompt;
 			s->req.max_tokens = s->n_gen;
-			s->req.stop_token = -1;
 			s->req.top_k = s->s.top_k;
 			s->req.temperature = s->s.temperature;
 			s->req.top_p = s->s.top_p;
 			s->req.seed = s->s.seed;
-			s->req.draft_k = -1;
 			s->req.cb = req_cb;
 			s->req.data = s;
 			ret = rk_sched_submit(t->sched, &s->req);
@@ -371,7 +371,6 @@ static void *toy_abort_rank(void *arg)
 	ret = toy_cuda_create(t->w, &gw->p, -1, RK_GPU_NOTIFY_AUTO, &t->b);
 	if (ret)
 		T_FAIL(t, ret);
-	toy_cuda_set_complete(t->b, on_complete, t);
 	toy_cuda_set_graphs(t->b, true);
 	ret = rk_world_wait_ready(t->w);
 	if (ret)
@@ -388,11 +387,11 @@ static void *toy_abort_rank(void *arg)
 		len = rk_wire_encode_round(buf, sizeof(buf), round, &st, 1, tok);
 		if (len <= 0 || rk_wire_decode_round(buf, (size_t)len, &view))
 			T_FAIL(t, -EPROTO);
-		t->round_done = false;
-		ret = toy_cuda_ops.launch(t->b, &view, 0);
+		mark_reports(t);
+		ret = toy_cuda_ops.launch(t->b, NULL, &view, 0);
 		if (ret)
 			T_FAIL(t, ret);
-		if (!RUN_UNTIL(t, deadline, t->round_done))
+		if (!RUN_UNTIL(t, deadline, reported(t)))
 			T_FAIL(t, -ETIMEDOUT);
 		if (t->done_status)
 			T_FAIL(t, t->done_status);

@@ -137,7 +137,7 @@ struct grank {
 	/* toy tests */
 	struct toy_cuda *b;
 	struct rk_sched *sched;
-	bool round_done;
+	uint64_t completions;	/* the backend's reports seen (no scheduler) */
 	uint64_t done_id;
 	int done_status;
 	struct toy_cuda_stats stats;

@@ -34,18 +34,9 @@ int be_create(struct server *srv)
 
 int be_sched_create(struct server *srv, const struct rk_sched_config *sc)
 {
-	int ret;
-
-	if (srv->cuda) {
-		ret = rk_sched_create(srv->world, sc, &toy_cuda_ops, srv->cuda, &srv->sched);
-		if (!ret)
-			toy_cuda_set_sched(srv->cuda, srv->sched);
-		return ret;
-	}
-	ret = rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
-	if (!ret)
-		toy_cpu_set_sched(srv->cpu, srv->sched);
-	return ret;
+	if (srv->cuda)
+		return rk_sched_create(srv->world, sc, &toy_cuda_ops, srv->cuda, &srv->sched);
+	return rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
 }
 
 int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h,
@@ -85,6 +76,8 @@ void be_abort(struct server *srv)
 {
 	if (srv->cuda)
 		toy_cuda_abort(srv->cuda);
+	else if (srv->cpu)
+		toy_cpu_abort(srv->cpu);
 }
 
 void be_stats(const struct server *srv, struct be_stats *out)

@@ -87,13 +87,12 @@ static void bench_request(const struct options *o, uint32_t i, bool sampled, boo
 	const char *text = o->b_prompts[i % o->b_n_prompts];
 	uint32_t j, n = (uint32_t)strlen(text);
 
-	memset(req, 0, sizeof(*req));
+	rk_request_init(req);
 	for (j = 0; j < n; j++)
 		prompt[j] = (uint8_t)text[j] % o->model.V;
 	req->prompt = prompt;
 	req->prompt_len = n;
 	req->max_tokens = max_tokens;
-	req->stop_token = -1;
 	if (sampled) {
 		req->top_k = BENCH_TOP_K;
 		req->temperature = BENCH_TEMP;

@@ -126,10 +126,10 @@ int demo_run(struct server *srv)
 			for (j = 0; j < 8; j++)
 				r->prompt[j] = (j + 1) % mp->V;
 		}
+		rk_request_init(&r->req);
 		r->req.prompt = r->prompt;
 		r->req.prompt_len = r->n_prompt;
 		r->req.max_tokens = dp->max_tokens;
-		r->req.stop_token = -1;
 		r->req.top_k = dp->top_k;
 		r->req.temperature = dp->temperature;
 		r->req.top_p = dp->top_p;

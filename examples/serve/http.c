@@ -334,10 +334,10 @@ static struct sreq *sreq_create(struct server *srv, struct params *p)
 	r->n_prompt = p->n_prompt;
 	r->stream = p->stream;
 	r->refs = 2;
+	rk_request_init(&r->req);
 	r->req.prompt = r->prompt;
 	r->req.prompt_len = r->n_prompt;
 	r->req.max_tokens = p->max_tokens;
-	r->req.stop_token = -1;
 	if (p->temperature > 0) {
 		r->req.top_k = p->top_k ? p->top_k : srv->opt.model.V;
 		r->req.temperature = (float)p->temperature;

@@ -176,7 +176,7 @@ static void drain(struct server *srv)
 int main(int argc, char **argv)
 {
 	struct server *srv;
-	struct rk_sched_config sc = { 0 };
+	struct rk_sched_config sc;
 	struct round_trace trace = { 0 };
 	char err[2048]; /* an unknown variable's message lists every known one */
 	int ret, rc = 1;
@@ -261,8 +261,10 @@ int main(int argc, char **argv)
 			ret == -ENODEV ? " (no CUDA device)" : "");
 		goto out_world;
 	}
+	rk_sched_config_init(&sc);
 	sc.max_batch = srv->opt.max_batch;
 	sc.draft_k = srv->opt.draft_k;
+	sc.vocab = srv->opt.model.V;
 	if (srv->opt.trace_path) {
 		sc.trace = trace_round;
 		sc.trace_arg = &trace;
@@ -352,7 +354,8 @@ out_drain:
 	if (ret)
 		fprintf(stderr, PROG "[r%d]: backend teardown: %s\n", srv->rank,
 			rk_strerror(ret));
-	rk_sched_destroy(srv->sched);
+	if (!rk_sched_destroy(srv->sched))
+		srv->sched = NULL; /* later frames find no scheduler (rk_sched_on_frame) */
 	if (srv->opt.trace_path) {
 		int tret = trace_write(&trace, srv->opt.trace_path, srv->rank);
 

@@ -933,8 +933,3 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 	}
 	return 0;
 }
-
-void toy_sched_complete(void *arg, uint64_t round_id, int status)
-{
-	rk_sched_complete(arg, round_id, status);
-}

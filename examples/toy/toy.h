@@ -236,15 +236,6 @@ void toy_params_init(struct toy_params *p);
 
 struct toy_cpu;
 
-/*
- * Where a round's completion on this rank goes. toy_cpu_set_sched() points it
- * at rk_sched_complete(); tests may catch it instead. Loop thread; it may
- * call back into the backend (token(), launch()).
- */
-typedef void (*toy_complete_fn)(void *arg, uint64_t round_id, int status);
-/** toy_sched_complete() - a toy_complete_fn that calls rk_sched_complete(@arg, ...). */
-void toy_sched_complete(void *arg, uint64_t round_id, int status);
-
 struct toy_cpu_stats {
 	uint64_t rounds;	/* rounds computed on this rank */
 	uint64_t outputs;	/* partial logit vectors computed */
@@ -261,10 +252,15 @@ struct toy_cpu_stats {
  */
 int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out);
 
-/** toy_cpu_set_sched() - completions go to rk_sched_complete(@s). Loop thread. */
-void toy_cpu_set_sched(struct toy_cpu *b, struct rk_sched *s);
-/** toy_cpu_set_complete() - completions go to @fn(@arg, ...). Loop thread. */
-void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg);
+/**
+ * toy_cpu_reports() - how many rounds this rank has reported (the completion
+ * of a round, the leader's once every rank's partials are in), and the last
+ * one's id and status in *@round_id and *@status (either may be NULL). Each
+ * report goes to the scheduler the round was launched for
+ * (rk_sched_complete()); toy_cpu_ops.launch() also takes a NULL scheduler, for
+ * callers that drive the backend themselves and read the reports here.
+ */
+uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *status);
 
 /**
  * toy_cpu_on_frame() - give the backend a frame from the world's frame
@@ -275,7 +271,14 @@ void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg);
 int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
 		     const uint8_t *payload);
 
-/** toy_cpu_busy() - true while a launched round has not been reported back. */
+/**
+ * toy_cpu_abort() - a peer failed: the leader fails the round that waits for
+ * its partials (reported with -ECONNRESET), and every later launch fails
+ * with -ECONNRESET, so no round waits for a dead rank. Loop thread.
+ */
+void toy_cpu_abort(struct toy_cpu *b);
+
+/** toy_cpu_busy() - true while the worker holds a launched round. */
 bool toy_cpu_busy(const struct toy_cpu *b);
 /** toy_cpu_streams() - streams held in the table; meaningful while !toy_cpu_busy(). */
 uint32_t toy_cpu_streams(const struct toy_cpu *b);
@@ -286,7 +289,9 @@ void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out);
 /**
  * toy_cpu_destroy() - join the worker and free everything. Return: 0, or
  * -EBUSY (nothing freed) while a round is in flight: run the loop until
- * toy_cpu_busy() is false. Loop thread, not from a callback of the backend.
+ * toy_cpu_busy() is false. A scheduler that drives the backend calls it until
+ * rk_sched_stop() or rk_sched_destroy() (rk_sched.h: the teardown order).
+ * Loop thread, not from a callback of the backend.
  */
 int toy_cpu_destroy(struct toy_cpu *b);
 

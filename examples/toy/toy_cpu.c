@@ -32,6 +32,7 @@
 struct toy_job {
 	struct rk_post post;
 	struct toy_cpu *b;
+	struct rk_sched *s;	/* the round's completion target (NULL: only counted) */
 	struct toy_round r;
 	int32_t *out;		/* r.n_out * V partial logits */
 	size_t out_cap;		/* elements */
@@ -46,8 +47,9 @@ struct toy_cpu {
 	uint32_t rank, size;
 	struct toy_model m;
 	struct toy_table tab;	/* the worker's while inflight > 0, else the loop's */
-	toy_complete_fn complete;
-	void *complete_arg;
+	uint64_t reports;	/* rounds reported */
+	uint64_t report_id;	/* the last one */
+	int report_status;
 
 	/* the worker's queue */
 	pthread_t thr;
@@ -63,9 +65,12 @@ struct toy_cpu {
 	uint32_t n_retire, retire_cap;
 	struct toy_cpu_stats stats;
 
+	int aborted;			/* toy_cpu_abort(): later launches fail with it */
+
 	/* leader */
 	bool launched_valid;
 	uint64_t launched;		/* the last round launched */
+	struct rk_sched *target;	/* ...and its completion target */
 	struct toy_job *cur;		/* the last round computed here: token() reads it */
 	bool acc_valid, acc_done;	/* acc holds round acc_round; done: reported */
 	int acc_status;
@@ -83,10 +88,14 @@ void toy_params_init(struct toy_params *p)
 	p->seed = 1;
 }
 
-static void report(struct toy_cpu *b, uint64_t round_id, int status)
+/* The end of round @round_id on this rank. Call last: it may re-enter launch(). */
+static void report(struct toy_cpu *b, struct rk_sched *s, uint64_t round_id, int status)
 {
-	if (b->complete)
-		b->complete(b->complete_arg, round_id, status);
+	b->reports++;
+	b->report_id = round_id;
+	b->report_status = status;
+	if (s)
+		rk_sched_complete(s, round_id, status);
 }
 
 /* ---- the worker ------------------------------------------------------------------- */
@@ -137,8 +146,7 @@ static struct toy_job *job_get(struct toy_cpu *b)
 	if (!job)
 		return NULL;
 	job->b = b;
-	job->post.cb = job_done;
-	job->post.data = job;
+	rk_post_init(&job->post, job_done, job);
 	return job;
 }
 
@@ -166,7 +174,7 @@ static void leader_fail(struct toy_cpu *b, uint64_t id, int err)
 	b->acc_round = id;
 	b->acc_done = true;
 	b->acc_status = err;
-	report(b, id, err);
+	report(b, b->target, id, err);
 }
 
 /*
@@ -212,7 +220,7 @@ static void acc_count(struct toy_cpu *b)
 	if (++b->acc_have < b->size)
 		return;
 	b->acc_done = true;
-	report(b, b->acc_round, 0);
+	report(b, b->target, b->acc_round, 0);
 }
 
 /* Sums wrap as uint32 so a hostile peer cannot cause signed overflow. */
@@ -230,6 +238,13 @@ static void acc_add_le(struct toy_cpu *b, const uint8_t *p, size_t n)
 
 	for (x = 0; x < n; x++)
 		b->acc[x] = (int32_t)((uint32_t)b->acc[x] + get32(p + 4 * x));
+}
+
+/* Leader: the last round launched has not been reported (it waits for partials). */
+static bool owes_report(const struct toy_cpu *b)
+{
+	return b->launched_valid &&
+	       !(b->acc_valid && b->acc_round == b->launched && b->acc_done);
 }
 
 /* ---- follower: partials to the leader ----------------------------------------------- */
@@ -271,6 +286,7 @@ static enum rk_activity job_done(struct rk_post *p)
 {
 	struct toy_job *job = p->data;
 	struct toy_cpu *b = job->b;
+	struct rk_sched *s = job->s;
 	uint64_t id = job->r.round_id;
 	int status = job->status, ret;
 	uint32_t i;
@@ -289,7 +305,7 @@ static enum rk_activity job_done(struct rk_post *p)
 		if (!status)
 			status = send_partials(b, job);
 		job_put(b, job);
-		report(b, id, status);
+		report(b, s, id, status);
 		return RK_BUSY;
 	}
 	if (b->cur)
@@ -354,7 +370,8 @@ bad:
 
 /* ---- the ops -------------------------------------------------------------------------- */
 
-static int cpu_launch(void *ctx, const struct rk_wire_round *round, unsigned int flags)
+static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
+		      unsigned int flags)
 {
 	struct toy_cpu *b = ctx;
 	struct toy_job *job;
@@ -362,6 +379,15 @@ static int cpu_launch(void *ctx, const struct rk_wire_round *round, unsigned int
 	int ret;
 
 	(void)flags;
+	if (b->aborted)
+		return b->aborted;
+	/*
+	 * Every launch is reported once. A round the scheduler ended another way
+	 * (a follower's failure) still waits here for partials that will not
+	 * come: it is over now.
+	 */
+	if (b->rank == 0 && owes_report(b))
+		leader_fail(b, b->launched, -ECANCELED);
 	job = job_get(b);
 	if (!job)
 		return -ENOMEM;
@@ -385,7 +411,9 @@ static int cpu_launch(void *ctx, const struct rk_wire_round *round, unsigned int
 		b->cur = NULL;
 		b->launched_valid = true;
 		b->launched = job->r.round_id;
+		b->target = s;
 	}
+	job->s = s;
 	job->next = NULL;
 	pthread_mutex_lock(&b->mu);
 	if (b->qtail)
@@ -503,15 +531,21 @@ err_free:
 	return ret;
 }
 
-void toy_cpu_set_sched(struct toy_cpu *b, struct rk_sched *s)
+uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *status)
 {
-	toy_cpu_set_complete(b, s ? toy_sched_complete : NULL, s);
+	if (round_id)
+		*round_id = b->report_id;
+	if (status)
+		*status = b->report_status;
+	return b->reports;
 }
 
-void toy_cpu_set_complete(struct toy_cpu *b, toy_complete_fn fn, void *arg)
+void toy_cpu_abort(struct toy_cpu *b)
 {
-	b->complete = fn;
-	b->complete_arg = arg;
+	if (!b->aborted)
+		b->aborted = -ECONNRESET;
+	if (b->rank == 0 && owes_report(b))
+		leader_fail(b, b->launched, -ECONNRESET);
 }
 
 bool toy_cpu_busy(const struct toy_cpu *b)

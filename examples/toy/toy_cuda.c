@@ -62,6 +62,7 @@ struct entry {
 
 struct job {
 	struct toy_cuda *b;
+	struct rk_sched *s;	/* the round's completion target (NULL: only counted) */
 	struct toy_round r;
 	int status;
 	uint64_t t_launch;
@@ -82,8 +83,9 @@ struct toy_cuda {
 	cudaStream_t stream;
 	struct rk_gpu_notifier *notif;
 	struct rk_nccl *nccl;		/* TP > 1 */
-	toy_complete_fn complete;
-	void *complete_arg;
+	uint64_t reports;		/* rounds reported */
+	uint64_t report_id;		/* the last one */
+	int report_status;
 	int failed;			/* sticky: the device state no longer matches the mirror */
 
 	/* device memory */
@@ -139,10 +141,13 @@ static int nccl_check(const struct toy_cuda *b, ncclResult_t r, const char *what
 	return -EIO;
 }
 
-static void report(struct toy_cuda *b, uint64_t round_id, int status)
+static void report(struct toy_cuda *b, struct rk_sched *s, uint64_t round_id, int status)
 {
-	if (b->complete)
-		b->complete(b->complete_arg, round_id, status);
+	b->reports++;
+	b->report_id = round_id;
+	b->report_status = status;
+	if (s)
+		rk_sched_complete(s, round_id, status);
 }
 
 /* ---- memory ------------------------------------------------------------------------ */
@@ -599,6 +604,7 @@ static void job_free(struct job *job)
 /* The end of a round on this rank: hand it back (loop thread). */
 static void finish(struct toy_cuda *b, struct job *job, int status)
 {
+	struct rk_sched *s = job->s;
 	uint64_t id = job->r.round_id;
 
 	b->inflight--;
@@ -615,7 +621,7 @@ static void finish(struct toy_cuda *b, struct job *job, int status)
 	} else {
 		job_put(b, job);
 	}
-	report(b, id, status);	/* last: it may launch the next round */
+	report(b, s, id, status);	/* last: it may launch the next round */
 }
 
 static enum rk_activity on_mark(struct rk_gpu_notifier *n, uint64_t cookie, void *arg)
@@ -678,7 +684,8 @@ static void on_nccl_error(struct rk_nccl *nc, int err, void *arg)
 
 /* ---- the ops -------------------------------------------------------------------------- */
 
-static int cuda_launch(void *ctx, const struct rk_wire_round *round, unsigned int flags)
+static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
+		       unsigned int flags)
 {
 	struct toy_cuda *b = ctx;
 	struct job *job;
@@ -714,6 +721,7 @@ static int cuda_launch(void *ctx, const struct rk_wire_round *round, unsigned in
 	}
 	job->t_launch = now_ns();
 	job->status = 0;
+	job->s = s;
 	b->inflight++;
 	if (b->nccl)
 		rk_nccl_busy(b->nccl, true);	/* watch NCCL's async errors while it works */
@@ -862,15 +870,13 @@ int toy_cuda_ready(const struct toy_cuda *b)
 	return b->size > 1 ? rk_nccl_state(b->nccl) : 1;
 }
 
-void toy_cuda_set_sched(struct toy_cuda *b, struct rk_sched *s)
+uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status)
 {
-	toy_cuda_set_complete(b, s ? toy_sched_complete : NULL, s);
-}
-
-void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg)
-{
-	b->complete = fn;
-	b->complete_arg = arg;
+	if (round_id)
+		*round_id = b->report_id;
+	if (status)
+		*status = b->report_status;
+	return b->reports;
 }
 
 void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
@@ -985,17 +991,14 @@ int toy_cuda_ready(const struct toy_cuda *b)
 	return -EOPNOTSUPP;
 }
 
-void toy_cuda_set_sched(struct toy_cuda *b, struct rk_sched *s)
+uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status)
 {
 	(void)b;
-	(void)s;
-}
-
-void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg)
-{
-	(void)b;
-	(void)fn;
-	(void)arg;
+	if (round_id)
+		*round_id = 0;
+	if (status)
+		*status = 0;
+	return 0;
 }
 
 int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
@@ -1063,9 +1066,11 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	return 0;
 }
 
-static int stub_launch(void *ctx, const struct rk_wire_round *round, unsigned int flags)
+static int stub_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
+		       unsigned int flags)
 {
 	(void)ctx;
+	(void)s;
 	(void)round;
 	(void)flags;
 	return -EOPNOTSUPP;

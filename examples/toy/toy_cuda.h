@@ -69,10 +69,14 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
  */
 int toy_cuda_ready(const struct toy_cuda *b);
 
-/** toy_cuda_set_sched() - completions go to rk_sched_complete(@s). Loop thread. */
-void toy_cuda_set_sched(struct toy_cuda *b, struct rk_sched *s);
-/** toy_cuda_set_complete() - completions go to @fn(@arg, ...). Loop thread. */
-void toy_cuda_set_complete(struct toy_cuda *b, toy_complete_fn fn, void *arg);
+/**
+ * toy_cuda_reports() - how many rounds this rank has reported, and the last
+ * one's id and status (either pointer may be NULL). Each report goes to the
+ * scheduler the round was launched for (rk_sched_complete());
+ * toy_cuda_ops.launch() also takes a NULL scheduler, for callers that drive
+ * the backend themselves and read the reports here.
+ */
+uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status);
 
 /**
  * toy_cuda_set_graphs() - run a round's kernels and allreduce as one CUDA
@@ -127,8 +131,10 @@ void toy_cuda_stats(const struct toy_cuda *b, struct toy_cuda_stats *out);
  * With TP > 1 the communicator is finalized, which waits (up to 5 s) for the
  * other ranks to finalize too: destroy every rank's backend at about the same
  * time, or toy_cuda_abort() first for a purely local teardown. Afterwards run
- * the loop once more (or destroy the world) before rk_loop_destroy(): the
- * notifier's last posts are released there. Loop thread.
+ * the loop once more (rk_loop_run(RK_RUN_NOWAIT); rk_world_destroy() delivers
+ * no post) before rk_loop_destroy(): the notifier's last posts are released
+ * there. A scheduler that drives the backend calls it until rk_sched_stop() or
+ * rk_sched_destroy() (rk_sched.h: the teardown order). Loop thread.
  */
 int toy_cuda_destroy(struct toy_cuda *b);
 
