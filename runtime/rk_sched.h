@@ -205,7 +205,8 @@ typedef void (*rk_request_cb)(struct rk_request *req, const uint32_t *tokens, ui
 struct rk_request {
 	/* public: set before submit; rk_sched_submit() checks each */
 	const uint32_t *prompt;		/* not NULL; borrowed until done; tokens < vocab */
-	uint32_t prompt_len;		/* >= 1; the first ROUND must fit the link's max_frame */
+	uint32_t prompt_len;		/* >= 1; its first ROUND entry (with RK_SCHED_MAX_DRAFT
+					 * drafts) must fit the link's max_frame */
 	uint32_t max_tokens;		/* tokens to generate, >= 1; prompt_len + max_tokens
 					 * <= UINT32_MAX */
 	int64_t stop_token;		/* -1 = none (init), else 0..UINT32_MAX, < vocab */
