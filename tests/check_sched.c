@@ -506,6 +506,23 @@ END_TEST
 
 #define BAD_AT 3	/* the request of the ten that is made bad */
 
+/* Requests @o[0..np) but @skip each ended once, as the greedy reference of @max_tokens. */
+static void check_others(const struct out *o, int np, int skip, uint32_t max_tokens)
+{
+	uint32_t ref[1024], n;
+	int i;
+
+	for (i = 0; i < np; i++) {
+		if (i == skip)
+			continue;
+		reference(i, false, max_tokens, -1, ref, &n);
+		ck_assert_int_eq(o[i].done, 1);
+		ck_assert_int_eq(o[i].err, 0);
+		ck_assert_uint_eq(o[i].n, n);
+		ck_assert_mem_eq(o[i].toks, ref, n * sizeof(uint32_t));
+	}
+}
+
 /* Make @r bad in way @i; return the error and the field submit must name. */
 static int make_bad(struct rk_request *r, int i, const char **field)
 {
@@ -557,17 +574,7 @@ START_TEST(test_bad_field_fails_alone)
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
 	ck_assert_int_eq(g_a[BAD_AT].done, 0);	/* refused: never called back */
-	for (i = 0; i < NPROMPT; i++) {
-		uint32_t ref[64], n;
-
-		if (i == BAD_AT)
-			continue;
-		reference(i, false, 30, -1, ref, &n);
-		ck_assert_int_eq(g_a[i].done, 1);
-		ck_assert_int_eq(g_a[i].err, 0);
-		ck_assert_uint_eq(g_a[i].n, n);
-		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
-	}
+	check_others(g_a, NPROMPT, BAD_AT, 30);
 	ck_assert_int_eq(f.bad, 0);
 	fake_teardown(&f);
 }
@@ -605,14 +612,7 @@ START_TEST(test_field_turns_bad)
 	ck_assert_int_eq(g_a[1].err, -EINVAL);
 	ck_assert_str_eq(g_a[1].req.err_field, "top_p");
 	ck_assert_uint_eq(g_a[1].n, 5);
-	for (i = 0; i < 3; i += 2) {
-		uint32_t ref[64], n;
-
-		reference(i, false, 30, -1, ref, &n);
-		ck_assert_int_eq(g_a[i].err, 0);
-		ck_assert_uint_eq(g_a[i].n, n);
-		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
-	}
+	check_others(g_a, 3, 1, 30);
 	ck_assert_int_eq(f.retires, 3);
 	ck_assert_int_eq(f.bad, 0);
 	fake_teardown(&f);
@@ -659,16 +659,7 @@ START_TEST(test_backend_fails_one_stream)
 	ck_assert_int_eq(g_a[2].done, 1);
 	ck_assert_int_eq(g_a[2].err, -EIO);
 	ck_assert_uint_eq(g_a[2].n, 3);		/* rounds 1-3 gave a token each */
-	for (i = 0; i < 4; i++) {
-		uint32_t ref[64], n;
-
-		if (i == 2)
-			continue;
-		reference(i, false, 30, -1, ref, &n);
-		ck_assert_int_eq(g_a[i].err, 0);
-		ck_assert_uint_eq(g_a[i].n, n);
-		ck_assert_mem_eq(g_a[i].toks, ref, n * sizeof(uint32_t));
-	}
+	check_others(g_a, 4, 2, 30);
 	ck_assert_int_eq(f.retires, 4);
 	fake_teardown(&f);
 }

@@ -933,3 +933,21 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 	}
 	return 0;
 }
+
+void toy_report(struct toy_reports *r, struct rk_sched *s, uint64_t round_id, int status)
+{
+	r->n++;
+	r->last_id = round_id;
+	r->last_status = status;
+	if (s)
+		rk_sched_complete(s, round_id, status);
+}
+
+uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *status)
+{
+	if (round_id)
+		*round_id = r->last_id;
+	if (status)
+		*status = r->last_status;
+	return r->n;
+}

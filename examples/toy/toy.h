@@ -234,6 +234,23 @@ struct toy_params {
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);
 
+/*
+ * The rounds a backend has reported: each report goes to the scheduler the
+ * round was launched for (rk_sched_complete()), and is counted here too, so a
+ * caller that drives a backend itself (launch() with a NULL scheduler) can
+ * read them (toy_cpu_reports(), toy_cuda_reports()).
+ */
+struct toy_reports {
+	uint64_t n;
+	uint64_t last_id;
+	int last_status;
+};
+
+/** toy_report() - count round @round_id's report and hand it to @s (NULL: count only). */
+void toy_report(struct toy_reports *r, struct rk_sched *s, uint64_t round_id, int status);
+/** toy_reports_get() - the count; the last report's id and status (either may be NULL). */
+uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *status);
+
 struct toy_cpu;
 
 struct toy_cpu_stats {
@@ -253,12 +270,9 @@ struct toy_cpu_stats {
 int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out);
 
 /**
- * toy_cpu_reports() - how many rounds this rank has reported (the completion
- * of a round, the leader's once every rank's partials are in), and the last
- * one's id and status in *@round_id and *@status (either may be NULL). Each
- * report goes to the scheduler the round was launched for
- * (rk_sched_complete()); toy_cpu_ops.launch() also takes a NULL scheduler, for
- * callers that drive the backend themselves and read the reports here.
+ * toy_cpu_reports() - toy_reports_get() of the rounds this rank reported (a
+ * round's completion; the leader's once every rank's partials are in).
+ * toy_cpu_ops.launch() takes a NULL scheduler too.
  */
 uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *status);
 

@@ -47,9 +47,7 @@ struct toy_cpu {
 	uint32_t rank, size;
 	struct toy_model m;
 	struct toy_table tab;	/* the worker's while inflight > 0, else the loop's */
-	uint64_t reports;	/* rounds reported */
-	uint64_t report_id;	/* the last one */
-	int report_status;
+	struct toy_reports reports;
 
 	/* the worker's queue */
 	pthread_t thr;
@@ -91,11 +89,7 @@ void toy_params_init(struct toy_params *p)
 /* The end of round @round_id on this rank. Call last: it may re-enter launch(). */
 static void report(struct toy_cpu *b, struct rk_sched *s, uint64_t round_id, int status)
 {
-	b->reports++;
-	b->report_id = round_id;
-	b->report_status = status;
-	if (s)
-		rk_sched_complete(s, round_id, status);
+	toy_report(&b->reports, s, round_id, status);
 }
 
 /* ---- the worker ------------------------------------------------------------------- */
@@ -533,11 +527,7 @@ err_free:
 
 uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *status)
 {
-	if (round_id)
-		*round_id = b->report_id;
-	if (status)
-		*status = b->report_status;
-	return b->reports;
+	return toy_reports_get(&b->reports, round_id, status);
 }
 
 void toy_cpu_abort(struct toy_cpu *b)

@@ -83,9 +83,7 @@ struct toy_cuda {
 	cudaStream_t stream;
 	struct rk_gpu_notifier *notif;
 	struct rk_nccl *nccl;		/* TP > 1 */
-	uint64_t reports;		/* rounds reported */
-	uint64_t report_id;		/* the last one */
-	int report_status;
+	struct toy_reports reports;
 	int failed;			/* sticky: the device state no longer matches the mirror */
 
 	/* device memory */
@@ -141,13 +139,10 @@ static int nccl_check(const struct toy_cuda *b, ncclResult_t r, const char *what
 	return -EIO;
 }
 
+/* The end of round @round_id on this rank. Call last: it may re-enter launch(). */
 static void report(struct toy_cuda *b, struct rk_sched *s, uint64_t round_id, int status)
 {
-	b->reports++;
-	b->report_id = round_id;
-	b->report_status = status;
-	if (s)
-		rk_sched_complete(s, round_id, status);
+	toy_report(&b->reports, s, round_id, status);
 }
 
 /* ---- memory ------------------------------------------------------------------------ */
@@ -872,11 +867,7 @@ int toy_cuda_ready(const struct toy_cuda *b)
 
 uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status)
 {
-	if (round_id)
-		*round_id = b->report_id;
-	if (status)
-		*status = b->report_status;
-	return b->reports;
+	return toy_reports_get(&b->reports, round_id, status);
 }
 
 void toy_cuda_set_graphs(struct toy_cuda *b, bool on)

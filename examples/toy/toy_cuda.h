@@ -70,11 +70,8 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 int toy_cuda_ready(const struct toy_cuda *b);
 
 /**
- * toy_cuda_reports() - how many rounds this rank has reported, and the last
- * one's id and status (either pointer may be NULL). Each report goes to the
- * scheduler the round was launched for (rk_sched_complete());
- * toy_cuda_ops.launch() also takes a NULL scheduler, for callers that drive
- * the backend themselves and read the reports here.
+ * toy_cuda_reports() - toy_reports_get() of the rounds this rank reported.
+ * toy_cuda_ops.launch() takes a NULL scheduler too.
  */
 uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status);
 
