@@ -15,8 +15,8 @@
  * fd watch, rk_world_ops) runs on the loop thread, inside rk_loop_run() (or
  * rk_world_wait_ready(), which runs the loop). From inside any of them every
  * "loop thread" call may be made, except these, which return -EBUSY and do
- * nothing: rk_loop_run() (no nested runs), rk_world_wait_ready(),
- * rk_loop_destroy() and rk_world_destroy(). A timer may stop or restart any
+ * nothing: rk_loop_run() (no nested runs), rk_world_wait_ready() (unless the
+ * world is ready already), rk_loop_destroy() and rk_world_destroy(). A timer may stop or restart any
  * timer, itself included; a post's callback may free or re-post its post; a
  * source may remove itself from its own poll() or arm() (not another source);
  * an fd watch may start itself again. The log handler (rk_log_set_handler())
