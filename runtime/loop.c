@@ -1185,6 +1185,15 @@ int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 	return loop->stop_signal ? -RK_ESTOPPED : 0;
 }
 
+/* rk__loop_run_io() waits as the policy would, minus the timed and predictive phases. */
+static bool io_spins(const struct rk_loop *loop)
+{
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+
+	return w->mode == RK_WAIT_SPIN ||
+	       (w->mode == RK_WAIT_ADAPTIVE && loop->now - loop->last_busy < w->spin_ns);
+}
+
 int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 {
 	if (loop->in_run)
@@ -1199,8 +1208,10 @@ int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 	loop->pred_src = NULL;
 	run_flushers(loop);
 	iter_account(loop);
-	if (loop->iter_events)
+	if (loop->iter_events || loop->flush_head)
 		io_uring_submit(&loop->ring);
+	else if (io_spins(loop))
+		loop_spin(loop);	/* a link drains at the speed it did before */
 	else
 		loop_park(loop, timeout_ns, PARK_IO);
 	run_end(loop);

@@ -448,8 +448,9 @@ void rk__world_accept(struct rk_world *w, int fd);
 /* ---- teardown (loop.c, world.c, sched.c) ---- */
 /*
  * One iteration that only drives I/O, for a world's teardown: reap completions,
- * poll the sources, run the flushers, then, if nothing ran, wait at most
- * @timeout_ns (UINT64_MAX: no bound). It delivers no post and runs no timer
+ * poll the sources, run the flushers, then, if nothing ran, spin (inside the
+ * policy's spin window) or wait at most @timeout_ns (UINT64_MAX: no bound),
+ * so links drain as fast as under rk_loop_run(). It delivers no post and runs no timer
  * (they wait for the application's next rk_loop_run()), and it neither honours
  * nor consumes rk_loop_stop(). Return: 0, -EBUSY inside a callback. Loop thread.
  */
