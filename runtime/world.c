@@ -753,7 +753,7 @@ int rk_world_port(const struct rk_world *w)
 int rk_world_destroy(struct rk_world *w)
 {
 	struct rk_link *l, *next;
-	bool aborted = false, ls_gone = true;
+	bool expired, aborted = false, ls_gone = true;
 	uint64_t now, deadline;
 
 	if (!w)
@@ -783,8 +783,13 @@ int rk_world_destroy(struct rk_world *w)
 	 */
 	deadline = rk__loop_refresh(w->loop) + 100000000ull;
 	while (w->nr_live || !ls_gone) {
+		/* the pass that starts past the deadline still moves what it can
+		 * (a link's last chunks, its BYE), as a timer due then would */
 		now = rk__loop_clock(w->loop);
-		if (now >= deadline && !aborted) {
+		expired = now >= deadline;
+		/* after the abort only cancellations are awaited: look again now and then */
+		rk__loop_run_io(w->loop, expired ? 10000000ull : deadline - now);
+		if (expired && !aborted) {
 			/* every live link, also one that failed earlier and is
 			 * still flushing its ERROR to a peer that does not read */
 			aborted = true;
@@ -793,8 +798,6 @@ int rk_world_destroy(struct rk_world *w)
 				rk__link_abort(l);
 			}
 		}
-		/* after the abort only cancellations are awaited: look again now and then */
-		rk__loop_run_io(w->loop, aborted ? 10000000ull : deadline - now);
 	}
 	rk__loop_unref(w->loop);
 	if (w->tc && w->tc->release)
