@@ -42,7 +42,7 @@ enum knob_kind {
 	KIND_SESSION,	/* u64, decimal or 0x-hex */
 	KIND_LOG,	/* error | warn | info | debug, or 0..3 */
 	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
-	KIND_AUTH,	/* auto | on | off */
+	KIND_TRI,	/* auto | on | off */
 	KIND_SECRET,	/* a path: the secret file, read at once into secret[] */
 };
 
@@ -71,6 +71,7 @@ enum knob_id {
 	K_PEER_TIMEOUT_MS,
 	K_CONNECT_TIMEOUT_MS,
 	K_HANDSHAKE_MS,
+	K_RESIDENT,
 	K_LOG,
 	K_SIGNALS,
 	K_RDMA_DEV,
@@ -149,6 +150,9 @@ static const struct knob knobs[] = {
 	[K_HANDSHAKE_MS] = { "RK_HANDSHAKE_MS", "handshake_ms", KIND_U64,
 			     U(handshake_timeout_ns), NS_PER_MS, 1, 600000,
 			     "an accepted socket must HELLO within this, ms" },
+	[K_RESIDENT] = { "RK_RESIDENT", "resident", KIND_TRI, U(resident), 1, 0, 0,
+			 "resident rounds: auto (where the backend measured better), on, off "
+			 "(the launch path)" },
 	[K_LOG] = { "RK_LOG", "log", KIND_LOG, U(log_level), 1, 0, 0,
 		    "log threshold: error, warn, info, debug (or 0..3)" },
 	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, U(catch_signals), 1, 0, 0,
@@ -157,7 +161,7 @@ static const struct knob knobs[] = {
 			 "this rank's RDMA device for roce:// links (default: the address's dev=)" },
 	[K_RDMA_GID] = { "RK_RDMA_GID", "rdma_gid", KIND_INT, U(rdma_gid), 1, 0, 255,
 			 "this rank's GID index for roce:// links (default: the address's gid=)" },
-	[K_AUTH] = { "RK_AUTH", "auth", KIND_AUTH, U(auth), 1, 0, 0,
+	[K_AUTH] = { "RK_AUTH", "auth", KIND_TRI, U(auth), 1, 0, 0,
 		     "peer authentication: auto (with a secret; none allowed on loopback only), "
 		     "on (a secret is required), off (never; warns)" },
 	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, U(secret), 1, 0, 0,
@@ -180,11 +184,17 @@ static const char *const wait_names[] = {
 	[RK_WAIT_BLOCK] = "block",
 };
 
-static const char *const auth_names[] = {
+/* auto | on | off knobs (RK_AUTH, RK_RESIDENT): both enums share these values */
+static const char *const tri_names[] = {
 	[RK_AUTH_AUTO] = "auto",
 	[RK_AUTH_ON] = "on",
 	[RK_AUTH_OFF] = "off",
 };
+_Static_assert((int)RK_RESIDENT_AUTO == (int)RK_AUTH_AUTO &&
+		       (int)RK_RESIDENT_ON == (int)RK_AUTH_ON &&
+		       (int)RK_RESIDENT_OFF == (int)RK_AUTH_OFF &&
+		       sizeof(enum rk_resident_mode) == sizeof(enum rk_auth_mode),
+	       "RK_RESIDENT parses as RK_AUTH does");
 
 static const char *const level_names[] = {
 	[RK_LOG_ERROR] = "error",
@@ -237,6 +247,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->rdma_dev[0] = '\0';
 	cfg->rdma_gid = -1;
 	cfg->auth = RK_AUTH_AUTO;
+	cfg->resident = RK_RESIDENT_AUTO;
 	cfg->secret_len = 0;
 	cfg->max_pending = RK_DEF_MAX_PENDING;
 	cfg->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
@@ -646,7 +657,7 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 		       "%s='%.64s': not a device name (letters, digits, '-', '_', '.', < %zu chars)",
 		       k->env, value, k->size);
 		break;
-	case KIND_AUTH:
+	case KIND_TRI:
 		seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
 		break;
 	case KIND_SECRET:
@@ -711,8 +722,8 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 			return -RK_ECONFIG;
 		strcpy(field(cfg, k), value);
 		return 0;
-	case KIND_AUTH:
-		ret = parse_name(value, auth_names, ARRAY_SIZE(auth_names));
+	case KIND_TRI:
+		ret = parse_name(value, tri_names, ARRAY_SIZE(tri_names));
 		if (ret < 0)
 			return ret;
 		*(enum rk_auth_mode *)field(cfg, k) = (enum rk_auth_mode)ret;
@@ -1004,10 +1015,10 @@ void rk_config_print(const struct rk_config *cfg, void *f)
 		case KIND_SESSION:
 			fprintf(out, "%s=0x%" PRIx64 "\n", k->env, *(const uint64_t *)p);
 			break;
-		case KIND_AUTH:
+		case KIND_TRI:
 			v = *(const int *)p;
 			fprintf(out, "%s=%s\n", k->env,
-				v >= 0 && (size_t)v < ARRAY_SIZE(auth_names) ? auth_names[v] : "?");
+				v >= 0 && (size_t)v < ARRAY_SIZE(tri_names) ? tri_names[v] : "?");
 			break;
 		case KIND_SECRET:
 			/* the secret itself is never printed, nor where it came from */

@@ -69,6 +69,18 @@ enum rk_auth_mode {
 	RK_AUTH_OFF = 2,	/* never (anyone who reaches the port can join; logs a warning) */
 };
 
+/*
+ * Resident rounds (RK_RESIDENT): the scheduler publishes each round in a
+ * mapped epoch region and a backend's pre-armed consumer takes it from there
+ * (rk_sched.h, "Round epochs"), instead of being launched.
+ */
+enum rk_resident_mode {
+	RK_RESIDENT_AUTO = 0,	/* the region is published; each backend uses it where it
+				 * measured better (README "Knobs") */
+	RK_RESIDENT_ON = 1,	/* every backend that can uses it */
+	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
+};
+
 enum rk_wait_mode {
 	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
 	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
@@ -134,6 +146,8 @@ struct rk_config {
 	uint64_t peer_timeout_ns;	/* RK_PEER_TIMEOUT_MS: silence that declares a peer dead */
 	uint64_t connect_timeout_ns;	/* RK_CONNECT_TIMEOUT_MS: bootstrap bound */
 	uint64_t handshake_timeout_ns;	/* RK_HANDSHAKE_MS: an accepted socket must HELLO by then */
+
+	enum rk_resident_mode resident;	/* RK_RESIDENT: round epochs for resident consumers */
 
 	int log_level;			/* RK_LOG: error=0 warn=1 info=2 debug=3 */
 	bool catch_signals;		/* RK_SIGNALS: the loop stops on SIGINT/SIGTERM */

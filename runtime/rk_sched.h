@@ -182,6 +182,9 @@ struct rk_sched_stats {
 	uint64_t accepted;		/* drafted tokens accepted */
 	uint64_t streams_done;
 	uint64_t ns_round_sum;		/* broadcast-to-completion time, summed */
+	uint64_t published;		/* rounds published in the epoch region */
+	uint64_t resident_fallbacks;	/* no region (it could not be made) or a
+					 * publication refused: launch path only */
 };
 
 /*
@@ -321,6 +324,128 @@ RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *o
  * done). NULL is a no-op.
  */
 RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
+
+/*
+ * Round epochs (resident consumers).
+ *
+ * A scheduler whose loop has RK_RESIDENT on or auto (struct rk_config.resident)
+ * publishes every round it launches into a region of its own, the moment the
+ * leader has sent the ROUND or a follower has received it, before launch():
+ * the round id as a monotonically increasing epoch, and the ROUND payload
+ * itself as the descriptor (streams, positions, inputs, drafts; decode it with
+ * rk_wire_decode_round()). A consumer that is already waiting (a worker
+ * thread, a GPU stream pre-armed with a wait on the epoch word) starts on the
+ * store, without being launched; launch() still runs for every round, and the
+ * backend decides there, from the same facts the consumer sees, whether the
+ * pre-armed work takes the round or the launch path does.
+ *
+ * The region is one page-aligned mapping (MAP_SHARED | MAP_ANONYMOUS) with
+ * this layout, little-endian, offsets in bytes (each shared word on its own
+ * cache line; nothing in it is a pointer, so the same layout can live in
+ * memory that other processes map):
+ *   RK_EPOCH_OFF_EPOCH       u64  the last published epoch (0: none); release-stored
+ *                                 after the descriptor; the word a GPU waits on
+ *   RK_EPOCH_OFF_FUTEX       u32  bumped after every publication and kick (futex word)
+ *   RK_EPOCH_OFF_WAITERS     u32  consumers asleep on the futex word
+ *   RK_EPOCH_OFF_KICKS       u32  rk_epoch_kick() count
+ *   RK_EPOCH_OFF_SEQ         u64  the descriptor's seqlock: odd while it is written
+ *   RK_EPOCH_OFF_DESC_EPOCH  u64  the epoch the descriptor belongs to
+ *   RK_EPOCH_OFF_DESC_LEN    u32  its length, or RK_EPOCH_NO_DESC when the round
+ *                                 was larger than the region (take the launch path)
+ *   RK_EPOCH_OFF_DESC_FLAGS  u32  the ROUND's frame flags (RK_FRAME_F_*)
+ *   RK_EPOCH_OFF_DESC        the ROUND payload, up to rk_epoch_desc_max() bytes
+ * One writer (the scheduler's loop thread); readers on any thread.
+ */
+#define RK_EPOCH_OFF_EPOCH	0
+#define RK_EPOCH_OFF_FUTEX	64
+#define RK_EPOCH_OFF_WAITERS	68
+#define RK_EPOCH_OFF_KICKS	72
+#define RK_EPOCH_OFF_SEQ	128
+#define RK_EPOCH_OFF_DESC_EPOCH	136
+#define RK_EPOCH_OFF_DESC_LEN	144
+#define RK_EPOCH_OFF_DESC_FLAGS	148
+#define RK_EPOCH_OFF_DESC	192
+#define RK_EPOCH_NO_DESC	0xffffffffu
+#define RK_EPOCH_DESC_MAX	(256u << 10)	/* the scheduler's region: ROUNDs up to this */
+
+struct rk_epoch;
+
+/**
+ * rk_epoch_create() - a zeroed region (epoch 0) for descriptors up to
+ * @desc_max bytes, with one reference. Any thread.
+ * Return: 0 and *@out; -EINVAL (@desc_max 0 or above RK_WIRE_MAX_PAYLOAD),
+ * -ENOMEM, -errno from mmap.
+ */
+RK_EXPORT int rk_epoch_create(uint32_t desc_max, struct rk_epoch **out);
+
+/** rk_epoch_hold() - one more reference (a consumer that may outlive the scheduler). */
+RK_EXPORT void rk_epoch_hold(struct rk_epoch *e);
+
+/** rk_epoch_release() - drop a reference; the last unmaps the region. NULL is a no-op. */
+RK_EXPORT void rk_epoch_release(struct rk_epoch *e);
+
+/**
+ * rk_epoch_base() - the mapping (page-aligned) and its length in *@len: what
+ * a GPU consumer registers (cuMemHostRegister). Valid while a reference is held.
+ */
+RK_EXPORT void *rk_epoch_base(const struct rk_epoch *e, size_t *len);
+
+/** rk_epoch_desc_max() - the largest descriptor the region holds. */
+RK_EXPORT uint32_t rk_epoch_desc_max(const struct rk_epoch *e);
+
+/**
+ * rk_epoch_publish() - the one writer: descriptor @desc (@len bytes, the
+ * ROUND payload) and frame @flags of @epoch, then the epoch itself, with
+ * release ordering; wakes consumers asleep in rk_epoch_wait() (a system call
+ * only when one is). A descriptor larger than the region is not copied: the
+ * epoch still moves, and readers are told to take the launch path.
+ * Return: 0; -RK_ETOOBIG (published without its descriptor); -EINVAL when
+ * @epoch is 0 or not above the last one (nothing published).
+ */
+RK_EXPORT int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags,
+			       const void *desc, uint32_t len);
+
+/** rk_epoch_current() - the last published epoch (acquire). Any thread. */
+RK_EXPORT uint64_t rk_epoch_current(const struct rk_epoch *e);
+
+/**
+ * rk_epoch_read() - copy the last published descriptor into @buf (@cap
+ * bytes), consistent with its epoch (*@epoch) and flags (*@flags); either
+ * may be NULL. Any thread; spins while a publication is under way.
+ * Return: its length; -ENOENT (nothing published); -RK_ETOOBIG (that round
+ * had no descriptor); -ENOSPC (larger than @cap: nothing copied, *@epoch set).
+ */
+RK_EXPORT int64_t rk_epoch_read(const struct rk_epoch *e, uint64_t *epoch, uint32_t *flags,
+				void *buf, uint32_t cap);
+
+/**
+ * rk_epoch_wait() - a consumer: wait until the epoch is at least @want,
+ * spinning for @spin_ns, then asleep on the futex word. *@kicks is the kick
+ * count the caller last saw (start from rk_epoch_kicks(), read before the
+ * caller checks its own stop flag). Any thread but the writer's.
+ * Return: 0 (reached while spinning), 1 (reached after a sleep), -EINTR
+ * (rk_epoch_kick() since *@kicks, which is updated: check your stop flag).
+ */
+RK_EXPORT int rk_epoch_wait(struct rk_epoch *e, uint64_t want, uint64_t spin_ns,
+			    uint32_t *kicks);
+
+/** rk_epoch_kicks() - how many times rk_epoch_kick() was called. Any thread. */
+RK_EXPORT uint32_t rk_epoch_kicks(const struct rk_epoch *e);
+
+/**
+ * rk_epoch_kick() - end every rk_epoch_wait() under way with -EINTR (a
+ * consumer's owner stopping it: set its stop flag first). Any thread.
+ */
+RK_EXPORT void rk_epoch_kick(struct rk_epoch *e);
+
+/**
+ * rk_sched_epoch() - the region @s publishes its rounds in, or NULL
+ * (RK_RESIDENT=off, or it could not be made: the launch path then, with one
+ * log line and rk_sched_stats.resident_fallbacks). Borrowed: the scheduler's
+ * reference lasts until rk_sched_destroy(); a consumer that may outlive it
+ * takes its own with rk_epoch_hold(). NULL @s gives NULL.
+ */
+RK_EXPORT struct rk_epoch *rk_sched_epoch(const struct rk_sched *s);
 
 #ifdef __cplusplus
 }

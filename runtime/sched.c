@@ -77,6 +77,10 @@ struct rk_sched {
 	uint64_t t_round;			/* the last ROUND seen, 0 = no ROUND awaited */
 	bool round_late;			/* that one was seen right after a sleep */
 
+	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
+	 * region could not be made */
+	struct rk_epoch *ep;
+
 	struct rk_sched_stats stats;
 };
 
@@ -205,6 +209,37 @@ static void kick(struct rk_sched *s)
 {
 	if (!s->kick.active)
 		rk_timer_start(s->loop, &s->kick, 0, 0);
+}
+
+/*
+ * Publish round @id (ROUND payload @p, @len bytes) for resident consumers,
+ * right before launch(): the leader once the ROUND is sent, a follower as it
+ * receives it. A refusal (a descriptor too large for the region) still moves
+ * the epoch, and the consumers see that they must leave this round to the
+ * launch path; it is counted, never fatal.
+ */
+static void publish(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8_t *p,
+		    uint32_t len)
+{
+	int ret;
+
+	if (!s->ep)
+		return;
+	ret = rk_epoch_publish(s->ep, id, flags, p, len);
+	if (ret) {
+		if (!s->stats.resident_fallbacks)
+			rk__warn(s->rank, "round %llu: not published for resident consumers: %s",
+				 (unsigned long long)id, rk_strerror(ret));
+		s->stats.resident_fallbacks++;
+		if (ret != -RK_ETOOBIG)
+			return;
+	}
+	s->stats.published++;
+}
+
+struct rk_epoch *rk_sched_epoch(const struct rk_sched *s)
+{
+	return s ? s->ep : NULL;
 }
 
 /* ---- requests -------------------------------------------------------------------- */
@@ -353,6 +388,19 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		free(s);
 		return -ENOMEM;
 	}
+	if (lc->resident != RK_RESIDENT_OFF) {
+		uint32_t dmax = s->frame_max < RK_EPOCH_DESC_MAX ? (uint32_t)s->frame_max
+								 : RK_EPOCH_DESC_MAX;
+		int ret = rk_epoch_create(dmax, &s->ep);
+
+		if (ret) {
+			/* the launch path still runs every round */
+			rk__warn(s->rank, "resident rounds off: no epoch region: %s",
+				 rk_strerror(ret));
+			s->ep = NULL;
+			s->stats.resident_fallbacks++;
+		}
+	}
 	if (s->rank != 0) {
 		rk_source_init(&s->src, &round_source_ops, s);
 		rk_loop_add_source(s->loop, &s->src);
@@ -392,6 +440,7 @@ static void sched_free(struct rk_sched *s)
 	free(s->tokens);
 	free(s->prev_ids);
 	free(s->cur_ids);
+	rk_epoch_release(s->ep);
 	free(s);
 }
 
@@ -595,6 +644,7 @@ static void sched_step(struct rk_sched *s)
 	ret = rk_wire_decode_round(s->buf, (size_t)len, &view);
 	if (ret)
 		goto fail;
+	publish(s, id, flags, s->buf, (uint32_t)len);
 	s->in_flight = true;
 	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
 	s->t_launch = rk_loop_now(s->loop);
@@ -901,6 +951,7 @@ static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const
 	s->prev_ids = s->cur_ids;
 	s->cur_ids = t;
 	s->nprev = view.n_streams;
+	publish(s, view.round_id, h->flags, payload, h->len);
 	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Round epochs: the scheduler's last round, published where a consumer that
+ * is already waiting can see it (rk_sched.h, "Round epochs").
+ *
+ * The region is its own page-aligned mapping (MAP_SHARED | MAP_ANONYMOUS), so
+ * it can be registered with CUDA (cuMemHostRegister) whole, and a later
+ * same-host broadcast ring can offer the same layout in memory that every
+ * process maps. One writer (the scheduler, on its loop thread), any number of
+ * readers on any thread, in this process or, through a shared mapping, in
+ * another: nothing in the region is a pointer.
+ *
+ * Ordering. The descriptor is a seqlock (Linux's write_seqcount): the writer
+ * makes seq odd, fences (release), writes the descriptor, then release-stores
+ * seq even; a reader acquire-loads seq, copies, fences (acquire) and keeps the
+ * copy only when seq is even and unchanged. The epoch word is release-stored
+ * after seq turns even, so a consumer that acquire-waits on the epoch (a CPU
+ * thread, or a GPU's cuStreamWaitValue on the mapped word) finds the
+ * descriptor of that epoch or a later one. The futex word is bumped after
+ * the epoch; the writer then issues a seq_cst fence and wakes only when a
+ * waiter has announced itself (pairs with the waiter's increment of 'waiters',
+ * seq_cst fence, re-check of the epoch): either the writer sees the waiter,
+ * or the waiter sees the new epoch, so a wake is never lost and a publication
+ * with nobody asleep costs no system call.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+#include "rk_sched.h"
+
+struct rk_epoch {
+	uint8_t *base;		/* the mapping, RK_EPOCH_OFF_DESC + desc_max rounded to pages */
+	size_t len;
+	uint32_t desc_max;
+	atomic_uint refs;
+};
+
+_Static_assert(RK_EPOCH_OFF_FUTEX % 64 == 0 && RK_EPOCH_OFF_SEQ % 64 == 0 &&
+		       RK_EPOCH_OFF_DESC % 64 == 0,
+	       "each word the writer and the readers share has its own cache line");
+
+static inline _Atomic uint64_t *w64(const struct rk_epoch *e, size_t off)
+{
+	return (_Atomic uint64_t *)(void *)(e->base + off);
+}
+
+static inline _Atomic uint32_t *w32(const struct rk_epoch *e, size_t off)
+{
+	return (_Atomic uint32_t *)(void *)(e->base + off);
+}
+
+static inline void relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+int rk_epoch_create(uint32_t desc_max, struct rk_epoch **out)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	struct rk_epoch *e;
+	size_t len;
+	int ret;
+
+	if (!out || !desc_max || desc_max > RK_WIRE_MAX_PAYLOAD)
+		return -EINVAL;
+	if (page <= 0)
+		page = 4096;
+	len = ((size_t)RK_EPOCH_OFF_DESC + desc_max + (size_t)page - 1) & ~((size_t)page - 1);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (e->base == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	/* the mapping starts zeroed: epoch 0 (none), seq 0, no descriptor */
+	e->len = len;
+	e->desc_max = desc_max;
+	atomic_init(&e->refs, 1);
+	*out = e;
+	return 0;
+err_free:
+	free(e);
+	return ret;
+}
+
+void rk_epoch_hold(struct rk_epoch *e)
+{
+	atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
+}
+
+void rk_epoch_release(struct rk_epoch *e)
+{
+	if (!e)
+		return;
+	/* acq_rel: every holder's last access happens before the unmap */
+	if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	munmap(e->base, e->len);
+	free(e);
+}
+
+void *rk_epoch_base(const struct rk_epoch *e, size_t *len)
+{
+	if (len)
+		*len = e->len;
+	return e->base;
+}
+
+uint32_t rk_epoch_desc_max(const struct rk_epoch *e)
+{
+	return e->desc_max;
+}
+
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+	/* process-shared (no FUTEX_PRIVATE_FLAG): the region may be mapped by others */
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The futex word changed: wake whoever announced a sleep. */
+static void bump_and_wake(struct rk_epoch *e)
+{
+	atomic_fetch_add_explicit(w32(e, RK_EPOCH_OFF_FUTEX), 1, memory_order_release);
+	/* pairs with the waiter's seq_cst fence between its 'waiters' increment
+	 * and its last look at the epoch (rk_epoch_wait()) */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(w32(e, RK_EPOCH_OFF_WAITERS), memory_order_relaxed))
+		futex_wake_all(w32(e, RK_EPOCH_OFF_FUTEX));
+}
+
+int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const void *desc,
+		     uint32_t len)
+{
+	_Atomic uint64_t *seq = w64(e, RK_EPOCH_OFF_SEQ);
+	uint64_t s;
+	bool fits = len <= e->desc_max;
+
+	if (!epoch || epoch <= atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH),
+						    memory_order_relaxed))
+		return -EINVAL;
+	s = atomic_load_explicit(seq, memory_order_relaxed);
+	atomic_store_explicit(seq, s + 1, memory_order_relaxed);
+	/* the odd seq is visible before any descriptor byte (pairs with the
+	 * reader's acquire fence before its second look at seq) */
+	atomic_thread_fence(memory_order_release);
+	*(uint64_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_EPOCH) = epoch;
+	*(uint32_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_LEN) = fits ? len : RK_EPOCH_NO_DESC;
+	*(uint32_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_FLAGS) = flags;
+	if (fits && len)
+		memcpy(e->base + RK_EPOCH_OFF_DESC, desc, len);
+	/* the descriptor before the even seq (pairs with the reader's acquire load) */
+	atomic_store_explicit(seq, s + 2, memory_order_release);
+	/* and before the epoch (pairs with a waiter's acquire load of it) */
+	atomic_store_explicit(w64(e, RK_EPOCH_OFF_EPOCH), epoch, memory_order_release);
+	bump_and_wake(e);
+	return fits ? 0 : -RK_ETOOBIG;
+}
+
+uint64_t rk_epoch_current(const struct rk_epoch *e)
+{
+	/* pairs with the release store in rk_epoch_publish() */
+	return atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_acquire);
+}
+
+int64_t rk_epoch_read(const struct rk_epoch *e, uint64_t *epoch, uint32_t *flags, void *buf,
+		      uint32_t cap)
+{
+	_Atomic uint64_t *seq = w64(e, RK_EPOCH_OFF_SEQ);
+	uint64_t s1, s2, ep;
+	uint32_t len, fl;
+
+	for (;;) {
+		/* pairs with the writer's release store of the even seq */
+		s1 = atomic_load_explicit(seq, memory_order_acquire);
+		if (s1 & 1) {
+			relax();	/* a publication is under way: it takes a memcpy */
+			continue;
+		}
+		ep = *(const volatile uint64_t *)(const void *)(e->base + RK_EPOCH_OFF_DESC_EPOCH);
+		len = *(const volatile uint32_t *)(const void *)(e->base + RK_EPOCH_OFF_DESC_LEN);
+		fl = *(const volatile uint32_t *)(const void *)(e->base + RK_EPOCH_OFF_DESC_FLAGS);
+		if (len != RK_EPOCH_NO_DESC && len <= e->desc_max && len <= cap && buf)
+			memcpy(buf, e->base + RK_EPOCH_OFF_DESC, len);
+		/* the copy before the second look (pairs with the writer's release fence) */
+		atomic_thread_fence(memory_order_acquire);
+		s2 = atomic_load_explicit(seq, memory_order_relaxed);
+		if (s1 == s2)
+			break;
+	}
+	if (!s1)
+		return -ENOENT;		/* nothing published yet */
+	if (epoch)
+		*epoch = ep;
+	if (flags)
+		*flags = fl;
+	if (len == RK_EPOCH_NO_DESC)
+		return -RK_ETOOBIG;
+	if (len > cap || (!buf && len))
+		return -ENOSPC;
+	return len;
+}
+
+uint32_t rk_epoch_kicks(const struct rk_epoch *e)
+{
+	return atomic_load_explicit(w32(e, RK_EPOCH_OFF_KICKS), memory_order_acquire);
+}
+
+void rk_epoch_kick(struct rk_epoch *e)
+{
+	/* release: what the kicker stored before (a stop flag) is seen by the
+	 * waiter that sees the new count */
+	atomic_fetch_add_explicit(w32(e, RK_EPOCH_OFF_KICKS), 1, memory_order_release);
+	bump_and_wake(e);
+}
+
+int rk_epoch_wait(struct rk_epoch *e, uint64_t want, uint64_t spin_ns, uint32_t *kicks)
+{
+	_Atomic uint32_t *fw = w32(e, RK_EPOCH_OFF_FUTEX);
+	_Atomic uint32_t *waiters = w32(e, RK_EPOCH_OFF_WAITERS);
+	uint64_t t0 = 0;
+	uint32_t f, k0 = *kicks, k;
+	unsigned int i;
+	bool slept = false;
+
+	/* spin: a consumer that is already waiting reacts within a cache miss */
+	for (i = 0;; i++) {
+		if (rk_epoch_current(e) >= want)
+			return 0;
+		k = rk_epoch_kicks(e);
+		if (k != k0) {
+			*kicks = k;
+			return -EINTR;
+		}
+		if (!spin_ns)
+			break;
+		if ((i & 63) == 0) {
+			uint64_t now = rk__now_ns();
+
+			if (!t0)
+				t0 = now;
+			else if (now - t0 >= spin_ns)
+				break;
+		}
+		relax();
+	}
+	/* then sleep on the futex word until it moves */
+	for (;;) {
+		f = atomic_load_explicit(fw, memory_order_acquire);
+		atomic_fetch_add_explicit(waiters, 1, memory_order_relaxed);
+		/* pairs with bump_and_wake()'s fence: the publisher sees us, or we
+		 * see its epoch (or kick) below */
+		atomic_thread_fence(memory_order_seq_cst);
+		if (rk_epoch_current(e) >= want || rk_epoch_kicks(e) != k0) {
+			atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+			break;
+		}
+		/* returns at once when the word is no longer f (-EAGAIN) */
+		syscall(SYS_futex, (uint32_t *)fw, FUTEX_WAIT, f, NULL, NULL, 0);
+		atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+		slept = true;
+	}
+	if (rk_epoch_current(e) >= want)
+		return slept ? 1 : 0;
+	*kicks = rk_epoch_kicks(e);
+	return -EINTR;
+}
