@@ -171,6 +171,7 @@ START_TEST(test_print_defaults)
 		"RK_PEER_TIMEOUT_MS=5000\n"
 		"RK_CONNECT_TIMEOUT_MS=30000\n"
 		"RK_HANDSHAKE_MS=2000\n"
+		"RK_RESIDENT=auto\n"
 		"RK_LOG=warn\n"
 		"RK_SIGNALS=0\n"
 		"# RK_RDMA_DEV unset\n"
@@ -315,7 +316,7 @@ static const char *const all_knobs[] = {
 	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
-	"RK_LOG", "RK_SIGNALS", "RK_RDMA_GID",
+	"RK_LOG", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT",
 };
 
 /* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
@@ -1320,6 +1321,27 @@ START_TEST(test_auth_knob)
 }
 END_TEST
 
+START_TEST(test_resident_knob)
+{
+	struct rk_config c = defaults();
+	char err[512] = "";
+
+	ck_assert_int_eq(c.resident, RK_RESIDENT_AUTO);
+	ck_assert_int_eq(rk_config_set(&c, "RK_RESIDENT", "off", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.resident, RK_RESIDENT_OFF);
+	ck_assert_int_eq(rk_config_set(&c, "resident", "on", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.resident, RK_RESIDENT_ON);
+	ck_assert_int_eq(rk_config_set(&c, "RK_RESIDENT", "1", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_RESIDENT='1': not one of auto, on, off");
+	ck_assert_int_eq(c.resident, RK_RESIDENT_ON);
+	setenv("RK_RESIDENT", "off", 1);
+	c = defaults();
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.resident, RK_RESIDENT_OFF);
+	unsetenv("RK_RESIDENT");
+}
+END_TEST
+
 START_TEST(test_bounds_between_knobs)
 {
 	struct rk_config c = defaults();
@@ -1421,6 +1443,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_secret_file_missing);
 	tcase_add_test(tc, test_secret_set);
 	tcase_add_test(tc, test_auth_knob);
+	tcase_add_test(tc, test_resident_knob);
 	tcase_add_test(tc, test_bounds_between_knobs);
 
 	tc = tcase(s, "launcher");

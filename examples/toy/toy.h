@@ -259,6 +259,13 @@ struct toy_cpu_stats {
 	uint64_t ns_compute;	/* worker time in toy_table_exec() */
 	uint64_t frames_rx;	/* leader: partials received */
 	uint64_t stale;		/* leader: partials for a round already finished, dropped */
+	/* resident rounds (RK_RESIDENT; toy_cpu.c): posted + resident = launches that ran */
+	uint64_t posted;	/* rounds queued to the worker by launch() */
+	uint64_t resident;	/* rounds the pre-armed worker took from the epoch region */
+	uint64_t resident_sleeps;	/* ...of which it slept on the futex for */
+	uint64_t resident_mismatch;	/* armed, but the round took the launch path (a shape
+					 * the armed buffers do not fit, no descriptor) */
+	uint64_t resident_fallbacks;	/* could not pre-arm (no memory): launch path */
 };
 
 /**

@@ -8,6 +8,21 @@
  * and posts the job back to the loop (the job carries its own struct rk_post:
  * nothing is allocated on that path). Everything else runs on the loop thread.
  *
+ * Resident rounds (RK_RESIDENT, rk_sched.h "Round epochs"): while round N
+ * runs, launch() pre-arms round N+1 by queueing an armed job behind it. The
+ * worker takes it and waits on the scheduler's epoch (spin, then futex)
+ * instead of on the queue, reads the descriptor from the region and computes
+ * as soon as the leader sends or the follower receives the ROUND, before
+ * launch() has run. Which path a round takes is decided twice from the same
+ * facts: launch() on the loop and the worker each check that the epoch is the
+ * armed one, that the region holds its descriptor and that the round fits the
+ * armed job's buffers (the pre-armed shape: the largest round seen, at least
+ * ARM_STREAMS x ARM_TOKENS x ARM_OUTS). When it does not, the worker hands
+ * the armed job back unused and launch() queues the round as a posted job
+ * behind it (counted: resident_mismatch). The worker allocates nothing on
+ * the resident path. Retires the loop makes between rounds happen before the
+ * next publication (release), so the worker sees them after its acquire.
+ *
  * Reduction: a follower sends its partials to the leader in one USER frame
  * tagged TOY_TAG (payload after the USER header: u64 round_id, u32 n_outputs,
  * u32 V, then n_outputs * V int32, all little-endian) and reports completion;
@@ -19,6 +34,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +45,10 @@
 #include "toy.h"
 
 #define PARTIAL_HDR 16u	/* round_id, n_outputs, V */
+/* the smallest pre-armed shape: a decode batch of 8 plain streams */
+#define ARM_STREAMS 8u
+#define ARM_TOKENS 64u
+#define ARM_OUTS 8u
 
 struct toy_job {
 	struct rk_post post;
@@ -39,6 +60,12 @@ struct toy_job {
 	int status;
 	uint64_t ns;
 	struct toy_job *next;
+	/* resident: set by the loop before the job is queued */
+	bool armed;		/* waits on the epoch for round @want, not on the queue */
+	uint64_t want;
+	atomic_bool disarm;	/* the loop gave round @want to the launch path */
+	bool orphan;		/* loop: computed for a launch that failed; dropped */
+	bool slept;		/* worker: it slept on the futex before the epoch came */
 };
 
 struct toy_cpu {
@@ -55,6 +82,19 @@ struct toy_cpu {
 	pthread_cond_t cv;
 	struct toy_job *qhead, *qtail;	/* under mu */
 	bool stop;			/* under mu */
+	struct toy_job *unused;		/* under mu: armed jobs the worker handed back */
+	atomic_bool halt;		/* destroy: an armed wait ends */
+
+	/* resident rounds: the loop's, and read by the worker once armed */
+	bool res_on;			/* RK_RESIDENT is not off */
+	struct rk_epoch *ep;		/* the region armed jobs wait on (a reference) */
+	uint8_t *desc;			/* the worker's copy of a descriptor, desc_max bytes */
+	uint32_t desc_max;
+	uint64_t spin_ns;		/* the worker spins this long before the futex */
+	struct toy_job *armed;		/* loop: the armed job the worker holds, if any */
+	uint32_t shape_st, shape_tok, shape_out;	/* the largest round seen */
+	unsigned int orphans;		/* computed for launches that failed, not back yet */
+	bool res_logged;
 
 	/* loop thread */
 	struct toy_job *free_jobs;
@@ -94,6 +134,64 @@ static void report(struct toy_cpu *b, struct rk_sched *s, uint64_t round_id, int
 
 /* ---- the worker ------------------------------------------------------------------- */
 
+/* Outputs of round @v: one per input batch and one per draft, per stream. */
+static uint64_t view_outs(const struct rk_wire_round *v)
+{
+	struct rk_wire_stream ws;
+	uint64_t out = 0;
+	uint32_t i;
+
+	for (i = 0; i < v->n_streams; i++) {
+		rk_wire_round_stream(v, i, &ws);
+		out += (uint64_t)ws.n_draft + 1;
+	}
+	return out;
+}
+
+/* Round @v fits armed job @a's buffers: the worker would allocate nothing. */
+static bool shape_fits(const struct toy_job *a, const struct rk_wire_round *v, uint32_t V)
+{
+	return v->n_streams <= a->r.st_cap && v->n_tok_total <= a->r.tok_cap &&
+	       view_outs(v) * V <= a->out_cap;
+}
+
+/*
+ * Worker: the armed job @job waits for its round on the epoch and computes it
+ * from the region's descriptor. Return: true when it ran (post it), false
+ * when the round is the launch path's (stopped, disarmed, not in the region,
+ * or a shape the job does not fit): the job goes back unused.
+ */
+static bool resident_run(struct toy_cpu *b, struct toy_job *job)
+{
+	struct rk_wire_round v;
+	uint32_t kicks = rk_epoch_kicks(b->ep), flags;
+	uint64_t id = 0, t0;
+	int64_t n;
+	int ret;
+
+	for (;;) {
+		/* kicks read before the flags: a kick after them ends the wait */
+		if (atomic_load_explicit(&job->disarm, memory_order_acquire) ||
+		    atomic_load_explicit(&b->halt, memory_order_acquire))
+			return false;
+		ret = rk_epoch_wait(b->ep, job->want, b->spin_ns, &kicks);
+		if (ret >= 0)
+			break;
+	}
+	job->slept = ret == 1;
+	n = rk_epoch_read(b->ep, &id, &flags, b->desc, b->desc_max);
+	if (n < 0 || id != job->want || rk_wire_decode_round(b->desc, (size_t)n, &v) ||
+	    !shape_fits(job, &v, b->m.V))
+		return false;	/* launch() decided the same from the same facts */
+	t0 = now_ns();
+	/* it fits: toy_round_copy() only checks and copies */
+	job->status = toy_round_copy(&job->r, &v, b->m.V);
+	if (!job->status)
+		job->status = toy_table_exec(&b->tab, &job->r, job->out);
+	job->ns = now_ns() - t0;
+	return true;
+}
+
 static void *worker_main(void *arg)
 {
 	struct toy_cpu *b = arg;
@@ -112,9 +210,18 @@ static void *worker_main(void *arg)
 			b->qtail = NULL;
 		pthread_mutex_unlock(&b->mu);
 
-		t0 = now_ns();
-		job->status = toy_table_exec(&b->tab, &job->r, job->out);
-		job->ns = now_ns() - t0;
+		if (job->armed) {
+			if (!resident_run(b, job)) {
+				pthread_mutex_lock(&b->mu);
+				job->next = b->unused;
+				b->unused = job;
+				continue;
+			}
+		} else {
+			t0 = now_ns();
+			job->status = toy_table_exec(&b->tab, &job->r, job->out);
+			job->ns = now_ns() - t0;
+		}
 		/* the loop owns the job from here; this thread must not touch it */
 		rk_loop_post(b->loop, &job->post);
 
@@ -285,6 +392,19 @@ static enum rk_activity job_done(struct rk_post *p)
 	int status = job->status, ret;
 	uint32_t i;
 
+	if (job->orphan) {
+		/* its launch failed after the worker had taken it: nobody waits */
+		job->orphan = false;
+		job->armed = false;
+		b->orphans--;
+		job_put(b, job);
+		return RK_BUSY;
+	}
+	if (job->armed) {
+		b->stats.resident++;
+		b->stats.resident_sleeps += job->slept;
+		job->armed = false;
+	}
 	b->inflight--;
 	b->stats.rounds++;
 	b->stats.outputs += job->r.n_out;
@@ -364,50 +484,102 @@ bad:
 
 /* ---- the ops -------------------------------------------------------------------------- */
 
-static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
-		      unsigned int flags)
+/* Armed jobs the worker handed back go to the free list. */
+static void reclaim_unused(struct toy_cpu *b)
 {
-	struct toy_cpu *b = ctx;
+	struct toy_job *job, *next;
+
+	pthread_mutex_lock(&b->mu);
+	job = b->unused;
+	b->unused = NULL;
+	pthread_mutex_unlock(&b->mu);
+	for (; job; job = next) {
+		next = job->next;
+		job->armed = false;
+		job_put(b, job);
+	}
+}
+
+static void resident_fallback(struct toy_cpu *b, const char *why, int err)
+{
+	if (!b->res_logged)
+		fprintf(stderr, "toy: rank %u: resident rounds fall back to the launch path: %s%s%s\n",
+			b->rank, why, err ? ": " : "", err ? rk_strerror(err) : "");
+	b->res_logged = true;
+	b->stats.resident_fallbacks++;
+}
+
+static int grow_buf(void **p, uint32_t *cap, uint64_t need, size_t size)
+{
+	void *q;
+
+	if (need <= *cap)
+		return 0;
+	if (need > UINT32_MAX)
+		return -ENOMEM;
+	q = realloc(*p, (size_t)need * size);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = (uint32_t)need;
+	return 0;
+}
+
+/*
+ * Loop: pre-arm round @want on @ep: an armed job, with buffers of the shape
+ * seen so far, queued behind the round just launched. A failure leaves the
+ * next round to the launch path (one log line, a counter).
+ */
+static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
+{
 	struct toy_job *job;
-	size_t need;
+	size_t out_need;
+	uint32_t out_cap;
 	int ret;
 
-	(void)flags;
-	if (b->aborted)
-		return b->aborted;
-	/*
-	 * Every launch is reported once. A round the scheduler ended another way
-	 * (a follower's failure) still waits here for partials that will not
-	 * come: it is over now.
-	 */
-	if (b->rank == 0 && owes_report(b))
-		leader_fail(b, b->launched, -ECANCELED);
+	if (!b->res_on || !ep || b->aborted || b->armed)
+		return;
+	if (!b->ep) {
+		b->desc_max = rk_epoch_desc_max(ep);
+		b->desc = malloc(b->desc_max);
+		if (!b->desc) {
+			resident_fallback(b, "no descriptor buffer", -ENOMEM);
+			b->res_on = false;
+			return;
+		}
+		rk_epoch_hold(ep);
+		b->ep = ep;
+	} else if (ep != b->ep) {
+		return;		/* another scheduler's region: the launch path for it */
+	}
+	reclaim_unused(b);
 	job = job_get(b);
-	if (!job)
-		return -ENOMEM;
-	ret = toy_round_copy(&job->r, round, b->m.V);
-	if (ret)
-		goto fail;
-	need = (size_t)job->r.n_out * b->m.V;
-	if (need > job->out_cap) {
-		int32_t *o = realloc(job->out, need * sizeof(*o));
-
-		ret = -ENOMEM;
-		if (!o)
-			goto fail;
-		job->out = o;
-		job->out_cap = need;
+	if (!job) {
+		resident_fallback(b, "no job", -ENOMEM);
+		return;
 	}
-	if (b->rank == 0) {
-		/* token() is done with the previous round once the next launches */
-		if (b->cur)
-			job_put(b, b->cur);
-		b->cur = NULL;
-		b->launched_valid = true;
-		b->launched = job->r.round_id;
-		b->target = s;
+	out_need = (size_t)b->shape_out * b->m.V;
+	out_cap = job->out_cap > UINT32_MAX ? UINT32_MAX : (uint32_t)job->out_cap;
+	ret = grow_buf((void **)&job->r.st, &job->r.st_cap, b->shape_st, sizeof(*job->r.st));
+	if (!ret)
+		ret = grow_buf((void **)&job->r.tok, &job->r.tok_cap, b->shape_tok,
+			       sizeof(*job->r.tok));
+	if (!ret && out_need > job->out_cap) {
+		ret = grow_buf((void **)&job->out, &out_cap, out_need, sizeof(*job->out));
+		if (!ret)
+			job->out_cap = out_cap;
 	}
-	job->s = s;
+	if (ret) {
+		job_put(b, job);
+		resident_fallback(b, "no memory for the pre-armed shape", ret);
+		return;
+	}
+	job->armed = true;
+	job->want = want;
+	job->slept = false;
+	job->orphan = false;
+	atomic_store_explicit(&job->disarm, false, memory_order_relaxed);
+	job->s = NULL;
 	job->next = NULL;
 	pthread_mutex_lock(&b->mu);
 	if (b->qtail)
@@ -417,7 +589,122 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	b->qtail = job;
 	pthread_cond_signal(&b->cv);
 	pthread_mutex_unlock(&b->mu);
+	b->armed = job;
+}
+
+/*
+ * Loop: round @round is launched. Return the armed job when the worker takes
+ * it from the region (the same checks as resident_run()), else NULL: the
+ * armed job is the worker's to hand back, and a worker still waiting for an
+ * epoch that this round will not bring is told so.
+ */
+static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
+				  const struct rk_wire_round *round)
+{
+	struct toy_job *a = b->armed;
+	int64_t len;
+
+	if (!a)
+		return NULL;
+	b->armed = NULL;
+	len = rk_wire_round_size(round->n_streams, round->n_tok_total);
+	if (ep == b->ep && a->want == round->round_id &&
+	    rk_epoch_current(ep) == round->round_id && len >= 0 && len <= b->desc_max) {
+		if (shape_fits(a, round, b->m.V))
+			return a;
+		b->stats.resident_mismatch++;	/* the worker hands it back: same check */
+		return NULL;
+	}
+	b->stats.resident_mismatch++;
+	if (rk_epoch_current(b->ep) < a->want) {
+		/* release: the flag before the kick's count (resident_run() reads
+		 * the count, then the flag) */
+		atomic_store_explicit(&a->disarm, true, memory_order_release);
+		rk_epoch_kick(b->ep);
+	}
+	return NULL;
+}
+
+static void shape_grow(struct toy_cpu *b, const struct rk_wire_round *round)
+{
+	uint64_t outs = view_outs(round);
+
+	if (round->n_streams > b->shape_st)
+		b->shape_st = round->n_streams;
+	if (round->n_tok_total > b->shape_tok)
+		b->shape_tok = round->n_tok_total;
+	if (outs > b->shape_out)
+		b->shape_out = outs > UINT32_MAX ? UINT32_MAX : (uint32_t)outs;
+}
+
+static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
+		      unsigned int flags)
+{
+	struct toy_cpu *b = ctx;
+	struct rk_epoch *ep = b->res_on ? rk_sched_epoch(s) : NULL;
+	struct toy_job *job;
+	size_t need;
+	int ret;
+
+	(void)flags;
+	job = take_armed(b, ep, round);
+	if (b->aborted) {
+		if (job) {
+			/* the worker computes it anyway: dropped when it comes back */
+			job->orphan = true;
+			b->orphans++;
+		}
+		return b->aborted;
+	}
+	/*
+	 * Every launch is reported once. A round the scheduler ended another way
+	 * (a follower's failure) still waits here for partials that will not
+	 * come: it is over now.
+	 */
+	if (b->rank == 0 && owes_report(b))
+		leader_fail(b, b->launched, -ECANCELED);
+	if (!job) {
+		job = job_get(b);
+		if (!job)
+			return -ENOMEM;
+		ret = toy_round_copy(&job->r, round, b->m.V);
+		if (ret)
+			goto fail;
+		need = (size_t)job->r.n_out * b->m.V;
+		if (need > job->out_cap) {
+			int32_t *o = realloc(job->out, need * sizeof(*o));
+
+			ret = -ENOMEM;
+			if (!o)
+				goto fail;
+			job->out = o;
+			job->out_cap = need;
+		}
+		job->next = NULL;
+		pthread_mutex_lock(&b->mu);
+		if (b->qtail)
+			b->qtail->next = job;
+		else
+			b->qhead = job;
+		b->qtail = job;
+		pthread_cond_signal(&b->cv);
+		pthread_mutex_unlock(&b->mu);
+		b->stats.posted++;
+	}
+	if (b->rank == 0) {
+		/* token() is done with the previous round once the next launches */
+		if (b->cur)
+			job_put(b, b->cur);
+		b->cur = NULL;
+		b->launched_valid = true;
+		b->launched = round->round_id;
+		b->target = s;
+	}
+	/* the worker may be computing it already: it never reads job->s */
+	job->s = s;
 	b->inflight++;
+	shape_grow(b, round);
+	arm(b, ep, round->round_id + 1);
 	return 0;
 fail:
 	job_put(b, job);
@@ -468,6 +755,7 @@ const struct rk_backend_ops toy_cpu_ops = {
 
 int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out)
 {
+	const struct rk_config *lc;
 	struct toy_params def;
 	struct toy_cpu *b;
 	int ret, rank, size;
@@ -489,6 +777,16 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->loop = rk_world_loop(w);
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
+	lc = rk_loop_config(b->loop);
+	/* auto: on, the CPU backend's worker is a resident consumer (README "Knobs") */
+	b->res_on = lc->resident != RK_RESIDENT_OFF;
+	/* the worker waits as the loop does: spin for the busy window, then sleep */
+	b->spin_ns = lc->wait.mode == RK_WAIT_SPIN ? UINT64_MAX :
+		     lc->wait.mode == RK_WAIT_BLOCK ? 0 : lc->wait.spin_ns;
+	b->shape_st = ARM_STREAMS;
+	b->shape_tok = ARM_TOKENS;
+	b->shape_out = ARM_OUTS;
+	atomic_init(&b->halt, false);
 	ret = toy_model_init(&b->m, p->V, p->H, p->seed, b->rank, b->size);
 	if (ret)
 		goto err_free;
@@ -540,7 +838,7 @@ void toy_cpu_abort(struct toy_cpu *b)
 
 bool toy_cpu_busy(const struct toy_cpu *b)
 {
-	return b->inflight > 0;
+	return b->inflight > 0 || b->orphans > 0;
 }
 
 uint32_t toy_cpu_streams(const struct toy_cpu *b)
@@ -564,15 +862,30 @@ int toy_cpu_destroy(struct toy_cpu *b)
 
 	if (!b)
 		return 0;
-	if (b->inflight)
+	if (toy_cpu_busy(b))
 		return -EBUSY;
+	/* halt before the kick: an armed wait that sees the kick sees halt */
+	atomic_store_explicit(&b->halt, true, memory_order_release);
 	pthread_mutex_lock(&b->mu);
 	b->stop = true;
 	pthread_cond_signal(&b->cv);
 	pthread_mutex_unlock(&b->mu);
+	if (b->ep)
+		rk_epoch_kick(b->ep);
 	pthread_join(b->thr, NULL);
 	pthread_cond_destroy(&b->cv);
 	pthread_mutex_destroy(&b->mu);
+	/* an armed job is left in the queue or was handed back */
+	while ((job = b->qhead)) {
+		b->qhead = job->next;
+		job_free(job);
+	}
+	while ((job = b->unused)) {
+		b->unused = job->next;
+		job_free(job);
+	}
+	rk_epoch_release(b->ep);
+	free(b->desc);
 	if (b->cur)
 		job_put(b, b->cur);
 	while ((job = b->free_jobs)) {
