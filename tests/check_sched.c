@@ -8,8 +8,11 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime_int.h"
 #include "rk_sched.h"
@@ -1257,6 +1260,160 @@ START_TEST(test_teardown_order)
 }
 END_TEST
 
+/* ---- round epochs ------------------------------------------------------------------ */
+
+START_TEST(test_epoch_publish_read)
+{
+	struct rk_epoch *e;
+	uint8_t desc[64], out[64];
+	uint64_t ep = 99;
+	uint32_t fl = 0, kicks;
+	size_t len = 0;
+	uint8_t *base;
+
+	ck_assert_int_eq(rk_epoch_create(0, &e), -EINVAL);
+	ck_assert_int_eq(rk_epoch_create(RK_WIRE_MAX_PAYLOAD + 1u, &e), -EINVAL);
+	ck_assert_int_eq(rk_epoch_create(sizeof(desc), &e), 0);
+	base = rk_epoch_base(e, &len);
+	/* its own page-aligned mapping, the layout of rk_sched.h */
+	ck_assert_uint_eq((uintptr_t)base % (uintptr_t)sysconf(_SC_PAGESIZE), 0);
+	ck_assert_uint_ge(len, RK_EPOCH_OFF_DESC + sizeof(desc));
+	ck_assert_uint_eq(rk_epoch_desc_max(e), sizeof(desc));
+	ck_assert_uint_eq(rk_epoch_current(e), 0);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, &fl, out, sizeof(out)), -ENOENT);
+
+	memset(desc, 0xa5, sizeof(desc));
+	ck_assert_int_eq(rk_epoch_publish(e, 0, 0, desc, 8), -EINVAL);
+	ck_assert_int_eq(rk_epoch_publish(e, 3, 0x5, desc, 8), 0);
+	ck_assert_uint_eq(rk_epoch_current(e), 3);
+	ck_assert_uint_eq(*(uint64_t *)(void *)(base + RK_EPOCH_OFF_EPOCH), 3);
+	ck_assert_uint_eq(*(uint32_t *)(void *)(base + RK_EPOCH_OFF_DESC_LEN), 8);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, &fl, out, sizeof(out)), 8);
+	ck_assert_uint_eq(ep, 3);
+	ck_assert_uint_eq(fl, 0x5);
+	ck_assert_mem_eq(out, desc, 8);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, NULL, out, 4), -ENOSPC);
+	/* epochs only grow */
+	ck_assert_int_eq(rk_epoch_publish(e, 3, 0, desc, 8), -EINVAL);
+	ck_assert_int_eq(rk_epoch_publish(e, 2, 0, desc, 8), -EINVAL);
+	ck_assert_uint_eq(rk_epoch_current(e), 3);
+	/* too large: the epoch moves, the readers are told to take the launch path */
+	ck_assert_int_eq(rk_epoch_publish(e, 4, 0, desc, sizeof(desc) + 1), -RK_ETOOBIG);
+	ck_assert_uint_eq(rk_epoch_current(e), 4);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, NULL, out, sizeof(out)), -RK_ETOOBIG);
+	ck_assert_uint_eq(ep, 4);
+	ck_assert_int_eq(rk_epoch_publish(e, 5, 0, NULL, 0), 0);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, NULL, NULL, 0), 0);
+
+	/* reached already: no wait; a kick ends a wait that would not be */
+	kicks = rk_epoch_kicks(e);
+	ck_assert_int_eq(rk_epoch_wait(e, 5, 0, &kicks), 0);
+	rk_epoch_kick(e);
+	ck_assert_int_eq(rk_epoch_wait(e, 6, 0, &kicks), -EINTR);
+	ck_assert_uint_eq(kicks, rk_epoch_kicks(e));
+	rk_epoch_hold(e);
+	rk_epoch_release(e);
+	rk_epoch_release(e);
+	rk_epoch_release(NULL);
+}
+END_TEST
+
+#define EP_ROUNDS	2000
+#define EP_LEN		256
+
+struct ep_consumer {
+	struct rk_epoch *e;
+	uint64_t spin_ns;
+	uint64_t seen, torn, slept, skipped;
+	atomic_uint_fast64_t done;	/* the last epoch consumed */
+};
+
+/* Each epoch's descriptor is EP_LEN bytes of (uint8_t)epoch: a torn copy shows. */
+static void *ep_consume(void *arg)
+{
+	struct ep_consumer *c = arg;
+	uint8_t buf[EP_LEN];
+	uint32_t kicks = rk_epoch_kicks(c->e);
+	uint64_t want = 1, ep;
+	int64_t n;
+	int ret, i;
+
+	while (want <= EP_ROUNDS) {
+		ret = rk_epoch_wait(c->e, want, c->spin_ns, &kicks);
+		if (ret < 0)
+			continue;
+		c->slept += ret == 1;
+		n = rk_epoch_read(c->e, &ep, NULL, buf, sizeof(buf));
+		if (n != EP_LEN || ep < want) {
+			c->torn++;
+			break;
+		}
+		for (i = 0; i < EP_LEN; i++)
+			if (buf[i] != (uint8_t)ep)
+				c->torn++;
+		c->skipped += ep - want;
+		c->seen++;
+		want = ep + 1;
+		atomic_store(&c->done, ep);
+	}
+	return NULL;
+}
+
+/*
+ * A consumer thread that waits on the epoch (spinning, then asleep) sees
+ * every descriptor whole; in lock step it sees every epoch, and a sleeping
+ * one is woken by each publication.
+ */
+START_TEST(test_epoch_consumer)
+{
+	struct ep_consumer c = { .spin_ns = _i ? 0 : 200000 };
+	uint8_t desc[EP_LEN];
+	pthread_t th;
+	uint64_t r;
+
+	ck_assert_int_eq(rk_epoch_create(EP_LEN, &c.e), 0);
+	atomic_init(&c.done, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, ep_consume, &c), 0);
+	for (r = 1; r <= EP_ROUNDS; r++) {
+		memset(desc, (int)(uint8_t)r, sizeof(desc));
+		ck_assert_int_eq(rk_epoch_publish(c.e, r, 0, desc, sizeof(desc)), 0);
+		/* lock step: the next round waits for this one, as a decode's does */
+		while (atomic_load(&c.done) < r)
+			sched_yield();
+	}
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(c.torn, 0);
+	ck_assert_uint_eq(c.seen, EP_ROUNDS);
+	ck_assert_uint_eq(c.skipped, 0);
+	if (!c.spin_ns)
+		ck_assert_uint_gt(c.slept, 0);	/* no spin: it slept for some */
+	rk_epoch_release(c.e);
+}
+END_TEST
+
+/* A publisher that does not wait: the consumer may skip epochs, never tears one. */
+START_TEST(test_epoch_torn)
+{
+	struct ep_consumer c = { .spin_ns = 1000000 };
+	uint8_t desc[EP_LEN];
+	pthread_t th;
+	uint64_t r;
+
+	ck_assert_int_eq(rk_epoch_create(EP_LEN, &c.e), 0);
+	atomic_init(&c.done, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, ep_consume, &c), 0);
+	for (r = 1; r <= EP_ROUNDS; r++) {
+		memset(desc, (int)(uint8_t)r, sizeof(desc));
+		ck_assert_int_eq(rk_epoch_publish(c.e, r, 0, desc, sizeof(desc)), 0);
+	}
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(c.torn, 0);
+	ck_assert_uint_eq(atomic_load(&c.done), EP_ROUNDS);
+	ck_assert_uint_eq(c.seen + c.skipped, EP_ROUNDS);
+	rk_epoch_release(c.e);
+}
+END_TEST
+
 static Suite *sched_suite(void)
 {
 	Suite *s = suite_create("sched");
@@ -1286,6 +1443,13 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_complete_inside_launch);
 	tcase_add_loop_test(tc, test_no_callback_inside_submit, 0, 2);
 	tcase_add_test(tc, test_stop_from_callback);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("epoch");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_epoch_publish_read);
+	tcase_add_loop_test(tc, test_epoch_consumer, 0, 2);
+	tcase_add_test(tc, test_epoch_torn);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("teardown");

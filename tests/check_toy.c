@@ -763,6 +763,7 @@ struct tstream {
 struct tworld {
 	int size;
 	bool use_sched;
+	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank */
 	atomic_int port;
 	struct tstream s[NSTREAM];
 	struct trank {
@@ -783,6 +784,7 @@ struct tworld {
 		uint32_t expect_left;		/* leader: streams the next round would retire */
 		uint64_t rounds;
 		struct toy_cpu_stats stats;
+		struct rk_sched_stats sstats;
 		struct rk_link_stats link;	/* follower: its link to the leader, at QUIT */
 	} r[4];
 };
@@ -875,6 +877,7 @@ static int node_create(struct trank *t, uint64_t deadline)
 	c.world_size = t->tw->size;
 	c.session_id = SESSION;
 	c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
+	c.resident = t->tw->resident;
 	c.peer_timeout_ns = 5000 * MS;
 	c.connect_timeout_ns = 10000 * MS;
 	return rk_test_join(&c, &t->tw->port, deadline, &world_ops, t, &t->loop, &t->w);
@@ -1111,8 +1114,10 @@ out:
 			t->err = ret;
 		}
 	}
-	if (t->sched)
+	if (t->sched) {
+		rk_sched_stats(t->sched, &t->sstats);
 		rk_sched_destroy(t->sched);
+	}
 	if (t->w)
 		rk_world_destroy(t->w);
 	if (t->loop && rk_loop_destroy(t->loop) && !t->line)
@@ -1120,7 +1125,7 @@ out:
 	return NULL;
 }
 
-static void run_world(int size, bool use_sched)
+static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resident)
 {
 	static const struct {
 		uint32_t prompt[8], n_prompt, n_gen;
@@ -1136,6 +1141,7 @@ static void run_world(int size, bool use_sched)
 
 	tw->size = size;
 	tw->use_sched = use_sched;
+	tw->resident = resident;
 	atomic_init(&tw->port, 0);
 	for (i = 0; i < NSTREAM; i++) {
 		struct tstream *s = &tw->s[i];
@@ -1167,6 +1173,26 @@ static void run_world(int size, bool use_sched)
 		ck_assert_uint_gt(t->stats.rounds, 0);
 		if (r)
 			ck_assert_uint_eq(t->stats.rounds, tw->r[0].stats.rounds);
+		/* which path ran: every round took exactly one */
+		ck_assert_uint_eq(t->stats.posted + t->stats.resident, t->stats.rounds);
+		ck_assert_uint_le(t->stats.resident_sleeps, t->stats.resident);
+		ck_assert_uint_eq(t->stats.resident_fallbacks, 0);
+		ck_assert_uint_eq(t->sstats.resident_fallbacks, 0);
+		if (!use_sched || resident == RK_RESIDENT_OFF) {
+			/* no scheduler (no region), or none wanted: the launch path only */
+			ck_assert_uint_eq(t->stats.resident, 0);
+			ck_assert_uint_eq(t->stats.resident_mismatch, 0);
+			ck_assert_uint_eq(t->sstats.published, 0);
+		} else {
+			/* the first round is launched (nothing was armed before it);
+			 * the others are taken from the region unless their shape grew */
+			ck_assert_uint_eq(t->sstats.published, t->sstats.rounds);
+			ck_assert_uint_ge(t->stats.posted, 1);
+			ck_assert_uint_eq(t->stats.posted, 1 + t->stats.resident_mismatch);
+			ck_assert_uint_gt(t->stats.resident, 0);
+			/* RK_WAIT=block: the worker never spins, so it slept for some */
+			ck_assert_uint_gt(t->stats.resident_sleeps, 0);
+		}
 		/* a follower sends its partial logits each round, and nothing for a
 		 * round that succeeded (no ROUND_DONE): HELLO and heartbeats aside */
 		if (r && use_sched)
@@ -1202,6 +1228,11 @@ static void run_world(int size, bool use_sched)
 	free(tw);
 }
 
+static void run_world(int size, bool use_sched)
+{
+	run_world_mode(size, use_sched, RK_RESIDENT_AUTO);
+}
+
 START_TEST(test_backend_rounds)
 {
 	run_world(1 << _i, false);
@@ -1211,6 +1242,126 @@ END_TEST
 START_TEST(test_backend_sched)
 {
 	run_world(1 << _i, true);
+}
+END_TEST
+
+/* The same tokens with resident rounds forced on and off, TP1, TP2, TP4. */
+START_TEST(test_backend_resident)
+{
+	run_world_mode(1 << (_i / 2), true, _i % 2 ? RK_RESIDENT_OFF : RK_RESIDENT_ON);
+}
+END_TEST
+
+/*
+ * A round larger than the pre-armed shape: the armed worker hands it to the
+ * launch path, counted once, and the next rounds are resident again.
+ */
+#define MM_LONG		100	/* prompt tokens: more than the armed ARM_TOKENS */
+
+struct mm_req {
+	struct rk_request req;
+	uint32_t prompt[MM_LONG], n_prompt, n_gen;
+	uint32_t ref[GEN_MAX], got[GEN_MAX], n_got;
+	bool done;
+	int err;
+};
+
+struct mm {
+	struct rk_sched *s;
+	struct mm_req a, b;
+	bool b_in;
+	int submit_err;
+};
+
+static void mm_cb(struct rk_request *req, const uint32_t *tokens, uint32_t n, bool done, int err)
+{
+	struct mm *m = req->data;
+	struct mm_req *r = req == &m->a.req ? &m->a : &m->b;
+
+	if (n && r->n_got + n <= GEN_MAX) {
+		memcpy(r->got + r->n_got, tokens, n * 4);
+		r->n_got += n;
+	}
+	if (done) {
+		r->done = true;
+		r->err = err;
+	}
+	/* the long prompt joins a steady decode batch */
+	if (r == &m->a && r->n_got >= 5 && !m->b_in) {
+		m->b_in = true;
+		m->submit_err = rk_sched_submit(m->s, &m->b.req);
+	}
+}
+
+static void mm_init(struct mm *m, struct mm_req *r, uint32_t n_prompt, uint32_t n_gen,
+		    uint32_t salt)
+{
+	struct toy_sampling greedy = { 0 };
+	uint32_t i;
+
+	r->n_prompt = n_prompt;
+	r->n_gen = n_gen;
+	for (i = 0; i < n_prompt; i++)
+		r->prompt[i] = (i * 7 + salt) % BV;
+	ck_assert_int_eq(toy_generate_ref(BV, BH, BSEED, r->prompt, n_prompt, n_gen, &greedy,
+					  r->ref), 0);
+	rk_request_init(&r->req);
+	r->req.prompt = r->prompt;
+	r->req.prompt_len = n_prompt;
+	r->req.max_tokens = n_gen;
+	r->req.draft_k = 0;
+	r->req.cb = mm_cb;
+	r->req.data = m;
+}
+
+START_TEST(test_backend_resident_mismatch)
+{
+	struct tworld *tw = calloc(1, sizeof(*tw));
+	struct trank *t = &tw->r[0];
+	struct rk_sched_config sc = { .max_batch = 8 };
+	struct mm *m = calloc(1, sizeof(*m));
+	uint64_t deadline = rk_test_now_ns() + 30000 * MS;
+	struct toy_params p;
+
+	tw->size = 1;
+	tw->resident = RK_RESIDENT_ON;
+	t->tw = tw;
+	ck_assert_int_eq(node_create(t, deadline), 0);
+	ck_assert_int_eq(rk_world_wait_ready(t->w), 0);
+	toy_params_init(&p);
+	p.V = BV;
+	p.H = BH;
+	p.seed = BSEED;
+	ck_assert_int_eq(toy_cpu_create(t->w, &p, &t->b), 0);
+	ck_assert_int_eq(rk_sched_create(t->w, &sc, &toy_cpu_ops, t->b, &t->sched), 0);
+	ck_assert_ptr_nonnull(rk_sched_epoch(t->sched));
+	m->s = t->sched;
+	mm_init(m, &m->a, 4, 30, 1);
+	mm_init(m, &m->b, MM_LONG, 10, 3);
+	ck_assert_int_eq(rk_sched_submit(t->sched, &m->a.req), 0);
+	ck_assert(RUN_UNTIL(t, deadline, m->a.done && m->b.done));
+	ck_assert(RUN_UNTIL(t, deadline, !toy_cpu_busy(t->b)));
+	ck_assert_int_eq(m->submit_err, 0);
+	ck_assert_int_eq(m->a.err, 0);
+	ck_assert_int_eq(m->b.err, 0);
+	ck_assert_uint_eq(m->a.n_got, m->a.n_gen);
+	ck_assert_uint_eq(m->b.n_got, m->b.n_gen);
+	ck_assert_mem_eq(m->a.got, m->a.ref, m->a.n_gen * 4);
+	ck_assert_mem_eq(m->b.got, m->b.ref, m->b.n_gen * 4);
+	toy_cpu_stats(t->b, &t->stats);
+	rk_sched_stats(t->sched, &t->sstats);
+	/* round 1 (nothing armed) and the round that brought the long prompt */
+	ck_assert_uint_eq(t->stats.resident_mismatch, 1);
+	ck_assert_uint_eq(t->stats.posted, 2);
+	ck_assert_uint_eq(t->stats.resident, t->stats.rounds - 2);
+	ck_assert_uint_eq(t->sstats.published, t->sstats.rounds);
+	ck_assert_uint_eq(t->stats.rounds, t->sstats.rounds);
+	ck_assert_int_eq(rk_sched_destroy(t->sched), 0);
+	ck_assert_int_eq(toy_cpu_destroy(t->b), 0);
+	ck_assert_int_eq(rk_world_destroy(t->w), 0);
+	ck_assert_int_eq(rk_loop_destroy(t->loop), 0);
+	free(m);
+	free(tw);
 }
 END_TEST
 
@@ -1330,6 +1481,8 @@ static Suite *toy_suite(void)
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_loop_test(tc, test_backend_rounds, 0, 3);
 	tcase_add_loop_test(tc, test_backend_sched, 0, 3);
+	tcase_add_loop_test(tc, test_backend_resident, 0, 6);
+	tcase_add_test(tc, test_backend_resident_mismatch);
 	tcase_add_test(tc, test_backend_errors);
 	suite_add_tcase(s, tc);
 	return s;
