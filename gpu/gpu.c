@@ -84,6 +84,7 @@ static void drv_load(void)
 	if (rk__cuda_load())
 		return;		/* no runtime to ask: every entry stays NULL */
 	g_drv.write_value64 = (rk__cu_write_value64_fn)entry("cuStreamWriteValue64");
+	g_drv.wait_value64 = (rk__cu_wait_value64_fn)entry("cuStreamWaitValue64");
 	g_drv.device_get = (rk__cu_device_get_fn)entry("cuDeviceGet");
 	g_drv.device_get_attribute =
 		(rk__cu_device_get_attribute_fn)entry("cuDeviceGetAttribute");
@@ -134,6 +135,35 @@ int rk__cu_can_write64(int rank, int dev)
 int rk_gpu_probe(void)
 {
 	return -EOPNOTSUPP;
+}
+
+int rk_gpu_epoch_register(struct rk_epoch *e, int cuda_device, struct rk_gpu_epoch **out)
+{
+	(void)e;
+	(void)cuda_device;
+	(void)out;
+	return -EOPNOTSUPP;
+}
+
+void *rk_gpu_epoch_device_ptr(const struct rk_gpu_epoch *g)
+{
+	(void)g;
+	return NULL;
+}
+
+int rk_gpu_epoch_wait(struct rk_gpu_epoch *g, struct CUstream_st *stream, uint64_t want)
+{
+	(void)g;
+	(void)stream;
+	(void)want;
+	return -EOPNOTSUPP;
+}
+
+int rk_gpu_epoch_unregister(struct rk_gpu_epoch **g)
+{
+	if (g)
+		*g = NULL;
+	return 0;
 }
 
 int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,

@@ -54,6 +54,8 @@
 	X(cudaLaunchHostFunc)			\
 	X(cudaHostAlloc)			\
 	X(cudaHostGetDevicePointer)		\
+	X(cudaHostRegister)			\
+	X(cudaHostUnregister)			\
 	X(cudaFreeHost)
 
 #define RK__NCCL_FNS(X)				\
@@ -148,12 +150,14 @@ static inline int rk__cuda_check(int rank, cudaError_t e, const char *what)
  * (cudaGetDriverEntryPointByVersion), which hands out the driver's own.
  */
 typedef __typeof__(cuStreamWriteValue64) *rk__cu_write_value64_fn;
+typedef __typeof__(cuStreamWaitValue64) *rk__cu_wait_value64_fn;
 typedef __typeof__(cuDeviceGet) *rk__cu_device_get_fn;
 typedef __typeof__(cuDeviceGetAttribute) *rk__cu_device_get_attribute_fn;
 typedef __typeof__(cuGetErrorName) *rk__cu_get_error_name_fn;
 
 struct rk__cu_driver {
 	rk__cu_write_value64_fn write_value64;		/* NULL when the driver lacks it */
+	rk__cu_wait_value64_fn wait_value64;		/* NULL when the driver lacks it */
 	rk__cu_device_get_fn device_get;
 	rk__cu_device_get_attribute_fn device_get_attribute;
 	rk__cu_get_error_name_fn get_error_name;

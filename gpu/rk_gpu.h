@@ -48,6 +48,49 @@ struct CUstream_st;
  */
 RK_EXPORT int rk_gpu_probe(void);
 
+/* ---- round epochs on the GPU (resident consumers) ------------------------------- */
+
+struct rk_epoch;		/* rk_sched.h: the scheduler's round epochs */
+struct rk_gpu_epoch;
+
+/**
+ * rk_gpu_epoch_register() - make the epoch region @e (rk_sched_epoch())
+ * visible to CUDA device @cuda_device: cudaHostRegister (mapped, portable)
+ * of the whole page-aligned region, so a stream can wait on its epoch word
+ * and kernels can read the descriptor through rk_gpu_epoch_device_ptr(). It
+ * holds a reference on @e until rk_gpu_epoch_unregister().
+ * Return: 0 and *@out; -EOPNOTSUPP (built without CUDA, or the driver lacks
+ * 64-bit stream memory operations: cuStreamWaitValue64), -RK_ENOGPU, -ENOMEM,
+ * -EIO (CUDA, logged). The caller falls back to launching (its own log line
+ * and counter). Loop thread.
+ */
+RK_EXPORT int rk_gpu_epoch_register(struct rk_epoch *e, int cuda_device,
+				    struct rk_gpu_epoch **out);
+
+/**
+ * rk_gpu_epoch_device_ptr() - the device address of the region's first byte
+ * (add the RK_EPOCH_OFF_* offsets of rk_sched.h); NULL without CUDA.
+ */
+RK_EXPORT void *rk_gpu_epoch_device_ptr(const struct rk_gpu_epoch *g);
+
+/**
+ * rk_gpu_epoch_wait() - pre-arm @stream: the work enqueued after this call
+ * runs once the region's epoch is at least @want (cuStreamWaitValue64, GEQ,
+ * from the driver table of gpu/load.c). The stream stays blocked until then:
+ * its owner ends a wait that will never be met with rk_epoch_close() before
+ * synchronising the stream. Return: 0; -EOPNOTSUPP; -EIO (logged). Loop thread.
+ */
+RK_EXPORT int rk_gpu_epoch_wait(struct rk_gpu_epoch *g, struct CUstream_st *stream,
+				uint64_t want);
+
+/**
+ * rk_gpu_epoch_unregister() - undo rk_gpu_epoch_register() (no stream may
+ * still wait on the region: synchronise them first) and drop its reference;
+ * *@g becomes NULL. Return: 0, or -EIO (logged; the reference is dropped
+ * anyway). NULL or *@g NULL: 0. Loop thread.
+ */
+RK_EXPORT int rk_gpu_epoch_unregister(struct rk_gpu_epoch **g);
+
 /* ---- stream notifications ------------------------------------------------------- */
 
 /*

@@ -151,8 +151,8 @@ int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const v
 	uint64_t s;
 	bool fits = len <= e->desc_max;
 
-	if (!epoch || epoch <= atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH),
-						    memory_order_relaxed))
+	if (!epoch || epoch == RK_EPOCH_CLOSED ||
+	    epoch <= atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed))
 		return -EINVAL;
 	s = atomic_load_explicit(seq, memory_order_relaxed);
 	atomic_store_explicit(seq, s + 1, memory_order_relaxed);
@@ -279,4 +279,23 @@ int rk_epoch_wait(struct rk_epoch *e, uint64_t want, uint64_t spin_ns, uint32_t 
 		return slept ? 1 : 0;
 	*kicks = rk_epoch_kicks(e);
 	return -EINTR;
+}
+
+void rk_epoch_close(struct rk_epoch *e)
+{
+	_Atomic uint64_t *seq = w64(e, RK_EPOCH_OFF_SEQ);
+	uint64_t s;
+
+	if (atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed) ==
+	    RK_EPOCH_CLOSED)
+		return;
+	s = atomic_load_explicit(seq, memory_order_relaxed);
+	atomic_store_explicit(seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);	/* as in rk_epoch_publish() */
+	*(uint64_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_EPOCH) = RK_EPOCH_CLOSED;
+	*(uint32_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_LEN) = RK_EPOCH_NO_DESC;
+	*(uint32_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_FLAGS) = 0;
+	atomic_store_explicit(seq, s + 2, memory_order_release);
+	atomic_store_explicit(w64(e, RK_EPOCH_OFF_EPOCH), RK_EPOCH_CLOSED, memory_order_release);
+	bump_and_wake(e);
 }

@@ -366,6 +366,7 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 #define RK_EPOCH_OFF_DESC_FLAGS	148
 #define RK_EPOCH_OFF_DESC	192
 #define RK_EPOCH_NO_DESC	0xffffffffu
+#define RK_EPOCH_CLOSED		UINT64_MAX	/* rk_epoch_close(): every wait is met */
 #define RK_EPOCH_DESC_MAX	(256u << 10)	/* the scheduler's region: ROUNDs up to this */
 
 struct rk_epoch;
@@ -400,10 +401,20 @@ RK_EXPORT uint32_t rk_epoch_desc_max(const struct rk_epoch *e);
  * only when one is). A descriptor larger than the region is not copied: the
  * epoch still moves, and readers are told to take the launch path.
  * Return: 0; -RK_ETOOBIG (published without its descriptor); -EINVAL when
- * @epoch is 0 or not above the last one (nothing published).
+ * @epoch is 0, RK_EPOCH_CLOSED or not above the last one, or the region is
+ * closed (nothing published).
  */
 RK_EXPORT int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags,
 			       const void *desc, uint32_t len);
+
+/**
+ * rk_epoch_close() - end the region: the epoch becomes RK_EPOCH_CLOSED (every
+ * wait, a GPU stream's included, is met; the descriptor says none), and
+ * every later rk_epoch_publish() fails with -EINVAL. For a consumer's owner
+ * that must release a pre-armed wait that no round will meet (its teardown,
+ * a peer's failure); rk_sched_destroy() does it too. The writer's thread.
+ */
+RK_EXPORT void rk_epoch_close(struct rk_epoch *e);
 
 /** rk_epoch_current() - the last published epoch (acquire). Any thread. */
 RK_EXPORT uint64_t rk_epoch_current(const struct rk_epoch *e);

@@ -451,6 +451,8 @@ int rk_sched_destroy(struct rk_sched *s)
 	if (s->depth || s->walking)
 		return -EBUSY;	/* from inside one of our callbacks */
 	rk_sched_stop(s);
+	if (s->ep)
+		rk_epoch_close(s->ep);	/* a consumer still armed for a next round gives up */
 	if (s->src.loop)
 		rk_loop_remove_source(s->loop, &s->src);
 	rk__world_release(s->world);

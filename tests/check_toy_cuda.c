@@ -342,7 +342,8 @@ out:
 }
 
 /*
- * _i bits: 0: TP2, 1: 8 streams, 2: drafted, 3: stream 0 sampled. Stream 0 is
+ * _i bits: 0: TP2, 1: 8 streams, 2: drafted, 3: stream 0 sampled, 4: RK_RESIDENT=on
+ * (pre-armed rounds; the tokens must not change). Stream 0 is
  * TOY.md's receipt stream (prompt 1..8, 32 tokens, H 1024); the others mix
  * greedy and sampled. The notify mode rotates with _i.
  */
@@ -460,6 +461,7 @@ START_TEST(test_toy_sched)
 	gw->nstreams = (_i & 2) ? 8 : 1;
 	gw->draft_k = (_i & 4) ? 3 : 0;
 	gw->mode = (enum rk_gpu_notify_mode)(_i % 3);
+	gw->resident = (_i & 16) ? RK_RESIDENT_ON : RK_RESIDENT_AUTO;
 	toy_params_init(&gw->p);		/* V 256, H 1024, seed 1 */
 	for (i = 0; i < gw->nstreams; i++) {
 		struct gstream *s = &gw->s[i];
@@ -500,10 +502,26 @@ START_TEST(test_toy_sched)
 		ck_assert_uint_eq(gw->r[1].stats.rounds, gw->r[0].stats.rounds);
 	if (gw->draft_k)
 		ck_assert_uint_gt(gw->drafts_proposed, 0);
+	for (i = 0; i < gw->size; i++) {
+		const struct toy_cuda_stats *st = &gw->r[i].stats;
+
+		/* which path ran: auto is the launch path on this backend */
+		ck_assert_uint_eq(st->resident_fallbacks, 0);
+		ck_assert_uint_le(st->resident + st->resident_mismatch, st->rounds);
+		if (!(_i & 16))
+			ck_assert_uint_eq(st->resident + st->resident_mismatch, 0);
+		else if (!gw->draft_k)
+			ck_assert_uint_gt(st->resident, 0);	/* plain decode is predicted */
+		else
+			ck_assert_uint_eq(st->resident, 0);	/* drafted rounds never are */
+	}
 	if (getenv("CHECK_GPU_VERBOSE"))
-		printf("toy %d: TP%d %d streams draft %u %s: %llu rounds, poll %llu wake %llu\n",
+		printf("toy %d: TP%d %d streams draft %u %s resident %s: %llu rounds (%llu "
+		       "resident, %llu mismatched), poll %llu wake %llu\n",
 		       _i, gw->size, gw->nstreams, gw->draft_k, rk_gpu_notify_mode_name(gw->mode),
-		       (unsigned long long)gw->r[0].stats.rounds,
+		       (_i & 16) ? "on" : "auto", (unsigned long long)gw->r[0].stats.rounds,
+		       (unsigned long long)gw->r[0].stats.resident,
+		       (unsigned long long)gw->r[0].stats.resident_mismatch,
 		       (unsigned long long)gw->r[0].stats.notify.via_poll,
 		       (unsigned long long)gw->r[0].stats.notify.via_wake);
 	free(gw);
@@ -520,7 +538,7 @@ static Suite *toy_cuda_suite(void)
 	tc = tcase_create("toy");
 	tcase_set_timeout(tc, 180);
 	tcase_add_loop_test(tc, test_toy_logits, 0, 2);
-	tcase_add_loop_test(tc, test_toy_sched, 0, 16);
+	tcase_add_loop_test(tc, test_toy_sched, 0, 32);
 	tcase_add_test(tc, test_toy_abort_graphs);
 	suite_add_tcase(s, tc);
 	return s;

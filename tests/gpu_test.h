@@ -160,6 +160,7 @@ struct gworld {
 	atomic_int port;
 	atomic_int stage;	/* test-specific hand-offs between the rank threads */
 	int test;		/* which scenario the ranks run */
+	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank (0: auto) */
 	/* toy */
 	struct toy_params p;
 	enum rk_gpu_notify_mode mode;
@@ -239,6 +240,7 @@ static inline int node_create(struct grank *t, uint64_t deadline)
 	c.rank = t->rank;
 	c.world_size = t->gw->size;
 	c.session_id = SESSION;
+	c.resident = t->gw->resident;
 	c.peer_timeout_ns = 5000 * MS;
 	c.connect_timeout_ns = 20000 * MS;
 	return rk_test_join(&c, &t->gw->port, deadline, &world_ops, t, &t->loop, &t->w);

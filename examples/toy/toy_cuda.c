@@ -12,6 +12,22 @@
  * token() until the next launch. Device buffers are shared by every round:
  * the stream orders their reuse, and they grow with stream-ordered
  * cudaMallocAsync/cudaFreeAsync.
+ *
+ * Resident rounds (RK_RESIDENT=on; rk_sched.h "Round epochs"). While round N
+ * runs, launch(N) pre-arms N+1 on the stream: a wait for the scheduler's
+ * epoch to reach N+1 (cuStreamWaitValue64 on the region registered with
+ * CUDA, rk_gpu_epoch_wait()), then a plan kernel that reads N+1's descriptor
+ * from the mapped region and compares it with the prediction (the same
+ * streams, one new token each, no drafts), writing the kstreams and tokens
+ * and a gate word, then the fold and logits kernels, which return at once
+ * when the gate says the round is not the predicted one. launch(N+1) checks
+ * the same facts on the host: a match enqueues only what must follow the
+ * kernels (the allreduce, the leader's copy, the mark); a mismatch (counted)
+ * leaves the pre-armed kernels to exit and launches the round as usual,
+ * behind them in stream order. The collective is never pre-armed: it cannot
+ * be cancelled, so ranks that disagreed about arming would call it a
+ * different number of times. A wait that no round will meet (teardown, an
+ * abort, a launch from elsewhere) is released with rk_epoch_close().
  */
 #include "config.h"
 
@@ -117,6 +133,17 @@ struct toy_cuda {
 	struct job *wait_head, *wait_tail;	/* planned, waiting for NCCL */
 	unsigned int inflight;			/* launched, not yet reported */
 	struct job *cur;			/* leader: the last completed round */
+
+	/* resident rounds (the top of the file) */
+	bool res_on;				/* RK_RESIDENT=on */
+	bool res_logged;
+	struct rk_epoch *ep;			/* the region registered (gep holds it) */
+	struct rk_gpu_epoch *gep;
+	uint32_t *dgate;			/* 0: the pre-armed round is the predicted one */
+	bool armed;				/* the stream waits for pred.want */
+	bool armed_ok;				/* ...and all of its kernels are enqueued */
+	struct toy_cuda_kpredict pred;
+
 	struct toy_cuda_stats stats;
 };
 
@@ -499,12 +526,30 @@ static struct gslot *graph_for(struct toy_cuda *b, const struct toy_round *r, si
 	return g;
 }
 
+/* After a round's kernels (and allreduce): the leader's copy of the logits, the mark. */
+static int enqueue_tail(struct toy_cuda *b, struct job *job, size_t nlog)
+{
+	uint64_t t2 = now_ns(), t3;
+	int ret = 0;
+
+	if (b->rank == 0)
+		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
+					    cudaMemcpyDeviceToHost, b->stream));
+	t3 = now_ns();
+	if (!ret)
+		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+	b->stats.enqueues++;
+	b->stats.ns_copy += t3 - t2;
+	b->stats.ns_mark += now_ns() - t3;
+	return ret;
+}
+
 /* Enqueue a planned round: upload, fold + features, logits, allreduce, copy, mark. */
 static int enqueue(struct toy_cuda *b, struct job *job)
 {
 	const struct toy_round *r = &job->r;
 	size_t nlog = (size_t)r->n_out * b->V;
-	uint64_t t0 = now_ns(), t1, t2, t3;
+	uint64_t t0 = now_ns(), t1, t2;
 	struct gslot *g = NULL;
 	int ret;
 
@@ -533,17 +578,12 @@ static int enqueue(struct toy_cuda *b, struct job *job)
 		ret = compute(b, r, nlog);
 	}
 	t2 = now_ns();
-	if (!ret && b->rank == 0)
-		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
-					    cudaMemcpyDeviceToHost, b->stream));
-	t3 = now_ns();
 	if (!ret)
-		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
-	b->stats.enqueues++;
+		ret = enqueue_tail(b, job, nlog);
+	else
+		b->stats.enqueues++;
 	b->stats.ns_upload += t1 - t0;
 	b->stats.ns_compute += t2 - t1;
-	b->stats.ns_copy += t3 - t2;
-	b->stats.ns_mark += now_ns() - t3;
 	return ret;
 }
 
@@ -677,6 +717,207 @@ static void on_nccl_error(struct rk_nccl *nc, int err, void *arg)
 		rk_strerror(err));
 }
 
+/* ---- resident rounds (the top of the file) ------------------------------------------ */
+
+static void res_fallback(struct toy_cuda *b, const char *why, int err)
+{
+	if (!b->res_logged)
+		fprintf(stderr, "toy_cuda[r%u]: resident rounds fall back to the launch path: %s%s%s\n",
+			b->rank, why, err ? ": " : "", err ? rk_strerror(err) : "");
+	b->res_logged = true;
+	b->stats.resident_fallbacks++;
+}
+
+/* A pre-armed wait that no round will meet: release it (the gate stays shut). */
+static void disarm(struct toy_cuda *b)
+{
+	if (b->armed && b->ep && rk_epoch_current(b->ep) < b->pred.want) {
+		res_fallback(b, "a pre-armed round was not published: the region is closed", 0);
+		rk_epoch_close(b->ep);
+	}
+	b->armed = false;
+	b->armed_ok = false;
+}
+
+/*
+ * After launch(@r) (round N, on the stream): pre-arm round N+1 as predicted
+ * from @r, for the scheduler @s's region. Nothing happens when the backend
+ * cannot (RK_RESIDENT not on, NCCL not up, drafts, too many streams); a
+ * failure to register or to enqueue is one log line and a counter.
+ */
+static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_round *r)
+{
+	struct rk_epoch *ep = rk_sched_epoch(s);
+	struct toy_cuda_kstream *ks;
+	uint32_t i, n = r->n_streams;
+	struct rk_wire_stream ws;
+	const struct entry *e;
+	size_t kl;
+	uint8_t *base;
+	int ret;
+
+	if (!b->res_on || !ep || b->armed || b->failed || b->wait_head || !n ||
+	    n > TOY_CUDA_PRED_MAX)
+		return;
+	for (i = 0; i < n; i++) {
+		rk_wire_round_stream(r, i, &ws);
+		if (ws.n_draft)
+			return;	/* drafting streams draft again: not the predicted shape */
+	}
+	if (b->size > 1 && rk_nccl_state(b->nccl) != 1)
+		return;
+	if (!b->gep) {
+		if (b->stats.resident_fallbacks)
+			return;		/* registration failed once: the launch path for good */
+		ret = rk_gpu_epoch_register(ep, b->dev, &b->gep);
+		if (ret) {
+			res_fallback(b, "the epoch region cannot be registered with CUDA", ret);
+			return;
+		}
+		b->ep = ep;
+	} else if (ep != b->ep) {
+		return;			/* another scheduler's rounds: launched */
+	}
+	b->pred.want = r->round_id + 1;
+	b->pred.n = n;
+	b->pred.V = b->V;
+	for (i = 0; i < n; i++) {
+		rk_wire_round_stream(r, i, &ws);
+		e = find(b, ws.stream_id);
+		if (!e)
+			return;		/* the mirror dropped it (a retire): nothing to predict */
+		b->pred.s[i].id = e->id;
+		b->pred.s[i].position = e->pos;
+		b->pred.s[i].slot = e->slot;
+		b->pred.s[i].last_prev = e->last;
+		b->pred.s[i].pad = 0;
+	}
+	kl = (size_t)n * sizeof(*ks);
+	ret = dgrow(b, &b->din, &b->din_cap, kl + (size_t)n * sizeof(uint32_t));
+	if (!ret)
+		ret = dgrow(b, (void **)&b->df, &b->df_cap, (size_t)n * b->n * sizeof(int16_t));
+	if (!ret)
+		ret = dgrow(b, (void **)&b->dlog, &b->dlog_cap, (size_t)n * b->V * sizeof(int32_t));
+	/* shut until the plan kernel has seen the predicted round */
+	if (!ret)
+		ret = CU(b, cudaMemsetAsync(b->dgate, 0xff, sizeof(*b->dgate), b->stream));
+	if (ret) {
+		res_fallback(b, "cannot pre-arm", ret);
+		return;
+	}
+	ret = rk_gpu_epoch_wait(b->gep, b->stream, b->pred.want);
+	if (ret) {
+		res_fallback(b, "cuStreamWaitValue64", ret);
+		return;
+	}
+	b->armed = true;	/* the stream waits from here: disarm() if never met */
+	base = rk_gpu_epoch_device_ptr(b->gep);
+	ks = (struct toy_cuda_kstream *)b->din;
+	ret = CU(b, toy_cuda_k_resident_plan(b->stream,
+					     (const uint64_t *)(base + RK_EPOCH_OFF_DESC_EPOCH),
+					     (const uint32_t *)(base + RK_EPOCH_OFF_DESC_LEN),
+					     base + RK_EPOCH_OFF_DESC, &b->pred, ks,
+					     (uint32_t *)((uint8_t *)b->din + kl), b->dgate));
+	if (!ret)
+		ret = CU(b, toy_cuda_k_round_gated(b->stream, ks, n,
+						   (const uint32_t *)((uint8_t *)b->din + kl),
+						   b->dstate, b->dE, b->dh0, b->df, b->n, b->lo,
+						   b->dgate));
+	if (!ret)
+		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, n, b->V, b->n,
+						    b->dgate));
+	if (ret) {
+		res_fallback(b, "cannot pre-arm the kernels", ret);
+		return;		/* the gate stays shut: launch(N+1) takes the launch path */
+	}
+	b->armed_ok = true;
+}
+
+/* Round @round is the pre-armed one: the plan kernel decides the same from the region. */
+static bool pred_matches(const struct toy_cuda *b, struct rk_sched *s,
+			 const struct rk_wire_round *round)
+{
+	int64_t len = rk_wire_round_size(round->n_streams, round->n_tok_total);
+	struct rk_wire_stream ws;
+	uint32_t i;
+
+	if (!b->armed_ok || rk_sched_epoch(s) != b->ep || round->round_id != b->pred.want ||
+	    round->n_streams != b->pred.n || round->n_tok_total != b->pred.n ||
+	    rk_epoch_current(b->ep) != round->round_id || len < 0 ||
+	    (uint64_t)len > rk_epoch_desc_max(b->ep))
+		return false;
+	for (i = 0; i < round->n_streams; i++) {
+		rk_wire_round_stream(round, i, &ws);
+		if (ws.stream_id != b->pred.s[i].id || ws.position != b->pred.s[i].position ||
+		    ws.n_tokens != 1 || ws.n_draft != 0 || rk_wire_round_token(round, i) >= b->V)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The pre-armed kernels compute @round (they may be running already): apply
+ * it to the mirror as plan() would, and enqueue what follows them. A failure
+ * here is sticky: the device has moved on. Return: 0 or -errno.
+ */
+static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
+			   const struct rk_wire_round *round)
+{
+	size_t nlog = (size_t)round->n_streams * b->V;
+	uint64_t seq = b->seq + 1, t0 = now_ns();
+	struct entry *e;
+	struct job *job;
+	uint32_t i;
+	int ret;
+
+	b->armed = false;
+	b->armed_ok = false;
+	job = job_get(b);
+	if (!job)
+		return b->failed = -ENOMEM;
+	ret = toy_round_copy(&job->r, round, b->V);
+	if (!ret && b->rank == 0)
+		ret = hgrow(b, (void **)&job->logits_h, &job->logits_cap, nlog * sizeof(int32_t));
+	if (ret) {
+		job_put(b, job);
+		return b->failed = ret;
+	}
+	if (b->rank == 0) {
+		if (b->cur)
+			job_put(b, b->cur);
+		b->cur = NULL;
+	}
+	b->seq = seq;
+	for (i = 0; i < job->r.n_streams; i++) {
+		e = find(b, job->r.st[i].id);
+		if (!e) {
+			job_put(b, job);
+			return b->failed = -EPROTO;
+		}
+		e->mark = seq;
+		e->pos += 1;
+		e->last = job->r.tok[i];
+	}
+	job->t_launch = t0;
+	job->status = 0;
+	job->s = s;
+	b->inflight++;
+	if (b->nccl)
+		rk_nccl_busy(b->nccl, true);
+	ret = b->size > 1 ? allreduce(b, nlog) : 0;
+	b->stats.ns_compute += now_ns() - t0;
+	if (!ret)
+		ret = enqueue_tail(b, job, nlog);
+	if (ret) {
+		b->failed = ret;
+		b->inflight--;
+		job_put(b, job);
+		return ret;
+	}
+	b->stats.resident++;
+	return 0;
+}
+
 /* ---- the ops -------------------------------------------------------------------------- */
 
 static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
@@ -693,6 +934,18 @@ static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round
 		st = rk_nccl_state(b->nccl);
 		if (st < 0)
 			return st;
+	}
+	if (b->armed) {
+		if (pred_matches(b, s, round)) {
+			ret = resident_launch(b, s, round);
+			if (!ret)
+				arm(b, s, round);
+			return ret;
+		}
+		/* the plan kernel shuts the gate too: the kernels exit, this round is
+		 * launched behind them */
+		b->stats.resident_mismatch++;
+		disarm(b);
 	}
 	job = job_get(b);
 	if (!job)
@@ -728,6 +981,7 @@ static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round
 			job_put(b, job);
 			return ret;
 		}
+		arm(b, s, round);
 		return 0;
 	}
 	b->stats.waited++;
@@ -818,7 +1072,11 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	ret = CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
 	if (ret)
 		goto err_free;
-	ret = CU(b, cudaMalloc((void **)&b->dE, vn * sizeof(*b->dE)));
+	/* auto: the launch path until the H200 receipts say otherwise (README "Knobs") */
+	b->res_on = rk_loop_config(b->loop)->resident == RK_RESIDENT_ON;
+	ret = CU(b, cudaMalloc((void **)&b->dgate, sizeof(*b->dgate)));
+	if (!ret)
+		ret = CU(b, cudaMalloc((void **)&b->dE, vn * sizeof(*b->dE)));
 	if (!ret)
 		ret = CU(b, cudaMalloc((void **)&b->dW, vn));
 	if (!ret)
@@ -849,6 +1107,7 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 err_notif:
 	rk_gpu_notifier_destroy(b->notif, true);
 err_mem:
+	cudaFree(b->dgate);
 	cudaFree(b->dh0);
 	cudaFree(b->dW);
 	cudaFree(b->dE);
@@ -892,6 +1151,7 @@ int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
 
 void toy_cuda_abort(struct toy_cuda *b)
 {
+	disarm(b);	/* no later round will meet a pre-armed wait */
 	if (b->nccl)
 		rk_nccl_abort(b->nccl);
 }
@@ -934,9 +1194,12 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	if (b->inflight)
 		return -EBUSY;
 	cudaSetDevice(b->dev);
+	disarm(b);	/* before the stream is synchronised: its wait ends */
 	graphs_drop(b);
 	ret = rk_gpu_notifier_destroy(b->notif, false);
 	r = CU(b, cudaStreamSynchronize(b->stream));
+	ret = ret ? ret : r;
+	r = rk_gpu_epoch_unregister(&b->gep);
 	ret = ret ? ret : r;
 	if (b->nccl) {
 		r = rk_nccl_destroy(b->nccl);
@@ -952,6 +1215,7 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	cudaFree(b->df);
 	cudaFree(b->dlog);
 	cudaFree(b->dstate);
+	cudaFree(b->dgate);
 	cudaFree(b->dh0);
 	cudaFree(b->dW);
 	cudaFree(b->dE);

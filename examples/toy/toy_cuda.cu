@@ -70,11 +70,11 @@ __device__ static inline int16_t feature(uint32_t h, uint32_t last, const uint16
 /* Thread (k, stream): hidden index lo + k of every stream y, y = blockIdx.y + j*gridDim.y. */
 __global__ void k_round(const toy_cuda_kstream *ks, uint32_t n_streams, const uint32_t *tok,
 			uint32_t *state, const uint16_t *E, const uint32_t *h0, int16_t *f,
-			uint32_t n, uint32_t lo)
+			uint32_t n, uint32_t lo, const uint32_t *gate)
 {
 	uint32_t k = blockIdx.x * blockDim.x + threadIdx.x, y, j, t, last, h, hd;
 
-	if (k >= n)
+	if (k >= n || (gate && *gate))
 		return;
 	for (y = blockIdx.y; y < n_streams; y += gridDim.y) {
 		const toy_cuda_kstream s = ks[y];
@@ -101,14 +101,14 @@ __global__ void k_round(const toy_cuda_kstream *ks, uint32_t n_streams, const ui
 
 /* One warp per (row v, output o); lanes stride over the shard, then a shuffle sum. */
 __global__ void k_logits(const int8_t *W, const int16_t *f, int32_t *out, uint32_t n_out,
-			 uint32_t V, uint32_t n)
+			 uint32_t V, uint32_t n, const uint32_t *gate)
 {
 	uint32_t lane = threadIdx.x & 31, v = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
 	uint32_t o, k;
 	int32_t acc;
 
-	if (v >= V)
-		return;		/* the whole warp: v is per warp */
+	if (v >= V || (gate && *gate))
+		return;		/* the whole warp: v is per warp, the gate per kernel */
 	for (o = blockIdx.y; o < n_out; o += gridDim.y) {
 		const int8_t *w = W + (size_t)v * n;
 		const int16_t *fo = f + (size_t)o * n;
@@ -121,6 +121,57 @@ __global__ void k_logits(const int8_t *W, const int16_t *f, int32_t *out, uint32
 		if (!lane)
 			out[(size_t)o * V + v] = acc;
 	}
+}
+
+/* Host-mapped memory, read once per use: the host may have stored since. */
+__device__ static inline uint32_t ld32(const uint8_t *p)
+{
+	return *(const volatile uint32_t *)p;
+}
+
+__device__ static inline uint64_t ld64(const uint8_t *p)
+{
+	return *(const volatile uint64_t *)p;
+}
+
+/* ROUND payload (WIRE.md): u64 round_id, u32 n_streams, u32 0, then 40 bytes a
+ * stream (u64 id, u32 position, u32 n_tokens, u32 n_draft, ...), then tokens. */
+#define W_HDR 16u
+#define W_STREAM 40u
+
+__global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
+				const uint8_t *desc, toy_cuda_kpredict pred, toy_cuda_kstream *ks,
+				uint32_t *tok, uint32_t *gate)
+{
+	__shared__ int bad;
+	uint32_t i = threadIdx.x, n = pred.n, t;
+	const uint8_t *st;
+
+	if (i == 0) {
+		bad = *(const volatile uint64_t *)d_epoch != pred.want ||
+		      *(const volatile uint32_t *)d_len != W_HDR + n * (W_STREAM + 4) ||
+		      ld64(desc) != pred.want || ld32(desc + 8) != n;
+	}
+	__syncthreads();
+	if (i < n && !bad) {
+		st = desc + W_HDR + i * W_STREAM;
+		t = ld32(desc + W_HDR + n * W_STREAM + 4 * i);
+		if (ld64(st) != pred.s[i].id || ld32(st + 8) != pred.s[i].position ||
+		    ld32(st + 12) != 1 || ld32(st + 16) != 0 || t >= pred.V)
+			atomicOr(&bad, 1);
+		ks[i].slot = pred.s[i].slot;
+		ks[i].fresh = 0;
+		ks[i].tok_off = i;
+		ks[i].n_tokens = 1;
+		ks[i].n_draft = 0;
+		ks[i].out_off = i;
+		ks[i].last_prev = pred.s[i].last_prev;
+		ks[i].pad = 0;
+		tok[i] = t;
+	}
+	__syncthreads();
+	if (i == 0)
+		*gate = bad ? 1u : 0u;
 }
 
 __global__ void k_empty(void)
@@ -163,7 +214,31 @@ extern "C" int toy_cuda_k_round(struct CUstream_st *s, const struct toy_cuda_kst
 
 	if (!n_streams)
 		return 0;
-	k_round<<<grid, 128, 0, s>>>(ks, n_streams, tok, state, E, h0, f, n, lo);
+	k_round<<<grid, 128, 0, s>>>(ks, n_streams, tok, state, E, h0, f, n, lo, NULL);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
+				      uint32_t n_streams, const uint32_t *tok, uint32_t *state,
+				      const uint16_t *E, const uint32_t *h0, int16_t *f,
+				      uint32_t n, uint32_t lo, const uint32_t *gate)
+{
+	dim3 grid((n + 127) / 128, min_u(n_streams, MAX_GRID_Y));
+
+	if (!n_streams)
+		return 0;
+	k_round<<<grid, 128, 0, s>>>(ks, n_streams, tok, state, E, h0, f, n, lo, gate);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
+					const uint32_t *d_len, const uint8_t *desc,
+					const struct toy_cuda_kpredict *pred,
+					struct toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
+{
+	if (!pred->n || pred->n > TOY_CUDA_PRED_MAX)
+		return (int)cudaErrorInvalidValue;
+	k_resident_plan<<<1, TOY_CUDA_PRED_MAX, 0, s>>>(d_epoch, d_len, desc, *pred, ks, tok, gate);
 	return (int)cudaGetLastError();
 }
 
@@ -174,7 +249,19 @@ extern "C" int toy_cuda_k_logits(struct CUstream_st *s, const int8_t *W, const i
 
 	if (!n_out)
 		return 0;
-	k_logits<<<grid, 32 * ROWS_PER_BLOCK, 0, s>>>(W, f, out, n_out, V, n);
+	k_logits<<<grid, 32 * ROWS_PER_BLOCK, 0, s>>>(W, f, out, n_out, V, n, NULL);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int toy_cuda_k_logits_gated(struct CUstream_st *s, const int8_t *W, const int16_t *f,
+				       int32_t *out, uint32_t n_out, uint32_t V, uint32_t n,
+				       const uint32_t *gate)
+{
+	dim3 grid((V + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, min_u(n_out, MAX_GRID_Y));
+
+	if (!n_out)
+		return 0;
+	k_logits<<<grid, 32 * ROWS_PER_BLOCK, 0, s>>>(W, f, out, n_out, V, n, gate);
 	return (int)cudaGetLastError();
 }
 

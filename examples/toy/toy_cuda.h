@@ -45,6 +45,11 @@ struct toy_cuda_stats {
 	uint64_t ns_mark;		/* rk_gpu_notifier_mark() */
 	uint64_t graph_captures;	/* round shapes captured into a CUDA graph */
 	uint64_t graph_launches;	/* rounds whose compute ran as a graph */
+	/* resident rounds (RK_RESIDENT=on; toy_cuda.c's top) */
+	uint64_t resident;		/* rounds whose kernels were pre-armed on the epoch */
+	uint64_t resident_mismatch;	/* pre-armed, but the round was not the predicted one:
+					 * the kernels exited, the round was launched */
+	uint64_t resident_fallbacks;	/* registering or pre-arming failed: launched */
 	struct rk_gpu_notifier_stats notify;
 };
 

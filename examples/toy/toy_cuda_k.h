@@ -54,6 +54,47 @@ int toy_cuda_k_round(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
 int toy_cuda_k_logits(struct CUstream_st *s, const int8_t *W, const int16_t *f, int32_t *out,
 		      uint32_t n_out, uint32_t V, uint32_t n);
 
+/*
+ * Resident rounds (toy_cuda.c): the round the host predicts after this one
+ * (the same streams, one token each, no drafts), by value in the kernel's
+ * parameters, so a pre-armed stream needs no upload of its own.
+ */
+#define TOY_CUDA_PRED_MAX 64u
+
+struct toy_cuda_kpredict {
+	uint64_t want;		/* its round id: the epoch the stream waited for */
+	uint32_t n;		/* streams, <= TOY_CUDA_PRED_MAX */
+	uint32_t V;
+	struct {
+		uint64_t id;
+		uint32_t position;	/* tokens folded before it */
+		uint32_t slot;
+		uint32_t last_prev;
+		uint32_t pad;
+	} s[TOY_CUDA_PRED_MAX];
+};
+
+/*
+ * Read the round's descriptor from the host-mapped epoch region (@d_epoch:
+ * the u64 epoch the descriptor belongs to, @d_len its u32 length, @desc the
+ * ROUND payload; rk_sched.h's layout) and compare it with @pred. It matches:
+ * write the kstreams and tokens (ks, then tok) and *@gate = 0. It does not:
+ * *@gate = 1, and the gated kernels after it return at once. One block.
+ */
+int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
+			     const uint32_t *d_len, const uint8_t *desc,
+			     const struct toy_cuda_kpredict *pred, struct toy_cuda_kstream *ks,
+			     uint32_t *tok, uint32_t *gate);
+
+/* toy_cuda_k_round() and toy_cuda_k_logits() that return at once when *@gate is not 0. */
+int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
+			   uint32_t n_streams, const uint32_t *tok, uint32_t *state,
+			   const uint16_t *E, const uint32_t *h0, int16_t *f, uint32_t n,
+			   uint32_t lo, const uint32_t *gate);
+int toy_cuda_k_logits_gated(struct CUstream_st *s, const int8_t *W, const int16_t *f,
+			    int32_t *out, uint32_t n_out, uint32_t V, uint32_t n,
+			    const uint32_t *gate);
+
 /* Benchmarks and tests: an empty kernel (1 thread), and one that spins for @ns. */
 int toy_cuda_k_empty(struct CUstream_st *s);
 int toy_cuda_k_sleep(struct CUstream_st *s, uint64_t ns);
