@@ -105,9 +105,23 @@ void print_notify(const struct server *srv)
 	struct toy_cuda_stats cs;
 	const struct rk_gpu_notifier_stats *n = &cs.notify;
 
+	if (srv->cpu && srv->opt.bench) {
+		struct toy_cpu_stats ts;
+
+		/* which path the rounds took (RK_RESIDENT; tests/bench/bench-resident.sh) */
+		toy_cpu_stats(srv->cpu, &ts);
+		printf("resident r%d: cpu, %" PRIu64 " rounds: posted %" PRIu64 " resident %" PRIu64
+		       " (after a futex sleep %" PRIu64 "), mismatched %" PRIu64 ", fallbacks %" PRIu64
+		       "\n", srv->rank, ts.rounds, ts.posted, ts.resident, ts.resident_sleeps,
+		       ts.resident_mismatch, ts.resident_fallbacks);
+		fflush(stdout);
+	}
 	if (!srv->cuda || !srv->opt.bench)
 		return;
 	toy_cuda_stats(srv->cuda, &cs);
+	printf("resident r%d: cuda, %" PRIu64 " rounds: resident %" PRIu64 ", mismatched %" PRIu64
+	       ", fallbacks %" PRIu64 "\n", srv->rank, cs.rounds, cs.resident,
+	       cs.resident_mismatch, cs.resident_fallbacks);
 	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
 	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
 	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",

@@ -49,6 +49,7 @@
 #define ARM_STREAMS 8u
 #define ARM_TOKENS 64u
 #define ARM_OUTS 8u
+#define ARM_SPIN_NS 50000ull	/* an armed worker's spin before the futex, adaptive */
 
 struct toy_job {
 	struct rk_post post;
@@ -778,11 +779,18 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
 	lc = rk_loop_config(b->loop);
-	/* auto: on, the CPU backend's worker is a resident consumer (README "Knobs") */
-	b->res_on = lc->resident != RK_RESIDENT_OFF;
-	/* the worker waits as the loop does: spin for the busy window, then sleep */
+	/* auto: the launch path until a receipt says otherwise (docs/BENCH.md) */
+	b->res_on = lc->resident == RK_RESIDENT_ON;
+	/*
+	 * The worker spins as the loop does under RK_WAIT=spin and never under
+	 * block; under adaptive for at most ARM_SPIN_NS, then sleeps: beside a
+	 * loop that spins its own window, a worker spinning as long doubles the
+	 * spinning threads, and on a machine with fewer free cores than those
+	 * they take each other's time slices.
+	 */
 	b->spin_ns = lc->wait.mode == RK_WAIT_SPIN ? UINT64_MAX :
-		     lc->wait.mode == RK_WAIT_BLOCK ? 0 : lc->wait.spin_ns;
+		     lc->wait.mode == RK_WAIT_BLOCK ? 0 :
+		     lc->wait.spin_ns < ARM_SPIN_NS ? lc->wait.spin_ns : ARM_SPIN_NS;
 	b->shape_st = ARM_STREAMS;
 	b->shape_tok = ARM_TOKENS;
 	b->shape_out = ARM_OUTS;
