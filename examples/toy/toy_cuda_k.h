@@ -97,6 +97,8 @@ int toy_cuda_k_logits_gated(struct CUstream_st *s, const int8_t *W, const int16_
 
 /* Benchmarks and tests: an empty kernel (1 thread), and one that spins for @ns. */
 int toy_cuda_k_empty(struct CUstream_st *s);
+/* Benchmarks: one thread stores @v into host-mapped *@flag (a system-scope store). */
+int toy_cuda_k_flag(struct CUstream_st *s, uint64_t *flag, uint64_t v);
 int toy_cuda_k_sleep(struct CUstream_st *s, uint64_t ns);
 
 #ifdef __cplusplus

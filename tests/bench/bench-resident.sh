@@ -1,0 +1,135 @@
+#!/bin/sh
+# The resident-rounds receipt (issue 18; docs/BENCH.md "Resident rounds").
+# Not in TESTS; from the build directory:  builddir=. sh ../tests/bench/bench-resident.sh
+#
+# 1. tests/bench/bench-resident: the publication cost per round boundary
+#    (PUB lines) and, on a GPU, ready-to-first-kernel, launch against
+#    resident (GPULAT lines).
+# 2. The decode receipt: rk-serve --bench with RK_RESIDENT=off (the launch
+#    path) against RK_RESIDENT=on, the same binary, interleaved run by run
+#    (the order alternates), per TP degree and size, streams 1,4,8, greedy
+#    and plain (the shape the resident path predicts). Every cell line is
+#    printed with its mode, then a summary per cell: the medians of tokens/s
+#    and of each rank's CPU seconds, on/off ratios, which path the rounds
+#    took (the "resident rN:" lines), and whether every token hash agreed
+#    (decode-exact both ways).
+# Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
+# TPS (cuda: "1"; cpu: "2 4"), RUNS (3), REQUESTS (32), TOKENS (64),
+# STREAMS (1,4,8), SIZES ("name:rk-serve options;...", default cuda: small
+# "--vocab 256 --hidden 1024", large "--vocab 4096 --hidden 32768"; cpu:
+# small "--hidden 1024", large "--hidden 16384"), ITERS (bench-resident,
+# 20000), TIMEOUT (seconds per rk-serve job, 150), DEADLINE (no job starts
+# later than this many seconds after the start; 0 = none), ARGS (more
+# rk-serve options). Exit: 0 when every job ran and the hashes agreed.
+b=${builddir:-.}
+launch=$b/examples/launch/rk-launch
+serve=$b/examples/serve/rk-serve
+bench=$b/tests/bench/bench-resident
+start=$(date +%s)
+if [ ! -x "$serve" ] || [ ! -x "$launch" ]; then
+	echo "no $serve or $launch: build first (make check TESTS=)"
+	exit 77
+fi
+backend=${BACKEND:-}
+if [ -z "$backend" ]; then
+	backend=cpu
+	if "$serve" --help 2>&1 | grep -q 'with the CUDA backend' && nvidia-smi -L >/dev/null 2>&1; then
+		backend=cuda
+	fi
+fi
+if [ "$backend" = cuda ]; then
+	tps=${TPS:-1}
+	sizes=${SIZES:-"small:--vocab 256 --hidden 1024;large:--vocab 4096 --hidden 32768"}
+else
+	tps=${TPS:-2 4}
+	sizes=${SIZES:-"small:--hidden 1024;large:--hidden 16384"}
+fi
+runs=${RUNS:-3}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+rc=0
+
+echo "== bench-resident: backend $backend, TP $tps, $runs runs, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -x "$bench" ]; then
+	"$bench" all "${ITERS:-20000}" || rc=1
+fi
+
+# job TP SIZE-NAME SIZE-ARGS MODE RUN
+job()
+{
+	hosts=localhost
+	i=1
+	while [ "$i" -lt "$1" ]; do
+		hosts=$hosts,localhost
+		i=$((i + 1))
+	done
+	# shellcheck disable=SC2086
+	RK_RESIDENT=$4 timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
+		"$serve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
+		--bench-modes greedy --bench-draft plain --bench-requests "${REQUESTS:-32}" \
+		--bench-max-tokens "${TOKENS:-64}" ${ARGS:-} </dev/null >"$out/job.out" 2>&1
+	jrc=$?
+	sed -n "s/^\[r0\] cell /CELL tp=$1 size=$2 mode=$4 run=$5 /p" "$out/job.out" | tee -a "$out/cells"
+	sed -n "s/^\[r[0-9]*\] \(resident r[0-9]*:.*\)/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
+		"$out/job.out" | tee -a "$out/paths"
+	if [ $jrc != 0 ]; then
+		echo "FAIL tp=$1 size=$2 mode=$4 run=$5: exit $jrc"
+		tail -n 8 "$out/job.out"
+		rc=1
+	fi
+}
+
+for tp in $tps; do
+	echo "$sizes" | tr ';' '\n' | while IFS= read -r sz; do
+		[ -n "$sz" ] || continue
+		name=${sz%%:*}
+		args=${sz#*:}
+		r=1
+		while [ "$r" -le "$runs" ]; do
+			if [ "${DEADLINE:-0}" -gt 0 ] && [ $(($(date +%s) - start)) -gt "$DEADLINE" ]; then
+				echo "deadline: no more jobs"
+				break
+			fi
+			# the order alternates run by run
+			if [ $((r % 2)) = 1 ]; then m1=off m2=on; else m1=on m2=off; fi
+			job "$tp" "$name" "$args" $m1 $r
+			job "$tp" "$name" "$args" $m2 $r
+			r=$((r + 1))
+		done
+	done
+done
+[ -f "$out/cells" ] || { echo "no cells"; exit 1; }
+
+# CELL tp= size= mode= run= STREAMS MODE DRAFT TOKENS TOK/S ROUNDS ACCEPT HASH CPU_R0 [CPU_R1..]
+echo "== summary (medians over runs; ratio = on / off)"
+awk '
+function med(s,   n, a, i, j, t) {
+	n = split(s, a, " ")
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return n ? (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2) : 0
+}
+{
+	split($2, x, "="); tp = x[2]; split($3, x, "="); sz = x[2]; split($4, x, "="); m = x[2]
+	k = tp " " sz " " $6
+	keys[k] = 1
+	tps[k, m] = tps[k, m] " " $10
+	for (c = 14; c <= NF; c++) { cpu[k, m, c - 14] = cpu[k, m, c - 14] " " $c; nr[k] = c - 13 }
+	if (!(k in hash)) hash[k] = $13; else if (hash[k] != $13) bad[k] = 1
+}
+END {
+	for (k in keys) {
+		split(k, f, " ")
+		off = med(tps[k, "off"]); on = med(tps[k, "on"])
+		line = sprintf("SUMMARY tp=%s %-5s streams=%s: tok/s off %.1f on %.1f (x%.3f); cpu_s", f[1], f[2], f[3], off, on, off ? on / off : 0)
+		for (r = 0; r < nr[k]; r++) {
+			co = med(cpu[k, "off", r]); cn = med(cpu[k, "on", r])
+			line = line sprintf(" r%d off %.4f on %.4f (x%.2f)", r, co, cn, co ? cn / co : 0)
+		}
+		print line (bad[k] ? "; HASHES DIFFER" : "; hashes agree")
+	}
+}' "$out/cells" | sort | tee "$out/summary"
+grep -q 'HASHES DIFFER' "$out/summary" && rc=1
+echo "== paths (RK_RESIDENT=on, run 1)"
+grep 'mode=on run=1 ' "$out/paths" 2>/dev/null
+echo "bench-resident.sh: rc=$rc, $(($(date +%s) - start)) s"
+exit $rc
