@@ -32,11 +32,12 @@
 #                   CUDA process, then with a host function, one and two NCCL ranks;
 #                   IDLEFLOOR_S seconds each, default 20; then 10 s of a bare one under
 #                   tests/bench/wait-probe.so, the waits of its threads: idlefloor.txt)
-#                   resident (not by default: tests/bench/bench-resident.sh, the
-#                   resident-rounds receipt: publication cost, GPU ready-to-first-
-#                   kernel launch against resident, the TP1 CUDA decode receipt and
-#                   the CPU backend at TP2 and TP4, RK_RESIDENT=off against on;
-#                   RESIDENT_RUNS (3), RESIDENT_REQUESTS (32): resident.txt)
+#                   resident (not by default; runs first when named: tests/bench/
+#                   bench-resident.sh, the resident-rounds receipt: publication cost,
+#                   GPU ready-to-first-kernel launch against resident, the TP1 decode
+#                   receipt and the CPU backend at TP2 and TP4, RK_RESIDENT=off
+#                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32), RESIDENT_S
+#                   (200), RESIDENT_CPU_S (150): resident.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -149,6 +150,26 @@ if [ $brc != 0 ]; then
 	exit 1
 fi
 
+# ---- resident rounds (tests/bench/bench-resident.sh): RK_RESIDENT=off against on ------------
+# First when asked for: it is the measurement. TP1 on the GPU's backend (CUDA when
+# rk-serve has it and a GPU answers), then the CPU backend at TP2 and TP4.
+if want resident; then
+	rlog=$OUT/resident.txt
+	: >"$rlog"
+	rlim=$(($(left) / 2))
+	[ "$rlim" -gt "${RESIDENT_S:-200}" ] && rlim=${RESIDENT_S:-200}
+	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=45 \
+		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
+		builddir=. sh tests/bench/bench-resident.sh
+	rlim=$(($(left) / 3))
+	[ "$rlim" -gt "${RESIDENT_CPU_S:-150}" ] && rlim=${RESIDENT_CPU_S:-150}
+	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=45 ITERS=5000 \
+		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
+		builddir=. sh tests/bench/bench-resident.sh
+	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on run=1 )' "$rlog" |
+		tee -a "$summary"
+fi
+
 # ---- the completion-latency benchmark (first: it is the measurement) -----------------
 lrc=0
 if want gpulat; then
@@ -184,22 +205,6 @@ if [ -x examples/serve/rk-serve ] && examples/serve/rk-serve --help 2>&1 | grep 
 	nvidia-smi -L >/dev/null 2>&1; then
 	dbackend=cuda
 fi
-# ---- resident rounds (tests/bench/bench-resident.sh): RK_RESIDENT=off against on ------------
-if want resident; then
-	rlog=$OUT/resident.txt
-	: >"$rlog"
-	if [ "$dbackend" = cuda ]; then
-		step resident-cuda-tp1 240 "$rlog" env BACKEND=cuda TPS=1 TIMEOUT=60 \
-			RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
-			builddir=. sh tests/bench/bench-resident.sh
-	fi
-	step resident-cpu 200 "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=60 ITERS=5000 \
-		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
-		builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on run=1 )' "$rlog" |
-		tee -a "$summary"
-fi
-
 if want threads && [ "$dbackend" = cuda ] && [ "$(left)" -gt 200 ]; then
 	trace=$OUT/threads.txt
 	: >"$trace"
