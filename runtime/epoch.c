@@ -3,12 +3,12 @@
  * Round epochs: the scheduler's last round, published where a consumer that
  * is already waiting can see it (rk_sched.h, "Round epochs").
  *
- * The region is its own page-aligned mapping (MAP_SHARED | MAP_ANONYMOUS), so
- * it can be registered with CUDA (cuMemHostRegister) whole, and a later
- * same-host broadcast ring can offer the same layout in memory that every
- * process maps. One writer (the scheduler, on its loop thread), any number of
- * readers on any thread, in this process or, through a shared mapping, in
- * another: nothing in the region is a pointer.
+ * The region is its own page-aligned anonymous mapping, so it can be
+ * registered with CUDA (cudaHostRegister) whole, and a later same-host
+ * broadcast ring can offer the same layout in memory that every process maps
+ * (nothing in the region is a pointer, and the futex operations are the
+ * process-shared ones). One writer (the scheduler, on its loop thread), any
+ * number of readers on any thread.
  *
  * Ordering. The descriptor is a seqlock (Linux's write_seqcount): the writer
  * makes seq odd, fences (release), writes the descriptor, then release-stores
@@ -83,7 +83,7 @@ int rk_epoch_create(uint32_t desc_max, struct rk_epoch **out)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	e->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	e->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (e->base == MAP_FAILED) {
 		ret = -errno;
 		goto err_free;
@@ -151,7 +151,7 @@ int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const v
 	uint64_t s;
 	bool fits = len <= e->desc_max;
 
-	if (!epoch || epoch == RK_EPOCH_CLOSED ||
+	if (!epoch || epoch >= RK_EPOCH_CLOSED ||
 	    epoch <= atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed))
 		return -EINVAL;
 	s = atomic_load_explicit(seq, memory_order_relaxed);

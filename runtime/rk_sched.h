@@ -339,10 +339,10 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
  * backend decides there, from the same facts the consumer sees, whether the
  * pre-armed work takes the round or the launch path does.
  *
- * The region is one page-aligned mapping (MAP_SHARED | MAP_ANONYMOUS) with
- * this layout, little-endian, offsets in bytes (each shared word on its own
- * cache line; nothing in it is a pointer, so the same layout can live in
- * memory that other processes map):
+ * The region is one page-aligned anonymous mapping (mmap) with this layout,
+ * little-endian, offsets in bytes (the epoch, the futex words, the seqlock
+ * and the descriptor each start a cache line; nothing in it is a pointer, so
+ * the same layout can live in memory that other processes map):
  *   RK_EPOCH_OFF_EPOCH       u64  the last published epoch (0: none); release-stored
  *                                 after the descriptor; the word a GPU waits on
  *   RK_EPOCH_OFF_FUTEX       u32  bumped after every publication and kick (futex word)
@@ -366,7 +366,9 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 #define RK_EPOCH_OFF_DESC_FLAGS	148
 #define RK_EPOCH_OFF_DESC	192
 #define RK_EPOCH_NO_DESC	0xffffffffu
-#define RK_EPOCH_CLOSED		UINT64_MAX	/* rk_epoch_close(): every wait is met */
+/* rk_epoch_close(): every wait is met, a GPU's too (cuStreamWaitValue64's GEQ
+ * compares (int64_t)(*word - want) >= 0, so the largest epoch is INT64_MAX) */
+#define RK_EPOCH_CLOSED		((uint64_t)INT64_MAX)
 #define RK_EPOCH_DESC_MAX	(256u << 10)	/* the scheduler's region: ROUNDs up to this */
 
 struct rk_epoch;
@@ -401,8 +403,8 @@ RK_EXPORT uint32_t rk_epoch_desc_max(const struct rk_epoch *e);
  * only when one is). A descriptor larger than the region is not copied: the
  * epoch still moves, and readers are told to take the launch path.
  * Return: 0; -RK_ETOOBIG (published without its descriptor); -EINVAL when
- * @epoch is 0, RK_EPOCH_CLOSED or not above the last one, or the region is
- * closed (nothing published).
+ * @epoch is 0, RK_EPOCH_CLOSED or above, or not above the last one, or the
+ * region is closed (nothing published).
  */
 RK_EXPORT int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags,
 			       const void *desc, uint32_t len);

@@ -1304,6 +1304,7 @@ START_TEST(test_epoch_publish_read)
 	ck_assert_uint_eq(ep, 4);
 	ck_assert_int_eq(rk_epoch_publish(e, 5, 0, NULL, 0), 0);
 	ck_assert_int_eq(rk_epoch_read(e, &ep, NULL, NULL, 0), 0);
+	ck_assert_int_eq(rk_epoch_publish(e, RK_EPOCH_CLOSED, 0, NULL, 0), -EINVAL);
 
 	/* reached already: no wait; a kick ends a wait that would not be */
 	kicks = rk_epoch_kicks(e);
@@ -1311,6 +1312,16 @@ START_TEST(test_epoch_publish_read)
 	rk_epoch_kick(e);
 	ck_assert_int_eq(rk_epoch_wait(e, 6, 0, &kicks), -EINTR);
 	ck_assert_uint_eq(kicks, rk_epoch_kicks(e));
+	/* closed: every wait is met, nothing more is published */
+	rk_epoch_close(e);
+	ck_assert_uint_eq(rk_epoch_current(e), RK_EPOCH_CLOSED);
+	ck_assert_int_eq(rk_epoch_wait(e, 1000000, 0, &kicks), 0);
+	ck_assert_int_eq(rk_epoch_read(e, &ep, NULL, out, sizeof(out)), -RK_ETOOBIG);
+	ck_assert_uint_eq(ep, RK_EPOCH_CLOSED);
+	ck_assert_int_eq(rk_epoch_publish(e, 6, 0, desc, 8), -EINVAL);
+	/* a GPU's GEQ compares signed differences: closed meets any epoch */
+	ck_assert_int_ge((int64_t)(RK_EPOCH_CLOSED - 1000000), 0);
+	rk_epoch_close(e);	/* twice: a no-op */
 	rk_epoch_hold(e);
 	rk_epoch_release(e);
 	rk_epoch_release(e);
