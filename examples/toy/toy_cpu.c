@@ -485,6 +485,20 @@ bad:
 
 /* ---- the ops -------------------------------------------------------------------------- */
 
+/* Hand @job to the worker, behind what it holds. */
+static void queue_job(struct toy_cpu *b, struct toy_job *job)
+{
+	job->next = NULL;
+	pthread_mutex_lock(&b->mu);
+	if (b->qtail)
+		b->qtail->next = job;
+	else
+		b->qhead = job;
+	b->qtail = job;
+	pthread_cond_signal(&b->cv);
+	pthread_mutex_unlock(&b->mu);
+}
+
 /* Armed jobs the worker handed back go to the free list. */
 static void reclaim_unused(struct toy_cpu *b)
 {
@@ -581,15 +595,7 @@ static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
 	job->orphan = false;
 	atomic_store_explicit(&job->disarm, false, memory_order_relaxed);
 	job->s = NULL;
-	job->next = NULL;
-	pthread_mutex_lock(&b->mu);
-	if (b->qtail)
-		b->qtail->next = job;
-	else
-		b->qhead = job;
-	b->qtail = job;
-	pthread_cond_signal(&b->cv);
-	pthread_mutex_unlock(&b->mu);
+	queue_job(b, job);
 	b->armed = job;
 }
 
@@ -681,15 +687,7 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 			job->out = o;
 			job->out_cap = need;
 		}
-		job->next = NULL;
-		pthread_mutex_lock(&b->mu);
-		if (b->qtail)
-			b->qtail->next = job;
-		else
-			b->qhead = job;
-		b->qtail = job;
-		pthread_cond_signal(&b->cv);
-		pthread_mutex_unlock(&b->mu);
+		queue_job(b, job);
 		b->stats.posted++;
 	}
 	if (b->rank == 0) {
