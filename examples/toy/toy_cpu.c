@@ -49,7 +49,12 @@
 #define ARM_STREAMS 8u
 #define ARM_TOKENS 64u
 #define ARM_OUTS 8u
-#define ARM_SPIN_NS 50000ull	/* an armed worker's spin before the futex, adaptive */
+/*
+ * Rounds armed ahead: two, so the worker that finishes round N finds N+1's
+ * armed job already queued (queued by launch(N-1)) and goes straight to the
+ * epoch, instead of sleeping on the queue until launch(N) queues it.
+ */
+#define ARM_DEPTH 2u
 
 struct toy_job {
 	struct rk_post post;
@@ -92,7 +97,8 @@ struct toy_cpu {
 	uint8_t *desc;			/* the worker's copy of a descriptor, desc_max bytes */
 	uint32_t desc_max;
 	uint64_t spin_ns;		/* the worker spins this long before the futex */
-	struct toy_job *armed;		/* loop: the armed job the worker holds, if any */
+	struct toy_job *armed[ARM_DEPTH];	/* loop: armed jobs the worker holds, oldest first */
+	unsigned int n_armed;
 	uint32_t shape_st, shape_tok, shape_out;	/* the largest round seen */
 	unsigned int orphans;		/* computed for launches that failed, not back yet */
 	bool res_logged;
@@ -540,19 +546,12 @@ static int grow_buf(void **p, uint32_t *cap, uint64_t need, size_t size)
 	return 0;
 }
 
-/*
- * Loop: pre-arm round @want on @ep: an armed job, with buffers of the shape
- * seen so far, queued behind the round just launched. A failure leaves the
- * next round to the launch path (one log line, a counter).
- */
-static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
-{
-	struct toy_job *job;
-	size_t out_need;
-	uint32_t out_cap;
-	int ret;
+static void arm_one(struct toy_cpu *b, uint64_t want);
 
-	if (!b->res_on || !ep || b->aborted || b->armed)
+/* Loop: keep ARM_DEPTH rounds after @after pre-armed on @ep (arm_one()). */
+static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t after)
+{
+	if (!b->res_on || !ep || b->aborted)
 		return;
 	if (!b->ep) {
 		b->desc_max = rk_epoch_desc_max(ep);
@@ -568,9 +567,26 @@ static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
 		return;		/* another scheduler's region: the launch path for it */
 	}
 	reclaim_unused(b);
+	while (b->n_armed < ARM_DEPTH && b->res_on)
+		arm_one(b, b->n_armed ? b->armed[b->n_armed - 1]->want + 1 : after + 1);
+}
+
+/*
+ * Loop: pre-arm round @want: an armed job, with buffers of the shape seen so
+ * far, queued behind the rounds already queued. A failure leaves the round
+ * to the launch path (one log line, a counter).
+ */
+static void arm_one(struct toy_cpu *b, uint64_t want)
+{
+	struct toy_job *job;
+	size_t out_need;
+	uint32_t out_cap;
+	int ret;
+
 	job = job_get(b);
 	if (!job) {
 		resident_fallback(b, "no job", -ENOMEM);
+		b->res_on = false;
 		return;
 	}
 	out_need = (size_t)b->shape_out * b->m.V;
@@ -587,6 +603,7 @@ static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
 	if (ret) {
 		job_put(b, job);
 		resident_fallback(b, "no memory for the pre-armed shape", ret);
+		b->res_on = false;
 		return;
 	}
 	job->armed = true;
@@ -596,39 +613,49 @@ static void arm(struct toy_cpu *b, struct rk_epoch *ep, uint64_t want)
 	atomic_store_explicit(&job->disarm, false, memory_order_relaxed);
 	job->s = NULL;
 	queue_job(b, job);
-	b->armed = job;
+	b->armed[b->n_armed++] = job;
 }
 
 /*
- * Loop: round @round is launched. Return the armed job when the worker takes
- * it from the region (the same checks as resident_run()), else NULL: the
- * armed job is the worker's to hand back, and a worker still waiting for an
- * epoch that this round will not bring is told so.
+ * Loop: round @round is launched. Return the oldest armed job when the worker
+ * takes the round from the region (the same checks as resident_run()), else
+ * NULL: every armed job is the worker's to hand back, and those still waiting
+ * for an epoch are told so (the round goes to the queue behind them).
  */
 static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 				  const struct rk_wire_round *round)
 {
-	struct toy_job *a = b->armed;
+	struct toy_job *a;
 	int64_t len;
+	unsigned int i;
+	bool kick = false;
 
-	if (!a)
+	if (!b->n_armed)
 		return NULL;
-	b->armed = NULL;
+	a = b->armed[0];
 	len = rk_wire_round_size(round->n_streams, round->n_tok_total);
 	if (ep == b->ep && a->want == round->round_id &&
-	    rk_epoch_current(ep) == round->round_id && len >= 0 && len <= b->desc_max) {
-		if (shape_fits(a, round, b->m.V))
-			return a;
-		b->stats.resident_mismatch++;	/* the worker hands it back: same check */
-		return NULL;
+	    rk_epoch_current(ep) == round->round_id && len >= 0 && len <= b->desc_max &&
+	    shape_fits(a, round, b->m.V)) {
+		for (i = 1; i < b->n_armed; i++)
+			b->armed[i - 1] = b->armed[i];
+		b->n_armed--;
+		return a;
 	}
+	/* the launch path: the oldest hands itself back (same check), the rest
+	 * would wait ahead of the posted round */
 	b->stats.resident_mismatch++;
-	if (rk_epoch_current(b->ep) < a->want) {
-		/* release: the flag before the kick's count (resident_run() reads
-		 * the count, then the flag) */
-		atomic_store_explicit(&a->disarm, true, memory_order_release);
-		rk_epoch_kick(b->ep);
+	for (i = 0; i < b->n_armed; i++) {
+		if (rk_epoch_current(b->ep) < b->armed[i]->want) {
+			/* release: the flag before the kick's count (resident_run()
+			 * reads the count, then the flag) */
+			atomic_store_explicit(&b->armed[i]->disarm, true, memory_order_release);
+			kick = true;
+		}
 	}
+	b->n_armed = 0;
+	if (kick)
+		rk_epoch_kick(b->ep);
 	return NULL;
 }
 
@@ -703,7 +730,7 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	job->s = s;
 	b->inflight++;
 	shape_grow(b, round);
-	arm(b, ep, round->round_id + 1);
+	arm(b, ep, round->round_id);
 	return 0;
 fail:
 	job_put(b, job);
@@ -780,15 +807,13 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	/* auto: the launch path until a receipt says otherwise (docs/BENCH.md) */
 	b->res_on = lc->resident == RK_RESIDENT_ON;
 	/*
-	 * The worker spins as the loop does under RK_WAIT=spin and never under
-	 * block; under adaptive for at most ARM_SPIN_NS, then sleeps: beside a
-	 * loop that spins its own window, a worker spinning as long doubles the
-	 * spinning threads, and on a machine with fewer free cores than those
-	 * they take each other's time slices.
+	 * The armed worker spins on the epoch only under RK_WAIT=spin (a core per
+	 * thread); otherwise it sleeps on the futex at once, as the posted worker
+	 * sleeps on its queue: beside a loop that spins its own busy window, a
+	 * second spinner per rank took the cores the loops needed (0.2-0.4x the
+	 * tokens/s on the 2-vCPU dev VM with a 50 us spin, docs/BENCH.md).
 	 */
-	b->spin_ns = lc->wait.mode == RK_WAIT_SPIN ? UINT64_MAX :
-		     lc->wait.mode == RK_WAIT_BLOCK ? 0 :
-		     lc->wait.spin_ns < ARM_SPIN_NS ? lc->wait.spin_ns : ARM_SPIN_NS;
+	b->spin_ns = lc->wait.mode == RK_WAIT_SPIN ? UINT64_MAX : 0;
 	b->shape_st = ARM_STREAMS;
 	b->shape_tok = ARM_TOKENS;
 	b->shape_out = ARM_OUTS;
