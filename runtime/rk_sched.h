@@ -315,7 +315,9 @@ RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
 
 /**
- * rk_sched_destroy() - stop (as rk_sched_stop()), release the world and free.
+ * rk_sched_destroy() - stop (as rk_sched_stop()), close the epoch region
+ * (rk_epoch_close(): a consumer still armed for a next round is released),
+ * release the world and free.
  * It calls no backend op; after it nothing of the scheduler runs. While the
  * backend still holds a round launched through @s (rk_sched_busy()), the
  * memory is kept until the backend reports it: rk_sched_complete() on @s
