@@ -5,7 +5,8 @@
 # rk-load itself fails (exit 3) when cells of one mode hash differently (so
 # drafted == plain and 8 streams == 1), and with --check-ref (exit 4) when a
 # request differs from the toy model's TP1 reference (toy_generate_ref). Across
-# runs this script compares the hashes of TP1, TP2 and TP4. Also: the JSON
+# runs this script compares the hashes of TP1, TP2, TP4 and TP2 with resident
+# rounds (RK_RESIDENT=on). Also: the JSON
 # (unstreamed) reply hashes the same; bad requests get 400 and change nothing;
 # clients that hang up mid-stream leave the server healthy; SIGTERM to the
 # leader ends the job with status 0. Skips (77) without rk-serve/rk-load.
@@ -226,5 +227,17 @@ for r in 1 2 3; do
 	grep -q "^rk-launch: rank $r exited with status 0$" "$tmp/tp4.err" || fail "tp4: rank $r"
 done
 
-echo "TP1 == TP2 == TP4, 1 == 8 streams, plain == drafted, == reference: $h2"
+# 3. Resident rounds (the CPU backend's worker takes each round from the
+#    scheduler's epoch region instead of a post) give the same tokens.
+phase "TP2 resident"
+RK_RESIDENT=on
+export RK_RESIDENT
+start tp2res 2 $model --draft-k 2
+unset RK_RESIDENT
+load tp2res $cells --check-ref
+[ $rc = 0 ] || fail "tp2 resident: rk-load exited $rc"
+[ "$(hashes tp2res)" = "$h2" ] || fail "TP2 resident ($(hashes tp2res)) != TP2 ($h2)"
+stop tp2res
+
+echo "TP1 == TP2 == TP4 == TP2 resident, 1 == 8 streams, plain == drafted, == reference: $h2"
 exit 0
