@@ -512,8 +512,6 @@ START_TEST(test_toy_sched)
 			ck_assert_uint_eq(st->resident + st->resident_mismatch, 0);
 		else if (!gw->draft_k)
 			ck_assert_uint_gt(st->resident, 0);	/* plain decode is predicted */
-		else
-			ck_assert_uint_eq(st->resident, 0);	/* drafted rounds never are */
 	}
 	if (getenv("CHECK_GPU_VERBOSE"))
 		printf("toy %d: TP%d %d streams draft %u %s resident %s: %llu rounds (%llu "
