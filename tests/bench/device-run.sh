@@ -36,8 +36,9 @@
 #                   bench-resident.sh, the resident-rounds receipt: publication cost,
 #                   GPU ready-to-first-kernel launch against resident, the TP1 decode
 #                   receipt and the CPU backend at TP2 and TP4, RK_RESIDENT=off
-#                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32), RESIDENT_S
-#                   (200), RESIDENT_CPU_S (150): resident.txt)
+#                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
+#                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
+#                   resident.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -162,9 +163,9 @@ if want resident; then
 		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	rlim=$(($(left) / 3))
-	[ "$rlim" -gt "${RESIDENT_CPU_S:-150}" ] && rlim=${RESIDENT_CPU_S:-150}
+	[ "$rlim" -gt "${RESIDENT_CPU_S:-100}" ] && rlim=${RESIDENT_CPU_S:-100}
 	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=45 ITERS=5000 \
-		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
+		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on run=1 )' "$rlog" |
 		tee -a "$summary"
