@@ -1148,6 +1148,29 @@ START_TEST(test_bad_frame)
 }
 END_TEST
 
+/* USER data may overlap the output: already in place after the header, or where the header goes. */
+START_TEST(test_user_overlap)
+{
+	static const size_t at[] = { 8, 0, 3 }; /* in place; moved up by 8; by 5 */
+	uint8_t p[8 + 300 + 8], want[300];
+	struct rk_wire_user u;
+	size_t i, k;
+
+	for (i = 0; i < sizeof(want); i++)
+		want[i] = (uint8_t)(i * 7 + 1);
+	for (k = 0; k < ARRAY_SIZE(at); k++) {
+		memset(p, 0, sizeof(p));
+		memcpy(p + at[k], want, sizeof(want));
+		ck_assert_int_eq(rk_wire_encode_user(p, sizeof(p), 0x55u, p + at[k], sizeof(want)),
+				 8 + (int)sizeof(want));
+		ck_assert_int_eq(rk_wire_decode_user(p, 8 + sizeof(want), &u), 0);
+		ck_assert_uint_eq(u.tag, 0x55u);
+		ck_assert_uint_eq(u.len, sizeof(want));
+		ck_assert_mem_eq(u.data, want, sizeof(want));
+	}
+}
+END_TEST
+
 /* Payload decoders called alone check the fixed lengths again. */
 START_TEST(test_payload_alone)
 {
@@ -1547,6 +1570,7 @@ static Suite *wire_suite(void)
 	tcase_add_loop_test(tc, test_roundtrip, 0, RK_FRAME__COUNT);
 	tcase_add_loop_test(tc, test_round_big, 0, 2);
 	tcase_add_test(tc, test_round_max);
+	tcase_add_test(tc, test_user_overlap);
 
 	tc = tcase(s, "incremental");
 	tcase_add_loop_test(tc, test_incremental, 0, RK_FRAME__COUNT);

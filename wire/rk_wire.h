@@ -226,6 +226,7 @@ RK_EXPORT uint32_t rk_wire_round_token(const struct rk_wire_round *r, uint32_t i
  * or -ENOSPC when @cap is too small, or -RK_EFIELD for an unencodable value
  * (what the decoder would refuse), or -RK_ETOOBIG (USER data past RK_WIRE_MAX_PAYLOAD).
  * rk_wire_encode_error() truncates @msg (NULL = empty) to RK_WIRE_ERRMSG_MAX bytes.
+ * rk_wire_encode_user()'s @data may overlap @out (e.g. written in place at @out + 8).
  */
 RK_EXPORT int rk_wire_encode_hello(uint8_t *out, size_t cap, const struct rk_wire_hello *h);
 RK_EXPORT int rk_wire_encode_heartbeat(uint8_t *out, size_t cap,

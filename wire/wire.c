@@ -324,10 +324,11 @@ int rk_wire_encode_user(uint8_t *out, size_t cap, uint32_t tag, const void *data
 		return -RK_ETOOBIG;
 	if (cap < (size_t)USER_HDR_LEN + len)
 		return -ENOSPC;
+	/* the data may overlap @out (already in place, or where the header goes): move it first */
+	if (len)
+		memmove(out + USER_HDR_LEN, data, len);
 	rk__le32_store(out, tag);
 	rk__le32_store(out + 4, 0);
-	if (len)
-		memcpy(out + USER_HDR_LEN, data, len);
 	return USER_HDR_LEN + (int)len;
 }
 
