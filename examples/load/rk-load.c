@@ -277,8 +277,13 @@ static void do_request(CURL *h, const struct options *o, const struct cell *c, u
 			r->done = true;
 			json_decref(reply);
 		}
-	} else if (!r->done) {
-		seterr(r, "the stream ended without [DONE]");
+	}
+	if (rd.sse && !o->hang_up && r->status == 200 && !r->done) {
+		/* the stream began and was never closed: that, whatever else went wrong */
+		char cause[sizeof(r->err)];
+
+		snprintf(cause, sizeof(cause), "%s", r->err[0] ? r->err : "end of the transfer");
+		snprintf(r->err, sizeof(r->err), "the stream ended without [DONE] (%.200s)", cause);
 	}
 	if (!r->err[0] && !o->hang_up && r->n != o->max_tokens)
 		seterr(r, "%" PRIu32 " tokens, expected %u", r->n, o->max_tokens);
@@ -562,9 +567,7 @@ static int run_cell(const struct options *o, const struct server_info *si, const
 		ret = -EAGAIN;
 		goto out;
 	}
-	ret = get_stats(o, si->world_size, &after);
-	if (ret)
-		goto out;
+	/* each failure first: a server that went away fails the collection below too */
 	for (i = 0; i < o->requests; i++) {
 		if (res[i].err[0]) {
 			fprintf(stderr, PROG ": request %u (%u streams, %s, %s): %s\n", i,
@@ -577,6 +580,9 @@ static int run_cell(const struct options *o, const struct server_info *si, const
 		ret = -EIO;
 		goto out;
 	}
+	ret = get_stats(o, si->world_size, &after);
+	if (ret)
+		goto out;
 	if (o->hang_up) {
 		printf("%u streams, %s, %s: %u requests hung up after their first tokens\n",
 		       c->streams, mode_name(c->sampled), draft_name(c->drafted), o->requests);
@@ -890,7 +896,7 @@ int main(int argc, char **argv)
 	printf("%7s  %-7s  %-7s  %7s  %9s  %6s  %6s  %-16s", "streams", "mode", "draft", "tokens",
 	       "tok/s", "rounds", "accept", "hash");
 	for (k = 0; k < (unsigned int)si.world_size; k++) {
-		char name[16];
+		char name[sizeof("cpu_s_r") + 10]; /* any unsigned int */
 
 		snprintf(name, sizeof(name), "cpu_s_r%u", k);
 		printf("  %10s", name);
