@@ -194,7 +194,8 @@ static void usage(FILE *f)
 		"ssh channel. Remote ranks also get every RK_* variable set here (except\n"
 		"RK_SECRET_FILE). Output lines come back prefixed \"[rN] \",\n"
 		"stdout on stdout and stderr on stderr. SIGINT and SIGTERM are forwarded to\n"
-		"every rank (a second one sends SIGKILL).\n\n"
+		"every rank once (later ones are not; SIGKILL follows only after the grace\n"
+		"period).\n\n"
 		"Exit status: 0 when every rank exits 0; else the first failing rank's exit\n"
 		"status, or 128+N if it was killed by signal N, or 128+N after this launcher\n"
 		"was stopped by signal N; 1 when the job could not start; 2 for a usage error\n"
@@ -961,9 +962,13 @@ static void on_signal(struct launch *l, int sig)
 	if (sig == SIGHUP && l->hup_ignored)
 		return;
 	if (++l->signals > 1) {
-		vlog(l, "%s again: SIGKILL to every rank", sig_name(sig, name, sizeof(name)));
-		signal_ranks(l, SIGKILL);
-		l->killed = true;
+		/*
+		 * The ranks have theirs and are stopping; SIGKILL waits for the
+		 * grace period (timeout(1) sends its signal twice: to us, then to
+		 * its process group, which we are in).
+		 */
+		vlog(l, "%s again: the ranks are stopping (SIGKILL after the grace period)",
+		     sig_name(sig, name, sizeof(name)));
 		return;
 	}
 	if (!l->stopping) {
