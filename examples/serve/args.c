@@ -101,6 +101,11 @@ static void usage(FILE *f)
 		"This build: " HTTP_BUILD ", " CUDA_BUILD ".\n\n"
 		"  --http=ADDR:PORT   rank 0 listens here (default 127.0.0.1:8800; port 0: any\n"
 		"                     free port, printed at startup)\n"
+		"  --http-max-conns=N past N open connections, each new one closes the one\n"
+		"                     idle longest (default %u; 1..%u; up to 2N open while\n"
+		"                     all are busy)\n"
+		"  --http-idle-timeout=S  close a connection idle for S seconds (default %u;\n"
+		"                     1..3600)\n"
 		"  --demo             instead of serving, generate from built-in prompts, print\n"
 		"                     tokens, hashes and a receipt, then end the job\n"
 		"  --bench            instead of serving, run the decode receipt (--bench-*\n"
@@ -162,7 +167,8 @@ static void usage(FILE *f)
 		"HTTP (rank 0): POST /v1/completions {\"prompt\": \"text\" or [ids],\n"
 		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"draft_k\",\n"
 		"\"stream\"}; GET /v1/stats; GET /health. See docs/SERVE.md.\n",
-		TOY_DEF_V, TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
+		DEF_HTTP_MAX_CONNS, MAX_HTTP_CONNS, DEF_HTTP_IDLE_S, TOY_DEF_V, TOY_MAX_V, TOY_DEF_H,
+		TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
 }
 
 /* --bench-policies=LIST: names of bench_policies, each once. Return 0 or -1 (said). */
@@ -239,12 +245,16 @@ enum {
 	OPT_B_NO_WARMUP,
 	OPT_B_POLICIES,
 	OPT_TRACE_ROUNDS,
+	OPT_HTTP_MAX_CONNS,
+	OPT_HTTP_IDLE,
 };
 
 int parse_args(int argc, char **argv, struct options *o)
 {
 	static const struct option opts[] = {
 		{ "http", required_argument, NULL, 'H' },
+		{ "http-max-conns", required_argument, NULL, OPT_HTTP_MAX_CONNS },
+		{ "http-idle-timeout", required_argument, NULL, OPT_HTTP_IDLE },
 		{ "demo", no_argument, NULL, 'D' },
 		{ "vocab", required_argument, NULL, 'v' },
 		{ "hidden", required_argument, NULL, 'n' },
@@ -284,6 +294,8 @@ int parse_args(int argc, char **argv, struct options *o)
 	o->max_batch = 8;
 	o->draft_k = 0;
 	snprintf(o->http, sizeof(o->http), "127.0.0.1:8800");
+	o->http_max_conns = DEF_HTTP_MAX_CONNS;
+	o->http_idle_s = DEF_HTTP_IDLE_S;
 	o->backend = BACKEND_CPU;
 	o->notify = RK_GPU_NOTIFY_AUTO;
 	o->graphs = true;
@@ -324,6 +336,15 @@ int parse_args(int argc, char **argv, struct options *o)
 				     "--with-serve): use --demo or --bench\n");
 			return 2;
 #endif
+		case OPT_HTTP_MAX_CONNS:
+			if (cli_u32(PROG, "http-max-conns", optarg, 1, MAX_HTTP_CONNS,
+				    &o->http_max_conns))
+				return 2;
+			break;
+		case OPT_HTTP_IDLE:
+			if (cli_u32(PROG, "http-idle-timeout", optarg, 1, 3600, &o->http_idle_s))
+				return 2;
+			break;
 		case 'D':
 			o->demo = true;
 			break;

@@ -179,8 +179,8 @@ static int bench_pass(struct bench *bn, const struct bench_cell *c, uint32_t n,
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0)
 			goto fail; /* a signal, or the ring failed */
-		if (srv->err) {
-			ret = srv->err;
+		if (job_err(srv)) {
+			ret = job_err(srv);
 			goto fail;
 		}
 		for (s = 0; s < C; s++) {
@@ -322,8 +322,8 @@ static int bench_policy(struct bench *bn, uint32_t p)
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0)
 			return ret;
-		if (srv->err)
-			return srv->err;
+		if (job_err(srv))
+			return job_err(srv);
 	}
 	return ret;
 }
@@ -397,9 +397,9 @@ static int bench_idle(struct bench *bn)
 	rk_timer_start(srv->loop, &bn->idle_timer, (uint64_t)bn->o->b_idle * 1000000000ull, 0);
 	while (!bn->idle_over) {
 		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
-		if (ret < 0 || srv->err) {
+		if (ret < 0 || job_err(srv)) {
 			rk_timer_stop(&bn->idle_timer);
-			return ret < 0 ? ret : srv->err;
+			return ret < 0 ? ret : job_err(srv);
 		}
 	}
 	ret = bench_collect(bn, bn->after);
@@ -429,8 +429,8 @@ static int bench_warmup(struct bench *bn, uint32_t max_streams)
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0)
 			return ret;
-		if (srv->err)
-			return srv->err;
+		if (job_err(srv))
+			return job_err(srv);
 	}
 	if (ret < 0)
 		return ret;

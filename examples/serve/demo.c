@@ -147,15 +147,15 @@ int demo_run(struct server *srv)
 	for (;;) {
 		for (i = 0, all_done = true; i < N_DEMO; i++)
 			all_done &= d->r[i].done;
-		if (all_done || srv->err)
+		if (all_done || job_err(srv))
 			break;
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0)
 			goto out;
 	}
 	t1 = now_ns();
-	if (srv->err) {
-		ret = srv->err;
+	if (job_err(srv)) {
+		ret = job_err(srv);
 		goto out;
 	}
 	/* every rank's CPU time, through the same collection /v1/stats uses */

@@ -6,22 +6,32 @@
  * never touch the world, scheduler or backend: a request reaches the loop with
  * rk_loop_post() (the struct rk_post is inside it), the loop thread submits it,
  * and the token callbacks (loop thread) append to its buffer under its mutex
- * and signal its condvar. Each connection has its own thread
- * (MHD_USE_THREAD_PER_CONNECTION), so the content reader may block on that
- * condvar. A request is freed when both sides let go (refcount under its
- * mutex): the scheduler at its done callback, HTTP when the response is
- * destroyed, which also covers a client that hangs up mid-stream.
+ * and write its eventfd. Each connection has its own thread
+ * (MHD_USE_THREAD_PER_CONNECTION), so the handler and the content reader may
+ * block: in poll() on that eventfd and on the client's socket, whose hang-up
+ * (POLLRDHUP) cancels the request through another post. A request is freed
+ * when every side lets go (refcount under its mutex): the scheduler at its done
+ * callback, HTTP when the response is destroyed or the handler gives up, a
+ * cancel post when it has run.
+ *
+ * Below the endpoints, the connections: rk-serve keeps the connection limit
+ * itself so that idle connections cannot lock clients out, and drains the
+ * requests in flight before the server stops (see "connections").
  */
 #define _GNU_SOURCE
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -38,14 +48,17 @@
 /* One completion request from HTTP. */
 struct sreq {
 	struct rk_request req; /* the loop thread's from post to done */
-	struct rk_post post;
+	struct rk_post post;   /* submit */
+	struct rk_post cancel; /* the client hung up */
 	struct server *srv;
+	struct MHD_Connection *conn; /* its connection, and the client's socket */
+	MHD_socket sock;
+	int efd; /* eventfd: the loop thread has news (tokens, the end) */
 	uint32_t *prompt;
 	uint32_t n_prompt;
 	bool stream;
 
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
 	/* under mu: written by the loop thread, read by the HTTP thread */
 	uint32_t *toks; /* [max_tokens] */
 	uint32_t n_toks;
@@ -53,7 +66,8 @@ struct sreq {
 	uint32_t n_marks;
 	bool done;
 	int err;
-	int refs; /* the scheduler's and HTTP's */
+	int refs;	      /* the scheduler's, HTTP's, a cancel post's */
+	bool cancel_posted;
 
 	/* HTTP thread only: the content reader's state */
 	char *text; /* [max_tokens + 1] */
@@ -63,18 +77,31 @@ struct sreq {
 	bool finished; /* [DONE] is in out */
 };
 
-/* What an HTTP connection collects before it answers. */
+/* One HTTP request's state (con_cls), from the access handler's first call to completion. */
 struct conn {
 	char *body;
 	size_t len, cap;
 	bool too_big;
 };
 
+/*
+ * This thread is closing a connection because its client hung up: the error
+ * that libmicrohttpd logs for that at once is none (http_log() drops it), and
+ * on_completed(), which follows it, clears the flag.
+ */
+static __thread bool hung_up_close;
+
+/* In "connections" below. */
+static MHD_RESULT queue_response(struct MHD_Connection *c, unsigned int status,
+				 struct MHD_Response *resp);
+static void conn_wait(struct MHD_Connection *c, const struct server *srv, bool waiting);
+static json_t *http_json(struct server *srv);
+
 /* ---- requests: the loop side ------------------------------------------------------ */
 
 static void sreq_free(struct sreq *r)
 {
-	pthread_cond_destroy(&r->cv);
+	close(r->efd);
 	pthread_mutex_destroy(&r->mu);
 	free(r->prompt);
 	free(r->toks);
@@ -102,7 +129,6 @@ static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool 
 	struct sreq *r = req->data;
 	struct server *srv = r->srv;
 	uint32_t room;
-	bool orphan;
 
 	pthread_mutex_lock(&r->mu);
 	room = r->req.max_tokens - r->n_toks;
@@ -117,21 +143,24 @@ static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool 
 		r->done = true;
 		r->err = err;
 	}
-	/* only the scheduler still holds it: the client hung up */
-	orphan = !done && r->refs == 1;
-	pthread_cond_signal(&r->cv);
 	pthread_mutex_unlock(&r->mu);
-	if (orphan) {
-		/* stop spending rounds on it; the done callback follows */
-		rk_sched_cancel(srv->sched, req);
-		return;
-	}
+	if (n || done)
+		eventfd_write(r->efd, 1); /* before the put below: it may free @r */
 	if (done) {
 		srv->req_active--;
-		if (err)
+		if (err == -ECANCELED)
+			srv->req_cancelled++;
+		else if (err)
 			srv->req_failed++;
 		sreq_put(r); /* the scheduler's reference */
 	}
+}
+
+static void posted_done(struct server *srv)
+{
+	pthread_mutex_lock(&srv->mu);
+	srv->posted--;
+	pthread_mutex_unlock(&srv->mu);
 }
 
 static enum rk_activity sreq_post_cb(struct rk_post *p)
@@ -140,15 +169,34 @@ static enum rk_activity sreq_post_cb(struct rk_post *p)
 	struct server *srv = r->srv;
 	int ret;
 
-	pthread_mutex_lock(&srv->mu);
-	srv->posted--;
-	pthread_mutex_unlock(&srv->mu);
+	posted_done(srv);
 	srv->req_total++;
 	srv->req_active++;
 	/* after rk_sched_stop() this is -RK_ESTOPPED */
 	ret = rk_sched_submit(srv->sched, &r->req);
 	if (ret)
 		sreq_cb(&r->req, NULL, 0, true, ret);
+	return RK_BUSY;
+}
+
+/*
+ * The client hung up. Posted after the submit post by the same thread, so it
+ * runs after it: the request is the scheduler's until its done callback, and a
+ * running one leaves the batch before the next round (rk_sched_cancel()).
+ */
+static enum rk_activity sreq_cancel_cb(struct rk_post *p)
+{
+	struct sreq *r = p->data;
+	struct server *srv = r->srv;
+	bool done;
+
+	posted_done(srv);
+	pthread_mutex_lock(&r->mu);
+	done = r->done;
+	pthread_mutex_unlock(&r->mu);
+	if (!done)
+		rk_sched_cancel(srv->sched, &r->req); /* done: -ECANCELED, now or after its round */
+	sreq_put(r);			      /* the post's reference */
 	return RK_BUSY;
 }
 
@@ -313,7 +361,8 @@ out:
 	return ret;
 }
 
-static struct sreq *sreq_create(struct server *srv, struct params *p)
+static struct sreq *sreq_create(struct server *srv, struct MHD_Connection *c, MHD_socket sock,
+				struct params *p)
 {
 	struct sreq *r = calloc(1, sizeof(*r));
 
@@ -324,11 +373,14 @@ static struct sreq *sreq_create(struct server *srv, struct params *p)
 	r->text = malloc(p->max_tokens + 1);
 	if (!r->toks || !r->marks || !r->text)
 		goto err_free;
-	if (pthread_mutex_init(&r->mu, NULL))
+	r->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (r->efd < 0)
 		goto err_free;
-	if (pthread_cond_init(&r->cv, NULL))
-		goto err_mutex;
+	if (pthread_mutex_init(&r->mu, NULL))
+		goto err_efd;
 	r->srv = srv;
+	r->conn = c;
+	r->sock = sock;
 	r->prompt = p->prompt; /* ours now */
 	p->prompt = NULL;
 	r->n_prompt = p->n_prompt;
@@ -347,11 +399,11 @@ static struct sreq *sreq_create(struct server *srv, struct params *p)
 	r->req.draft_k = p->draft_k;
 	r->req.cb = sreq_cb;
 	r->req.data = r;
-	r->post.cb = sreq_post_cb;
-	r->post.data = r;
+	rk_post_init(&r->post, sreq_post_cb, r);
+	rk_post_init(&r->cancel, sreq_cancel_cb, r);
 	return r;
-err_mutex:
-	pthread_mutex_destroy(&r->mu);
+err_efd:
+	close(r->efd);
 err_free:
 	free(r->toks);
 	free(r->marks);
@@ -388,7 +440,7 @@ static MHD_RESULT reply(struct MHD_Connection *c, unsigned int status, json_t *b
 	if (!resp)
 		return MHD_NO;
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	ret = MHD_queue_response(c, status, resp);
+	ret = queue_response(c, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
@@ -452,6 +504,68 @@ static int out_raw(struct sreq *r, const char *s)
 	return 0;
 }
 
+/* True once poll() says that the client closed its side (hung up, or half-closed). */
+static bool client_gone(short revents)
+{
+	return revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL);
+}
+
+/*
+ * HTTP thread, with r->mu held (dropped while waiting): wait until the loop
+ * has news for @r (@all: its end; else any new tokens too) or its client hangs
+ * up. The connection's inactivity timeout is off meanwhile: a client waiting
+ * for the model is not idle. Return: false, or true when the client hung up.
+ */
+static bool sreq_wait(struct sreq *r, bool all)
+{
+	struct pollfd pfd[2];
+	bool gone = false, waited = false;
+	eventfd_t v;
+
+	while (!r->done && (all || r->sent_marks == r->n_marks)) {
+		pthread_mutex_unlock(&r->mu);
+		if (!waited) {
+			conn_wait(r->conn, r->srv, true);
+			waited = true;
+		}
+		pfd[0] = (struct pollfd){ .fd = r->efd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = r->sock, .events = POLLRDHUP };
+		/* a write after the check above has left the eventfd readable */
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR) {
+			fprintf(stderr, PROG ": poll: %s: dropping a request\n", strerror(errno));
+			pfd[1].revents = POLLERR;
+		}
+		if (pfd[0].revents & POLLIN)
+			eventfd_read(r->efd, &v);
+		gone = client_gone(pfd[1].revents);
+		pthread_mutex_lock(&r->mu);
+		if (gone)
+			break;
+	}
+	if (waited)
+		conn_wait(r->conn, r->srv, false);
+	return gone;
+}
+
+/*
+ * The client of @r hung up: cancel its request at the next round. The post
+ * holds a reference until it has run. While the server stops, rk_sched_stop()
+ * ends every request anyway. HTTP thread.
+ */
+static void sreq_hang_up(struct sreq *r)
+{
+	pthread_mutex_lock(&r->mu);
+	if (r->done || r->cancel_posted) {
+		pthread_mutex_unlock(&r->mu);
+		return;
+	}
+	r->cancel_posted = true;
+	r->refs++;
+	pthread_mutex_unlock(&r->mu);
+	if (post_to_loop(r->srv, &r->cancel))
+		sreq_put(r);
+}
+
 /*
  * The streaming response's content reader (the connection's own thread, so it
  * may block): one event per round that produced tokens, then [DONE].
@@ -460,7 +574,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct sreq *r = cls;
 	uint32_t marks, first, last, m;
-	bool done;
+	bool done, gone;
 	int err, ret = 0;
 	size_t n;
 
@@ -470,12 +584,16 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		r->out_off = r->out_len = 0;
 		pthread_mutex_lock(&r->mu);
-		while (r->sent_marks == r->n_marks && !r->done)
-			pthread_cond_wait(&r->cv, &r->mu);
+		gone = sreq_wait(r, false);
 		marks = r->n_marks;
 		done = r->done;
 		err = r->err;
 		pthread_mutex_unlock(&r->mu);
+		if (gone) {
+			sreq_hang_up(r);
+			hung_up_close = true;
+			return MHD_CONTENT_READER_END_WITH_ERROR; /* closes the connection */
+		}
 		/* toks[0 .. marks[marks-1]) are written once, before the unlock above */
 		for (m = r->sent_marks; m < marks && !ret; m++) {
 			first = m ? r->marks[m - 1] : 0;
@@ -506,27 +624,43 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void sse_free(void *cls)
 {
-	sreq_put(cls); /* HTTP's reference */
+	struct sreq *r = cls;
+
+	if (!r->finished)
+		sreq_hang_up(r); /* the connection went before the stream's end */
+	sreq_put(r);		 /* HTTP's reference */
 }
 
 static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c, struct conn *cn)
 {
+	const union MHD_ConnectionInfo *ci;
 	struct MHD_Response *resp;
+	struct pollfd pfd;
 	struct params p;
 	struct sreq *r;
 	char err[256];
 	json_t *body;
 	int perr;
+	bool gone;
 	MHD_RESULT ret;
 
 	if (cn->too_big)
 		return reply_error(c, 413 /* content too large */, "request body too large");
+	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci)
+		return MHD_NO;
+	/* a client that sent its request and hung up at once costs no round */
+	pfd = (struct pollfd){ .fd = ci->connect_fd, .events = POLLRDHUP };
+	if (poll(&pfd, 1, 0) > 0 && client_gone(pfd.revents)) {
+		hung_up_close = true;
+		return MHD_NO;
+	}
 	perr = parse_request(srv, cn->body ? cn->body : "", cn->len, &p, err, sizeof(err));
 	if (perr)
 		return reply_error(
 			c, perr == -ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
 			err);
-	r = sreq_create(srv, &p);
+	r = sreq_create(srv, c, ci->connect_fd, &p);
 	if (!r) {
 		free(p.prompt);
 		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
@@ -539,20 +673,26 @@ static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c
 		resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, r,
 							 sse_free);
 		if (!resp) {
+			sreq_hang_up(r); /* nobody reads it: end it as if the client had gone */
 			sreq_put(r);
 			return MHD_NO;
 		}
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+		ret = queue_response(c, MHD_HTTP_OK, resp);
 		MHD_destroy_response(resp); /* sse_free() drops our reference */
 		return ret;
 	}
 	/* one JSON reply: this connection's thread waits for the whole request */
 	pthread_mutex_lock(&r->mu);
-	while (!r->done)
-		pthread_cond_wait(&r->cv, &r->mu);
+	gone = sreq_wait(r, true);
 	pthread_mutex_unlock(&r->mu);
+	if (gone) {
+		sreq_hang_up(r);
+		sreq_put(r);
+		hung_up_close = true;
+		return MHD_NO; /* closes the connection */
+	}
 	if (r->err) {
 		ret = reply_error(c,
 				  r->err == -RK_ESTOPPED ? MHD_HTTP_SERVICE_UNAVAILABLE
@@ -627,13 +767,15 @@ static MHD_RESULT handle_stats(struct server *srv, struct MHD_Connection *c)
 						       "compute_s", rs->toy.ns_compute / 1e9));
 	}
 	free(w.ranks);
-	body = json_pack("{s:i,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:f},s:{s:I,s:I,s:I}}", "world_size",
-			 srv->size, "ranks", ranks, "sched", "rounds", (json_int_t)w.sched.rounds,
-			 "tokens", (json_int_t)w.sched.tokens, "drafted",
-			 (json_int_t)w.sched.drafted, "accepted", (json_int_t)w.sched.accepted,
-			 "streams_done", (json_int_t)w.sched.streams_done, "round_s",
-			 w.sched.ns_round_sum / 1e9, "requests", "total", (json_int_t)w.req_total,
-			 "active", (json_int_t)w.req_active, "failed", (json_int_t)w.req_failed);
+	body = json_pack("{s:i,s:o,s:{s:I,s:I,s:I,s:I,s:I,s:f},s:{s:I,s:I,s:I,s:I},s:o}",
+			 "world_size", srv->size, "ranks", ranks, "sched", "rounds",
+			 (json_int_t)w.sched.rounds, "tokens", (json_int_t)w.sched.tokens,
+			 "drafted", (json_int_t)w.sched.drafted, "accepted",
+			 (json_int_t)w.sched.accepted, "streams_done",
+			 (json_int_t)w.sched.streams_done, "round_s", w.sched.ns_round_sum / 1e9,
+			 "requests", "total", (json_int_t)w.req_total, "active",
+			 (json_int_t)w.req_active, "failed", (json_int_t)w.req_failed, "cancelled",
+			 (json_int_t)w.req_cancelled, "http", http_json(srv));
 	return reply(c, MHD_HTTP_OK, body);
 }
 
@@ -652,6 +794,222 @@ static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
 			       (int)srv->opt.max_batch, "draft_k", (int)srv->opt.draft_k));
 }
 
+/* ---- connections: the limit, idle connections, the drain ------------------------------- */
+
+/*
+ * libmicrohttpd refuses connections past its connection limit, so idle
+ * connections (keep-alive ones between requests, clients that never send one)
+ * would lock every new client out until they time out. rk-serve keeps
+ * --http-max-conns itself instead: while more connections are open than that,
+ * the one idle longest is shut down (as nginx reuses its keep-alive
+ * connections). libmicrohttpd's own limit is twice as high: room for the
+ * connections accepted while the ones shut down are still closing, and for
+ * requests past --http-max-conns when every connection is busy (a busy one is
+ * never shut down). A connection is idle from its accept, or from the end of
+ * its last request, until the headers of its next request are in. Idle
+ * connections also time out after --http-idle-timeout (libmicrohttpd's
+ * inactivity timeout, which a request waiting for the model turns off:
+ * sreq_wait()).
+ *
+ * Shutdown: once http_quiesce() has run, every reply closes its connection,
+ * and http_busy() says whether a request is still being answered, arriving,
+ * or may come from a client whose request just ended, so that the leader's
+ * drain lets each stream end and each request get its reply (a 503 for the
+ * new ones) before MHD_stop_daemon() cuts the connections; the last request to
+ * end wakes the loop.
+ *
+ * Threads: on_connection() runs on libmicrohttpd's listening thread (and in
+ * MHD_stop_daemon()), the rest on connection threads; all under http.mu.
+ */
+struct hconn {
+	struct hconn *prev, *next; /* on http.idle while idle, the one idle longest first */
+	struct http *h;
+	MHD_socket fd;	/* open until on_connection() says CLOSED */
+	bool idle;
+	bool evicted;	/* shut down, not closed yet */
+	bool linger;	/* its request ended while stopping: its client may send again */
+};
+
+struct http {
+	struct MHD_Daemon *d;
+	struct server *srv;
+	pthread_mutex_t mu;
+	/* under mu */
+	struct hconn idle;    /* the list's head */
+	unsigned int open;    /* connections accepted and not closed */
+	unsigned int closing; /* ...of which shut down past the limit */
+	unsigned int busy;    /* requests from their first call to on_completed() */
+	uint64_t evicted;
+	bool stopping;
+};
+
+static void idle_add(struct http *h, struct hconn *hc)
+{
+	hc->prev = h->idle.prev;
+	hc->next = &h->idle;
+	h->idle.prev->next = hc;
+	h->idle.prev = hc;
+	hc->idle = true;
+}
+
+static void idle_del(struct hconn *hc)
+{
+	hc->prev->next = hc->next;
+	hc->next->prev = hc->prev;
+	hc->idle = false;
+}
+
+/* Shut idle connection @hc down: its thread sees the end of its input and closes it. */
+static void conn_close(struct http *h, struct hconn *hc)
+{
+	idle_del(hc);
+	hc->evicted = true;
+	h->closing++;
+	shutdown(hc->fd, SHUT_RDWR);
+}
+
+/*
+ * Past --http-max-conns: shut down the connection idle longest, unless it is
+ * @keep (the one just accepted). Its thread then sees the end of its input and
+ * closes it. With h->mu held.
+ */
+static void evict(struct http *h, const struct hconn *keep)
+{
+	struct hconn *hc = h->idle.next;
+
+	if (h->open - h->closing <= h->srv->opt.http_max_conns || hc == &h->idle || hc == keep)
+		return;
+	conn_close(h, hc);
+	h->evicted++;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection is accepted, or closed. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct http *h = cls;
+	struct hconn *hc = *socket_context;
+	const union MHD_ConnectionInfo *ci;
+	bool wake;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (!ci)
+			return;
+		hc = calloc(1, sizeof(*hc));
+		if (!hc) {
+			shutdown(ci->connect_fd, SHUT_RDWR); /* untracked: not served */
+			return;
+		}
+		hc->h = h;
+		hc->fd = ci->connect_fd;
+		*socket_context = hc;
+		pthread_mutex_lock(&h->mu);
+		h->open++;
+		idle_add(h, hc);
+		evict(h, hc);
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	if (!hc)
+		return;
+	pthread_mutex_lock(&h->mu);
+	if (hc->idle)
+		idle_del(hc);
+	h->open--;
+	if (hc->evicted)
+		h->closing--;
+	wake = hc->linger;
+	pthread_mutex_unlock(&h->mu);
+	free(hc);
+	*socket_context = NULL;
+	if (wake)
+		rk_loop_wake(h->srv->loop); /* the drain waits for this (http_busy()) */
+}
+
+static struct hconn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* A request on @c begins (its headers are in) or ends (on_completed()). */
+static void conn_busy(struct MHD_Connection *c, bool busy)
+{
+	struct hconn *hc = conn_of(c);
+	struct http *h;
+	bool wake;
+
+	if (!hc)
+		return;
+	h = hc->h;
+	pthread_mutex_lock(&h->mu);
+	if (busy) {
+		h->busy++;
+		if (hc->idle)
+			idle_del(hc);
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
+	h->busy--;
+	if (!hc->evicted) {
+		idle_add(h, hc);
+		hc->linger = h->stopping; /* http_busy() waits for its client */
+	}
+	evict(h, NULL); /* clients may wait in the backlog for a slot */
+	wake = h->stopping && !h->busy;
+	pthread_mutex_unlock(&h->mu);
+	if (wake)
+		rk_loop_wake(h->srv->loop); /* the drain waits for this (http_busy()) */
+}
+
+/* A request on @c waits for the model: no inactivity timeout meanwhile (@waiting). */
+static void conn_wait(struct MHD_Connection *c, const struct server *srv, bool waiting)
+{
+	/* back from 0, libmicrohttpd counts the inactivity from now */
+	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT,
+				  waiting ? 0u : srv->opt.http_idle_s);
+}
+
+/* MHD_queue_response(), and once the server stops, the reply closes its connection. */
+static MHD_RESULT queue_response(struct MHD_Connection *c, unsigned int status,
+				 struct MHD_Response *resp)
+{
+	struct hconn *hc = conn_of(c);
+	bool stopping = false;
+
+	if (hc) {
+		pthread_mutex_lock(&hc->h->mu);
+		stopping = hc->h->stopping;
+		pthread_mutex_unlock(&hc->h->mu);
+	}
+	if (stopping)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	return MHD_queue_response(c, status, resp);
+}
+
+static void http_free(struct server *srv)
+{
+	pthread_mutex_destroy(&srv->http->mu);
+	free(srv->http);
+	srv->http = NULL;
+}
+
+/* /v1/stats: the connection counters. */
+static json_t *http_json(struct server *srv)
+{
+	struct http *h = srv->http;
+	json_t *j;
+
+	pthread_mutex_lock(&h->mu);
+	j = json_pack("{s:i,s:i,s:I}", "connections", (int)(h->open - h->closing), "max_conns",
+		      (int)srv->opt.http_max_conns, "evicted", (json_int_t)h->evicted);
+	pthread_mutex_unlock(&h->mu);
+	return j;
+}
+
 /* The access handler (an HTTP connection's thread). */
 static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 			  const char *version, const char *upload, size_t *upload_size,
@@ -663,17 +1021,20 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 	bool get = !strcmp(method, MHD_HTTP_METHOD_GET);
 
 	(void)version;
+	if (!cn) {
+		/* a request's first call, its headers read: the connection is busy until
+		 * on_completed() */
+		cn = calloc(1, sizeof(*cn));
+		if (!cn)
+			return MHD_NO;
+		*con_cls = cn;
+		conn_busy(c, true);
+		if (post && !strcmp(url, "/v1/completions"))
+			return MHD_YES; /* the body follows in later calls */
+	}
 	if (!strcmp(url, "/v1/completions")) {
 		if (!post)
 			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
-		if (!cn) {
-			/* first call: headers only; the body follows in later calls */
-			cn = calloc(1, sizeof(*cn));
-			if (!cn)
-				return MHD_NO;
-			*con_cls = cn;
-			return MHD_YES;
-		}
 		if (*upload_size) {
 			size_t n = *upload_size;
 
@@ -711,12 +1072,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	struct conn *cn = *con_cls;
 
 	(void)cls;
-	(void)c;
 	(void)toe;
+	hung_up_close = false;
 	if (cn) {
 		free(cn->body);
 		free(cn);
 		*con_cls = NULL;
+		conn_busy(c, false);
 	}
 }
 
@@ -726,6 +1088,8 @@ static void http_log(void *cls, const char *fmt, va_list ap) __attribute__((form
 static void http_log(void *cls, const char *fmt, va_list ap)
 {
 	(void)cls;
+	if (hung_up_close)
+		return;
 	fputs(PROG ": libmicrohttpd: ", stderr);
 	vfprintf(stderr, fmt, ap);
 }
@@ -736,28 +1100,43 @@ int http_start(struct server *srv)
 	const union MHD_DaemonInfo *info;
 	char host[NI_MAXHOST], port[NI_MAXSERV];
 	socklen_t sslen;
+	struct http *h;
+	/* poll(), not select(): descriptors past FD_SETSIZE are fine */
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-			     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+			     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	int err;
 
 	if (parse_listen(srv->opt.http, &ss, &sslen))
 		return -EINVAL; /* checked at startup; cannot happen */
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	err = pthread_mutex_init(&h->mu, NULL);
+	if (err) {
+		free(h);
+		return -err;
+	}
+	h->srv = srv;
+	h->idle.prev = h->idle.next = &h->idle;
+	srv->http = h;
 	/* the logger first, so that it gets every message */
-	srv->httpd = MHD_start_daemon(
+	h->d = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_http, srv, MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
-		on_completed, srv, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT,
-		60u, MHD_OPTION_END);
-	if (!srv->httpd) {
-		int err = errno ? errno : EADDRINUSE;
-
+		on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+		MHD_OPTION_CONNECTION_LIMIT, HTTP_HARD_CONNS(srv->opt.http_max_conns),
+		MHD_OPTION_CONNECTION_TIMEOUT, srv->opt.http_idle_s, MHD_OPTION_END);
+	if (!h->d) {
+		err = errno ? errno : EADDRINUSE;
 		fprintf(stderr, PROG ": cannot serve HTTP on %s: %s\n", srv->opt.http,
 			strerror(err));
+		http_free(srv);
 		return -err;
 	}
 	/* port 0 picks a free port: say which */
-	info = MHD_get_daemon_info(srv->httpd, MHD_DAEMON_INFO_LISTEN_FD);
+	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_LISTEN_FD);
 	sslen = sizeof(ss);
 	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&ss, &sslen) ||
 	    getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), port, sizeof(port),
@@ -772,20 +1151,83 @@ int http_start(struct server *srv)
 
 void http_quiesce(struct server *srv)
 {
-	if (srv->httpd) {
-		MHD_socket fd = MHD_quiesce_daemon(srv->httpd);
+	struct http *h = srv->http;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	MHD_socket fd, s;
 
-		if (fd != MHD_INVALID_SOCKET)
-			close(fd);
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->stopping = true; /* from here on every reply closes its connection */
+	pthread_mutex_unlock(&h->mu);
+	fd = MHD_quiesce_daemon(h->d);
+	if (fd == MHD_INVALID_SOCKET)
+		return;
+	/*
+	 * The clients in the listen backlog have connected: they are served too
+	 * (libmicrohttpd frees each one it cannot take), so only a client that
+	 * connects after the close below is refused, and none is reset.
+	 */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0) {
+		for (;;) {
+			len = sizeof(ss);
+			s = accept4(fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+			if (s < 0 && errno == EINTR)
+				continue;
+			if (s < 0)
+				break; /* EAGAIN: the backlog is empty */
+			MHD_add_connection(h->d, s, (struct sockaddr *)&ss, len);
+		}
 	}
+	/*
+	 * Stop listening now: close() alone leaves the socket listening while
+	 * libmicrohttpd's thread, woken by the quiesce, is still in its poll()
+	 * on it, and connections made meanwhile would be reset later.
+	 */
+	shutdown(fd, SHUT_RDWR);
+	close(fd);
+}
+
+bool http_busy(struct server *srv)
+{
+	struct http *h = srv->http;
+	struct hconn *hc;
+	bool busy;
+	char c;
+
+	if (!h)
+		return false;
+	pthread_mutex_lock(&h->mu);
+	busy = h->busy > 0;
+	/*
+	 * Stopping, idle connections are waited for too when a request is
+	 * arriving on one (a client that connected just before the listener
+	 * closed, or one that sends on its keep-alive connection), so that it
+	 * gets its answer (a 503 that closes the connection) and not a reset from
+	 * MHD_stop_daemon(); and while a connection whose request ended during the
+	 * stop is open: its client is active, and may send again at once.
+	 * Connections idle since before the stop are not waited for.
+	 */
+	for (hc = h->idle.next; h->stopping && !busy && hc != &h->idle; hc = hc->next)
+		busy = hc->linger || recv(hc->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+	pthread_mutex_unlock(&h->mu);
+	return busy;
 }
 
 void http_stop(struct server *srv)
 {
-	if (srv->httpd) {
-		MHD_stop_daemon(srv->httpd);
-		srv->httpd = NULL;
-	}
+	struct http *h = srv->http;
+
+	if (!h)
+		return;
+	pthread_mutex_lock(&h->mu);
+	if (h->busy)
+		fprintf(stderr, PROG ": %u HTTP request(s) still being answered at the end of the "
+			"drain: cut\n", h->busy);
+	pthread_mutex_unlock(&h->mu);
+	MHD_stop_daemon(h->d); /* every connection closed: on_connection() ran */
+	http_free(srv);
 }
 
 void http_init(void)

@@ -22,12 +22,15 @@
  * The HTTP library's threads never touch them: they reach the loop only
  * through rk_loop_post() and wait on a request's condvar (http.c).
  *
- * Shutdown (SIGINT/SIGTERM, or a peer's death): stop taking requests, stop the
- * scheduler (pending requests end with an error event), run the loop until
- * every handed-over request and the backend's round are back, stop the HTTP
- * server, tell the followers END (they tear down too: the CUDA backend's NCCL
- * finalize waits for every rank), then destroy backend, scheduler and world
- * (BYE to every peer).
+ * Shutdown (SIGINT/SIGTERM, or a peer's death): the leader owns it. It stops
+ * taking requests, stops the scheduler (pending requests end with an error
+ * event), runs the loop until every handed-over request and the backend's
+ * round are back and every HTTP reply and stream has been sent, stops the HTTP
+ * server, tells the followers END (they tear down too: the CUDA backend's NCCL
+ * finalize waits for every rank), then destroys backend, scheduler and world
+ * (BYE to every peer). A follower stopped by a signal asks the leader to stop
+ * the job (MSG_STOP) and runs its rounds until that END, so a signal to any
+ * rank, or to all of them, ends the job the same way, every rank with 0.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -137,33 +140,67 @@ static unsigned int posted(struct server *srv)
 	return n;
 }
 
+static enum rk_activity drain_tick(struct rk_timer *t, uint64_t now)
+{
+	(void)t;
+	(void)now;
+	return RK_IDLE; /* the drain looks at its deadlines again */
+}
+
+/* True while something the drain waits for is out, until its deadline. */
+static bool draining(struct server *srv, uint64_t t0)
+{
+	uint64_t t = now_ns() - t0;
+	bool http = false;
+
+#ifdef RK_HAVE_SERVE_HTTP
+	http = t < HTTP_DRAIN_NS && http_busy(srv);
+#endif
+	/* the scheduler's view too: a leader's round waits for the followers' shares */
+	return t < DRAIN_NS &&
+	       (posted(srv) || be_busy(srv) || (srv->sched && rk_sched_busy(srv->sched)) || http);
+}
+
 /*
  * Stop taking work and let everything in flight come back: requests handed
- * over but not yet submitted (their post callbacks fail them), and the
- * backend's round (its worker owns memory until then). Bounded: a round takes
- * milliseconds, and after 'stopping' nothing new is posted.
+ * over but not yet submitted (their post callbacks fail them), the backend's
+ * round (its worker owns memory until then; the leader's report also waits for
+ * the followers' shares: until then the scheduler's memory is the round's,
+ * rk_sched_destroy()), and the HTTP replies and streams
+ * being sent (each has its error event and [DONE], or its 503, once the
+ * scheduler is stopped). Bounded: a round takes milliseconds, after
+ * 'stopping' nothing new is posted, and a client that does not read its reply
+ * within HTTP_DRAIN_NS is cut off. The loop runs meanwhile (heartbeats, the
+ * followers' frames); a tick makes it look at the deadlines.
  */
 static void drain(struct server *srv)
 {
-	const uint64_t deadline = now_ns() + DRAIN_NS;
+	const uint64_t t0 = now_ns();
+	struct rk_timer tick;
 	int ret;
 
 	phase(srv, "drain");
-	pthread_mutex_lock(&srv->mu);
-	srv->stopping = true;
-	pthread_mutex_unlock(&srv->mu);
 #ifdef RK_HAVE_SERVE_HTTP
-	http_quiesce(srv); /* connections already open are answered 503 */
+	/* first: no client may reconnect after the 503 that 'stopping' brings */
+	http_quiesce(srv);
 #endif
+	pthread_mutex_lock(&srv->mu);
+	srv->stopping = true; /* new requests are answered 503 */
+	pthread_mutex_unlock(&srv->mu);
 	if (srv->sched && srv->rank == 0) {
 		rk_sched_stop(srv->sched); /* pending requests: an error event, then done */
 		stats_fail_all(srv, -RK_ESTOPPED);
 	}
-	while ((posted(srv) || be_busy(srv)) && now_ns() < deadline) {
+	rk_timer_init(&tick, drain_tick, srv);
+	rk_timer_start(srv->loop, &tick, DRAIN_TICK_NS, DRAIN_TICK_NS);
+	while (draining(srv, t0)) {
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0 && ret != -RK_ESTOPPED) /* a second signal: keep draining */
 			break;
 	}
+	rk_timer_stop(&tick);
+	if (srv->sched && rk_sched_busy(srv->sched) && !be_busy(srv))
+		be_abort(srv); /* a share that did not come in time: fail the round it holds */
 	phase(srv, "drained");
 	if (srv->rank == 0)
 		stats_fail_all(srv, -RK_ESTOPPED); /* waiters posted during the drain */
@@ -171,6 +208,57 @@ static void drain(struct server *srv)
 	http_stop(srv); /* every request and stats waiter is done: no handler waits on the loop */
 #endif
 	end_followers(srv);
+}
+
+static enum rk_activity stop_wait_cb(struct rk_timer *t, uint64_t now)
+{
+	struct server *srv = t->data;
+
+	(void)now;
+	fprintf(stderr, PROG "[r%d]: no END from the leader in %llu s: leaving\n", srv->rank,
+		DRAIN_NS / 1000000000ull);
+	srv->bye = true;
+	rk_loop_stop(srv->loop);
+	return RK_IDLE;
+}
+
+/*
+ * Follower, stopped by a signal: the job's shutdown is the leader's (its
+ * clients' replies come first, and a follower that left would fail it), so ask
+ * the leader to stop (MSG_STOP) and run rounds until its END or BYE, a peer
+ * failure, or DRAIN_NS. A second signal changes nothing.
+ */
+static void follower_stop(struct server *srv)
+{
+	uint8_t msg[MSG_HDR] = { 0 };
+	struct rk_timer t;
+	int ret;
+
+	put32(msg, MSG_STOP);
+	put32(msg + 8, (uint32_t)rk_loop_signal_stopped(srv->loop));
+	if (send_msg(srv, 0, msg, sizeof(msg)))
+		return; /* no leader to ask: leave */
+	phase(srv, "STOP sent");
+	rk_timer_init(&t, stop_wait_cb, srv);
+	rk_timer_start(srv->loop, &t, DRAIN_NS, 0);
+	while (!srv->bye && !srv->err) {
+		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (ret < 0 && ret != -RK_ESTOPPED) /* the ring failed; a signal changes nothing */
+			break;
+	}
+	rk_timer_stop(&t);
+}
+
+/* Leader: why it stops, on stdout ("rk-serve: Terminated: stopping"). */
+static void say_stopping(const struct server *srv)
+{
+	int sig = rk_loop_signal_stopped(srv->loop);
+
+	if (sig)
+		printf(PROG ": %s: stopping\n", strsignal(sig));
+	else if (srv->stop_from)
+		printf(PROG ": rank %d: %s: stopping\n", srv->stop_from, strsignal(srv->stop_sig));
+	fflush(stdout);
 }
 
 int main(int argc, char **argv)
@@ -275,6 +363,10 @@ int main(int argc, char **argv)
 		goto out_backend;
 	}
 	ret = rk_world_wait_ready(srv->world);
+	if (ret == -RK_ESTOPPED) {
+		rc = 0; /* a signal during the bootstrap: a requested stop */
+		goto out_drain;
+	}
 	if (ret) {
 		fprintf(stderr, PROG "[r%d]: bootstrap: %s\n", srv->rank, rk_strerror(ret));
 		goto out_drain;
@@ -297,6 +389,8 @@ int main(int argc, char **argv)
 	if (srv->rank != 0) {
 		/* a follower: rounds until the leader's END or BYE, a signal or a failure */
 		ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+		if (ret == -RK_ESTOPPED && !srv->bye && !srv->err)
+			follower_stop(srv);
 		if (srv->err)
 			ret = srv->err;
 		else if (ret == -RK_ESTOPPED || srv->bye)
@@ -307,11 +401,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, PROG "[r0]: demo: %s\n", rk_strerror(ret));
 	} else if (srv->opt.bench) {
 		ret = bench_run(srv);
-		if (ret == -RK_ESTOPPED) {
-			printf(PROG ": %s: stopping\n",
-			       strsignal(rk_loop_signal_stopped(srv->loop)));
-			fflush(stdout);
-		}
+		if (ret == -RK_ESTOPPED)
+			say_stopping(srv);
 		if (srv->err)
 			ret = srv->err;
 	} else {
@@ -323,11 +414,10 @@ int main(int argc, char **argv)
 			       srv->size, srv->opt.model.V, srv->opt.model.H, srv->opt.model.seed,
 			       srv->http_url);
 			fflush(stdout);
-			ret = rk_loop_run(srv->loop, RK_RUN_DEFAULT);
-			if (ret == -RK_ESTOPPED) {
-				printf(PROG ": %s: stopping\n",
-				       strsignal(rk_loop_signal_stopped(srv->loop)));
-				fflush(stdout);
+			/* a follower's MSG_STOP may have come during the bootstrap */
+			ret = srv->stop_from ? 0 : rk_loop_run(srv->loop, RK_RUN_DEFAULT);
+			if (ret == -RK_ESTOPPED || srv->stop_from) {
+				say_stopping(srv);
 				ret = 0;
 			}
 			if (srv->err)

@@ -84,6 +84,7 @@ static void stats_finish(struct server *srv, int err)
 			w->req_total = srv->req_total;
 			w->req_active = srv->req_active;
 			w->req_failed = srv->req_failed;
+			w->req_cancelled = srv->req_cancelled;
 		}
 		w->done(w);
 	}
@@ -277,6 +278,21 @@ static void policy_frame(struct server *srv, const uint8_t *d)
 
 /* ---- the world's callbacks (loop thread) ---------------------------------------- */
 
+/*
+ * Leader: a signal stopped follower @peer, which asks the job to stop: stop as
+ * on our own signal, so that clients get their replies and every rank exits 0
+ * (the follower keeps running rounds until our END). Ignored once stopping.
+ */
+static void stop_asked(struct server *srv, int peer, int sig)
+{
+	if (srv->leaving || srv->stop_from)
+		return;
+	srv->stop_from = peer;
+	srv->stop_sig = sig;
+	phase(srv, "STOP from a follower");
+	rk_loop_stop(srv->loop);
+}
+
 static enum rk_activity serve_frame(struct server *srv, int peer, const struct rk_wire_user *u)
 {
 	uint32_t kind;
@@ -290,8 +306,13 @@ static enum rk_activity serve_frame(struct server *srv, int peer, const struct r
 	 * measurement does not open the spin window that it then measures.
 	 */
 	if (srv->rank == 0) {
-		if (kind != MSG_STATS_REP || u->len != STATS_REP_LEN || peer <= 0 ||
-		    peer >= srv->size)
+		if (peer <= 0 || peer >= srv->size)
+			goto bad;
+		if (kind == MSG_STOP && u->len == MSG_HDR) {
+			stop_asked(srv, peer, (int)get32(u->data + 8));
+			return RK_BUSY;
+		}
+		if (kind != MSG_STATS_REP || u->len != STATS_REP_LEN)
 			goto bad;
 		stats_reply(srv, peer, u->data);
 		return RK_IDLE;

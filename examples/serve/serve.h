@@ -31,6 +31,12 @@
 #define DEF_MAX_TOKENS 16u
 #define DEF_TOP_K      40u
 #define DRAIN_NS       (10 * 1000000000ull)
+#define HTTP_DRAIN_NS  (2 * 1000000000ull) /* replies still being sent when the server stops */
+#define DRAIN_TICK_NS  (50 * 1000000ull)   /* the drain looks at its deadlines this often */
+#define DEF_HTTP_MAX_CONNS 256u
+#define MAX_HTTP_CONNS	   65536u
+#define HTTP_HARD_CONNS(n) (2 * (n)) /* libmicrohttpd's limit (http.c, "connections") */
+#define DEF_HTTP_IDLE_S	   15u
 #define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
 
 enum serve_msg {
@@ -39,6 +45,7 @@ enum serve_msg {
 	MSG_STATS_REP = 3, /* follower -> leader: seq, CPU, loop and backend counters */
 	MSG_END = 4,	   /* leader -> followers: the job ends, tear down now */
 	MSG_POLICY = 5,	   /* leader -> followers: policy index, wait, notify (--bench-policies) */
+	MSG_STOP = 6,	   /* follower -> leader: a signal stopped this rank; stop the job (signo) */
 };
 
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
@@ -75,6 +82,8 @@ struct options {
 	uint32_t draft_k;
 	char http[300];
 	bool http_set;
+	unsigned int http_max_conns; /* --http-max-conns */
+	unsigned int http_idle_s;    /* --http-idle-timeout */
 	bool demo;
 	enum backend_kind backend;
 	enum rk_gpu_notify_mode notify;
@@ -128,7 +137,7 @@ struct stats_wait {
 	int err;
 	struct rank_stats *ranks; /* [world size], the waiter's */
 	struct rk_sched_stats sched;
-	uint64_t req_total, req_active, req_failed;
+	uint64_t req_total, req_active, req_failed, req_cancelled;
 	bool finished; /* HTTP waiters: under srv->mu */
 };
 
@@ -145,9 +154,11 @@ struct server {
 	int exit_rc;  /* leader: --bench's exit status when it ran through (3, 4) */
 	bool bye;     /* follower: the leader said BYE or END */
 	bool leaving; /* our own teardown: peer errors are expected */
+	int stop_from; /* leader: the follower whose MSG_STOP stopped the job (0: none) */
+	int stop_sig;  /* ...and the signal that stopped it */
 
 	/* leader, loop thread */
-	uint64_t req_total, req_active, req_failed;
+	uint64_t req_total, req_active, req_failed, req_cancelled;
 	struct stats_wait *st_cur, *st_next; /* collecting now / queued for the next */
 	uint64_t st_seq;
 	uint32_t st_pending;
@@ -168,9 +179,7 @@ struct server {
 	bool stopping;	     /* under mu: no new posts */
 	unsigned int posted; /* under mu: handed to the loop, callback not run yet */
 
-#ifdef RK_HAVE_SERVE_HTTP
-	struct MHD_Daemon *httpd;
-#endif
+	struct http *http; /* http.c's */
 	char http_url[320];
 };
 
@@ -212,6 +221,16 @@ static inline void tokens_text(const uint32_t *t, uint32_t n, char *out)
 	for (i = 0; i < n; i++)
 		out[i] = tok_char(t[i]);
 	out[n] = '\0';
+}
+
+/*
+ * Leader: why the job ends early: the first peer failure, or -RK_ESTOPPED once
+ * a follower asked the job to stop (its own signal arrives as -RK_ESTOPPED
+ * from rk_loop_run()). Loop thread.
+ */
+static inline int job_err(const struct server *srv)
+{
+	return srv->err ? srv->err : srv->stop_from ? -RK_ESTOPPED : 0;
 }
 
 /* ---- main.c: the lifecycle ----------------------------------------------------- */
@@ -269,8 +288,14 @@ enum rk_activity policy_retry_cb(struct rk_timer *t, uint64_t now);
 void http_init(void);
 /* Serve srv->opt.http; srv->http_url says where. Return: 0 or -errno (said). */
 int http_start(struct server *srv);
-/* Stop accepting; connections already open are answered 503. */
+/* Stop accepting (the clients already in the listen backlog are taken first);
+ * every reply from here on closes its connection. Before srv->stopping. */
 void http_quiesce(struct server *srv);
+/* True while a request is being answered (its reply or stream not all sent).
+ * After http_quiesce() also while one is arriving, or a connection whose
+ * request ended since then is open; the last request to end wakes the loop.
+ * Any thread. */
+bool http_busy(struct server *srv);
 /* Once no request or stats waiter is the loop's: stop every HTTP thread. */
 void http_stop(struct server *srv);
 #endif
