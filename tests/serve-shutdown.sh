@@ -5,14 +5,15 @@
 #   leader    SIGTERM to rank 0
 #   launch    SIGTERM to rk-launch (forwarded to every rank)
 #   timeout   timeout(1) SHUTDOWN_TIMEOUT s around rk-launch (it signals twice)
+#   repeat    SIGTERM to both ranks, again and again until they are gone
 # A trial passes when no rank crashed or was killed, no sanitizer spoke, every
 # rank exited 0, every stream that began ended with [DONE] (after its last
 # tokens or an error event), every JSON request that reached the server got a
-# reply, rk-launch (or timeout) exited as it should (0, 0, 143, 124), and no
+# reply, rk-launch (or timeout) exited as it should (0, 0, 143, 124, 0), and no
 # process is left. One line of counts per kind; exit 1 if any trial failed.
 #
 # SHUTDOWN_TRIALS (3) trials of each of SHUTDOWN_KINDS
-# (follower,leader,launch,timeout); docs/SERVE.md has a 20-trial receipt from an
+# (follower,leader,launch,timeout,repeat); docs/SERVE.md has a 20-trial receipt from an
 # ASan+UBSan build. Skips (77) without rk-serve's HTTP server or rk-load. Run
 # from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
@@ -20,7 +21,7 @@ launch=$b/examples/launch/rk-launch
 serve=$b/examples/serve/rk-serve
 load=$b/examples/load/rk-load
 trials=${SHUTDOWN_TRIALS:-3}
-kinds=${SHUTDOWN_KINDS:-follower,leader,launch,timeout}
+kinds=${SHUTDOWN_KINDS:-follower,leader,launch,timeout,repeat}
 tmo=${SHUTDOWN_TIMEOUT:-5}
 [ -x "$launch" ] || { echo "no $launch"; exit 99; }
 if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
@@ -111,6 +112,15 @@ trial()
 	follower) [ -n "$p1" ] && kill -TERM "$p1" ;;
 	leader) [ -n "$p0" ] && kill -TERM "$p0" ;;
 	launch) kill -TERM "$lpid" ;;
+	repeat)
+		# and again while they stop, until they are gone: a signal in the
+		# last steps of a rank's teardown must not end it either
+		i=0
+		while [ -n "$p0" ] && [ $i -lt 200 ] && kill -TERM "$p1" "$p0" 2>/dev/null; do
+			sleep 0.05
+			i=$((i + 1))
+		done
+		;;
 	esac
 	why=
 	if wait_gone "$lpid" 120; then
@@ -133,14 +143,14 @@ trial()
 	done
 
 	case $kind in
-	follower | leader) want=0 ;;
+	follower | leader | repeat) want=0 ;;
 	launch) want=143 ;;
 	timeout) want=124 ;;
 	esac
 	[ "$rc" = "$want" ] || why="$why rk-launch exited $rc, not $want;"
 	[ $busy = 1 ] || why="$why no request was running at the stop;"
 	crash=$(count '^rk-launch: rank [0-9]* killed by signal' "$d/err")
-	san=$(count 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' "$d/err")
+	san=$(cat "$d"/* | grep -c 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:')
 	ok=$(count '^rk-launch: rank [0-9]* exited with status 0$' "$d/err")
 	[ "$crash" = 0 ] || why="$why $crash rank(s) killed by a signal;"
 	[ "$san" = 0 ] || why="$why $san sanitizer report(s);"
@@ -183,7 +193,7 @@ printf '%-9s %6s %7s %9s %11s %14s %7s %13s %7s  %s\n' kind trials crashes sanit
 	ranks_exit0 streams_at_stop closed json_at_stop replied launcher_rc
 for kind in $(echo "$kinds" | tr , ' '); do
 	case $kind in
-	follower | leader | launch | timeout) ;;
+	follower | leader | launch | timeout | repeat) ;;
 	*) echo "unknown kind $kind"; exit 99 ;;
 	esac
 	k_crash=0 k_san=0 k_ok=0 k_streams=0 k_closed=0 k_json=0 k_replied=0 k_bad=0 k_rc=

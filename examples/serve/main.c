@@ -473,6 +473,13 @@ out_world:
 	phase(srv, "world destroyed");
 out_loop:
 	rk_timer_stop(&srv->pol_timer);
+	/*
+	 * rk_loop_destroy() unblocks SIGINT/SIGTERM again, and a repeated one
+	 * still pending in the signalfd would then end the process with its
+	 * default action; the job is stopping anyway: drop them.
+	 */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
 	rk_loop_destroy(srv->loop);
 out_free:
 	free(srv->st_ranks);
