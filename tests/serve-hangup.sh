@@ -7,38 +7,7 @@
 # the same time, and the token hashes after). Skips (77) without rk-serve's
 # HTTP server or rk-load. Run from the build directory (tests/Makefile.inc
 # sets builddir).
-b=${builddir:-.}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-"$serve" --help | grep -q -- '--http=' || { echo "SKIP: rk-serve without HTTP"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-cpid=
-bpid=
-cleanup()
-{
-	for p in $cpid $bpid $lpid; do
-		kill -KILL "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail()
-{
-	echo "FAIL: $*"
-	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
+. "$(dirname "$0")/serve-common.sh"
 
 # counter NAME: one counter of /v1/stats ("cancelled", "active", "tokens", ...)
 counter()
@@ -61,15 +30,7 @@ until_counter()
 "$launch" --hosts localhost,localhost -- "$serve" --http 127.0.0.1:0 --hidden 16384 \
 	</dev/null >"$tmp/serve.out" 2>"$tmp/serve.err" &
 lpid=$!
-url=
-i=0
-while [ -z "$url" ]; do
-	[ $i -ge 300 ] && fail "not serving after 30 s"
-	kill -0 "$lpid" 2>/dev/null || fail "rk-launch exited before serving"
-	sleep 0.1
-	i=$((i + 1))
-	url=$(sed -n 's/^\[r0\] rk-serve: .* listening on \(http:[^ ]*\)$/\1/p' "$tmp/serve.out")
-done
+wait_url "$tmp/serve.out" "$lpid" '\[r0\] rk-serve:'
 
 # 1. a JSON client killed while its request runs (alone: "active" is its own)
 "$load" --url "$url" --post '{"prompt":"hang up","max_tokens":4096}' --timeout 120 \

@@ -9,38 +9,9 @@
 #     its whole reply (waiting for tokens is not idleness).
 # rk-serve runs alone (TP1). Skips (77) without rk-serve's HTTP server or
 # rk-load. Run from the build directory (tests/Makefile.inc sets builddir).
-b=${builddir:-.}
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
+. "$(dirname "$0")/serve-common.sh"
 hold=$b/tests/hold-conns
 [ -x "$hold" ] || { echo "no $hold"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-"$serve" --help | grep -q -- '--http=' || { echo "SKIP: rk-serve without HTTP"; exit 77; }
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-spid=
-hpid=
-cleanup()
-{
-	for p in $hpid $spid; do
-		kill -KILL "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail()
-{
-	echo "FAIL: $*"
-	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
-	done
-	exit 1
-}
 
 # start NAME ARGS...: rk-serve ARGS alone; sets spid, url and port
 start()
@@ -49,16 +20,7 @@ start()
 	shift
 	"$serve" --http 127.0.0.1:0 "$@" </dev/null >"$tmp/$name.out" 2>"$tmp/$name.err" &
 	spid=$!
-	url=
-	i=0
-	while [ -z "$url" ]; do
-		[ $i -ge 300 ] && fail "$name: not serving after 30 s"
-		kill -0 "$spid" 2>/dev/null || fail "$name: rk-serve exited"
-		sleep 0.1
-		i=$((i + 1))
-		url=$(sed -n 's/^rk-serve: .* listening on \(http:[^ ]*\)$/\1/p' "$tmp/$name.out")
-	done
-	port=${url##*:}
+	wait_url "$tmp/$name.out" "$spid" "rk-serve:"
 }
 
 stop()

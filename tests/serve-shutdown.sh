@@ -13,37 +13,13 @@
 # process is left. One line of counts per kind; exit 1 if any trial failed.
 #
 # SHUTDOWN_TRIALS (3) trials of each of SHUTDOWN_KINDS
-# (follower,leader,launch,timeout,repeat); docs/SERVE.md has a 20-trial receipt from an
-# ASan+UBSan build. Skips (77) without rk-serve's HTTP server or rk-load. Run
-# from the build directory (tests/Makefile.inc sets builddir).
-b=${builddir:-.}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
+# (follower,leader,launch,timeout,repeat); docs/BENCH.md has a 20-trial
+# receipt from an ASan+UBSan build. Skips (77) without rk-serve's HTTP server
+# or rk-load. Run from the build directory (tests/Makefile.inc sets builddir).
+. "$(dirname "$0")/serve-common.sh"
 trials=${SHUTDOWN_TRIALS:-3}
 kinds=${SHUTDOWN_KINDS:-follower,leader,launch,timeout,repeat}
 tmo=${SHUTDOWN_TIMEOUT:-5}
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-"$serve" --help | grep -q -- '--http=' || { echo "SKIP: rk-serve without HTTP"; exit 77; }
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-spid=
-jpid=
-cleanup()
-{
-	for p in $spid $jpid $lpid; do
-		kill -KILL "$p" 2>/dev/null
-	done
-	[ -n "$p0" ] && kill -KILL "$p0" "$p1" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 # wait_gone PID SECONDS: until PID has exited (the harness's bound, not a figure)
 wait_gone()
