@@ -11,40 +11,12 @@
 # clients that hang up mid-stream leave the server healthy; SIGTERM to the
 # leader ends the job with status 0. Skips (77) without rk-serve/rk-load.
 # Run from the build directory (tests/Makefile.inc sets builddir).
-b=${builddir:-.}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-cleanup()
-{
-	# rk-launch's ranks die with it (PR_SET_PDEATHSIG)
-	[ -n "$lpid" ] && kill -KILL "$lpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/serve-common.sh"
 
 # phase TEXT: a time-stamped progress line (the log shows where the time went)
 phase()
 {
 	echo "$(date +%T) $*"
-}
-
-fail()
-{
-	echo "FAIL: $*"
-	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
-	done
-	exit 1
 }
 
 # start NAME RANKS ARGS...: rk-serve on RANKS local ranks; sets url, p0 (rank 0's pid)

@@ -10,35 +10,7 @@
 #  3. rk-launch killed with SIGKILL: the ranks go with it.
 # Skips (77) without rk-serve/rk-load. Run from the build directory
 # (tests/Makefile.inc sets builddir).
-b=${builddir:-.}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-cpid=
-cleanup()
-{
-	[ -n "$cpid" ] && kill -KILL "$cpid" 2>/dev/null
-	[ -n "$lpid" ] && kill -KILL "$lpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail()
-{
-	echo "FAIL: $*"
-	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
-	done
-	exit 1
-}
+. "$(dirname "$0")/serve-common.sh"
 
 # start NAME: two ranks of rk-serve; sets lpid, url, p0, p1
 start()

@@ -17,30 +17,10 @@
 #    through (a stand-in for) ssh; each rank can read its secret file.
 # Skips (77) without rk-serve/rk-load, or when rankrt was built without OpenSSL.
 # Run from the build directory (tests/Makefile.inc sets builddir).
-b=${builddir:-.}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
+. "$(dirname "$0")/serve-common.sh"
 command -v ss >/dev/null || { echo "SKIP: no ss(8)"; exit 77; }
 grep -q '^#define RK_HAVE_OPENSSL 1' "$b/config.h" 2>/dev/null ||
 	{ echo "SKIP: built without OpenSSL: ranks cannot authenticate"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-pids=
-cleanup()
-{
-	for p in $pids; do
-		kill -KILL "$p" 2>/dev/null
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 fail()
 {

@@ -2,8 +2,10 @@
 # Sourced by the rk-serve HTTP tests (tests/serve-*.sh): sets $launch, $serve
 # and $load; exits 77 (skip) without rk-serve's HTTP server, rk-load or
 # timeout(1); makes $tmp, a scratch folder; and on exit SIGKILLs every process
-# whose pid the test left in $lpid, $spid, $cpid, $bpid, $hpid, $jpid, $p0 or
-# $p1 (each emptied once the test has waited for it), then deletes $tmp.
+# whose pid the test left in $lpid, $spid, $cpid, $bpid, $hpid, $jpid or the
+# list $pids (each emptied once the test has waited for it, or once the process
+# is gone), then deletes $tmp (rk-launch's ranks die with it:
+# PR_SET_PDEATHSIG).
 # fail MSG... says why, shows the end of each file in $tmp and exits 1;
 # wait_url FILE PID PREFIX sets $url (and $port) from the "listening on" line
 # that PREFIX begins in FILE, or fails when PID exits first or after 30 s.
@@ -20,10 +22,10 @@ fi
 command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
 
 tmp=$(mktemp -d) || exit 99
-lpid= spid= cpid= bpid= hpid= jpid= p0= p1=
+lpid= spid= cpid= bpid= hpid= jpid= pids=
 cleanup()
 {
-	for p in $cpid $bpid $hpid $jpid $spid $lpid $p0 $p1; do
+	for p in $cpid $bpid $hpid $jpid $spid $lpid $pids; do
 		kill -KILL "$p" 2>/dev/null
 	done
 	rm -rf "$tmp"
@@ -34,7 +36,7 @@ fail()
 {
 	echo "FAIL: $*"
 	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }
+		[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
 	done
 	exit 1
 }

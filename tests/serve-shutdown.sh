@@ -67,6 +67,7 @@ trial()
 	done
 	p0=$(sed -n 's/^rk-launch: rank 0: pid \([0-9]*\) .*/\1/p' "$d/err")
 	p1=$(sed -n 's/^rk-launch: rank 1: pid \([0-9]*\) .*/\1/p' "$d/err")
+	pids="$p0 $p1" # the ranks, until the trial's end
 	busy=0
 	if [ -n "$url" ]; then
 		"$load" --url "$url" --streams 4 --modes sampled --draft plain --requests 400 \
@@ -163,6 +164,7 @@ trial()
 	rm -rf "$d"
 	p0=
 	p1=
+	pids=
 }
 
 printf '%-9s %6s %7s %9s %11s %14s %7s %13s %7s  %s\n' kind trials crashes sanitizer \
