@@ -73,6 +73,7 @@ enum knob_id {
 	K_HANDSHAKE_MS,
 	K_RESIDENT,
 	K_LOG,
+	K_LOG_TIME,
 	K_SIGNALS,
 	K_RDMA_DEV,
 	K_RDMA_GID,
@@ -155,6 +156,8 @@ static const struct knob knobs[] = {
 			 "(the launch path)" },
 	[K_LOG] = { "RK_LOG", "log", KIND_LOG, U(log_level), 1, 0, 0,
 		    "log threshold: error, warn, info, debug (or 0..3)" },
+	[K_LOG_TIME] = { "RK_LOG_TIME", "log_time", KIND_BOOL, U(log_time), 1, 0, 0,
+			 "start each log line with the UTC time (ISO 8601, microseconds)" },
 	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, U(catch_signals), 1, 0, 0,
 			"stop the loop on SIGINT/SIGTERM" },
 	[K_RDMA_DEV] = { "RK_RDMA_DEV", "rdma_dev", KIND_DEVNAME, U(rdma_dev), 1, 0, 0,
@@ -243,6 +246,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->connect_timeout_ns = RK_DEF_CONNECT_MS * NS_PER_MS;
 	cfg->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
 	cfg->log_level = RK_LOG_WARN;
+	cfg->log_time = false;
 	cfg->catch_signals = false;
 	cfg->rdma_dev[0] = '\0';
 	cfg->rdma_gid = -1;
@@ -879,6 +883,7 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 	*cfg = c;
 	rk__secure_zero(&c, sizeof(c));
 	rk__log_set_level(cfg->log_level);
+	rk__log_set_time(cfg->log_time);
 	return 0;
 fail:
 	rk__secure_zero(&c, sizeof(c));

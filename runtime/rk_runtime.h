@@ -150,6 +150,7 @@ struct rk_config {
 	enum rk_resident_mode resident;	/* RK_RESIDENT: round epochs for resident consumers */
 
 	int log_level;			/* RK_LOG: error=0 warn=1 info=2 debug=3 */
+	bool log_time;			/* RK_LOG_TIME: each line starts with the UTC time */
 	bool catch_signals;		/* RK_SIGNALS: the loop stops on SIGINT/SIGTERM */
 
 	/* roce:// links: this rank's own device and GID index. Empty / -1 take
@@ -246,6 +247,17 @@ typedef void (*rk_log_fn)(int level, int rank, const char *msg, void *arg);
  * default. Not thread-safe with respect to running loops.
  */
 RK_EXPORT void rk_log_set_handler(rk_log_fn fn, void *arg);
+
+/**
+ * rk_log() - write an application's log line as rankrt writes its own:
+ * "TAG[r<rank>] <level>: <message>" (@tag NULL or "": "rankrt"; @rank < 0:
+ * "[-]"), with the UTC time first under RK_LOG_TIME, one write(2) per line, or
+ * to the handler of rk_log_set_handler() (which gets the message alone).
+ * Dropped when @level is above the RK_LOG threshold. A message longer than
+ * 1 KiB with its prefix ends in "...". Any thread; also from loop callbacks.
+ */
+RK_EXPORT void rk_log(int level, int rank, const char *tag, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* ---- the loop ------------------------------------------------------------ */
 

@@ -36,6 +36,7 @@ void rk__log(int level, int rank, const char *fmt, ...) __attribute__((format(pr
 /* The threshold: lines above it are dropped. Set from the first loop's config
  * and by rk__log_set_level(); RK_LOG is read by rk_config_from_env(). */
 void rk__log_set_level(int level);
+void rk__log_set_time(bool on);
 int rk__log_level(void);
 
 #define rk__err(rank, ...)	rk__log(RK_LOG_ERROR, rank, __VA_ARGS__)

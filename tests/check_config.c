@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
@@ -131,6 +132,7 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c.connect_timeout_ns, RK_DEF_CONNECT_MS * 1000000ull);
 	ck_assert_uint_eq(c.handshake_timeout_ns, RK_DEF_HANDSHAKE_MS * 1000000ull);
 	ck_assert_int_eq(c.log_level, RK_LOG_WARN);
+	ck_assert(!c.log_time);
 	ck_assert(!c.catch_signals);
 }
 END_TEST
@@ -173,6 +175,7 @@ START_TEST(test_print_defaults)
 		"RK_HANDSHAKE_MS=2000\n"
 		"RK_RESIDENT=auto\n"
 		"RK_LOG=warn\n"
+		"RK_LOG_TIME=0\n"
 		"RK_SIGNALS=0\n"
 		"# RK_RDMA_DEV unset\n"
 		"# RK_RDMA_GID unset\n"
@@ -202,7 +205,7 @@ START_TEST(test_print_roundtrip)
 		{ "RK_MAX_FRAME", "8192" }, { "RK_TX_LIMIT", "1048576" },
 		{ "RK_HEARTBEAT_MS", "100" }, { "RK_PEER_TIMEOUT_MS", "1000" },
 		{ "RK_CONNECT_TIMEOUT_MS", "2000" }, { "RK_HANDSHAKE_MS", "300" },
-		{ "RK_LOG", "debug" }, { "RK_SIGNALS", "true" },
+		{ "RK_LOG", "debug" }, { "RK_LOG_TIME", "on" }, { "RK_SIGNALS", "true" },
 		{ "RK_RDMA_DEV", "mlx5_0" }, { "RK_RDMA_GID", "3" },
 	};
 	struct rk_config a = defaults(), b = defaults();
@@ -291,6 +294,8 @@ static const struct {
 	{ "RK_LOG", "info", "RK_LOG=info" },
 	{ "RK_LOG", "3", "RK_LOG=debug" },
 	{ "log", "0", "RK_LOG=error" },
+	{ "RK_LOG_TIME", "yes", "RK_LOG_TIME=1" },
+	{ "log_time", "0", "RK_LOG_TIME=0" },
 	{ "RK_SIGNALS", "1", "RK_SIGNALS=1" },
 	{ "signals", "Yes", "RK_SIGNALS=1" },
 };
@@ -316,7 +321,7 @@ static const char *const all_knobs[] = {
 	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
-	"RK_LOG", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT",
+	"RK_LOG", "RK_LOG_TIME", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT",
 };
 
 /* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
@@ -990,6 +995,7 @@ static void log_teardown(void)
 {
 	rk_log_set_handler(NULL, NULL);
 	rk__log_set_level(RK_LOG_WARN);
+	rk__log_set_time(false);
 }
 
 START_TEST(test_log_handler)
@@ -1151,6 +1157,68 @@ START_TEST(test_log_truncate)
 	ck_assert(!strncmp(out, "rankrt[r1] warn: zzz", 20));
 	ck_assert_str_eq(out + n - 5, "z...\n");
 	ck_assert(strchr(out, '\n') == out + n - 1);
+	free(out);
+}
+END_TEST
+
+static void log_app(void)
+{
+	rk_log(RK_LOG_WARN, 2, "rk-serve", "request %d done", 7);
+	rk_log(RK_LOG_INFO, 2, "rk-serve", "dropped");
+	rk_log(RK_LOG_ERROR, -1, NULL, "no tag");
+}
+
+/* rk_log(): an application's lines, its tag, the threshold, the handler. */
+START_TEST(test_log_app)
+{
+	struct captured c = { 0 };
+	char *out = capture_stderr(log_app);
+
+	ck_assert_str_eq(out, "rk-serve[r2] warn: request 7 done\nrankrt[-] error: no tag\n");
+	free(out);
+	rk_log_set_handler(capture, &c);
+	rk_log(RK_LOG_WARN, 4, "app", "x%s", "y");
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_int_eq(c.rank, 4);
+	ck_assert_str_eq(c.msg, "xy");
+}
+END_TEST
+
+static void log_timed(void)
+{
+	rk__warn(1, "timed");
+}
+
+/* RK_LOG_TIME: "YYYY-MM-DDTHH:MM:SS.uuuuuuZ " before the tag, the handler gets the message alone. */
+START_TEST(test_log_time)
+{
+	struct captured c = { 0 };
+	struct rk_config cfg = defaults();
+	char err[256] = "", *out;
+	int Y, M, D, h, m, sec, us, n = 0;
+	time_t before = time(NULL);
+
+	setenv("RK_LOG_TIME", "1", 1);
+	ck_assert_msg(rk_config_from_env(&cfg, err, sizeof(err)) == 0, "%s", err);
+	unsetenv("RK_LOG_TIME");
+	ck_assert(cfg.log_time);
+	out = capture_stderr(log_timed);
+	ck_assert_int_eq(sscanf(out, "%4d-%2d-%2dT%2d:%2d:%2d.%6dZ %n", &Y, &M, &D, &h, &m, &sec,
+				&us, &n), 7);
+	ck_assert_int_eq(n, 28);
+	ck_assert_str_eq(out + n, "rankrt[r1] warn: timed\n");
+	ck_assert_int_ge(Y, 1900 + gmtime(&before)->tm_year);
+	free(out);
+	rk_log_set_handler(capture, &c);
+	rk__warn(1, "alone");
+	ck_assert_str_eq(c.msg, "alone");
+	rk_log_set_handler(NULL, NULL);
+
+	/* and off again: the next from_env without it applies the default */
+	ck_assert_int_eq(rk_config_set(&cfg, "RK_LOG_TIME", "0", NULL, 0), 0);
+	ck_assert_msg(rk_config_from_env(&cfg, err, sizeof(err)) == 0, "%s", err);
+	out = capture_stderr(log_timed);
+	ck_assert_str_eq(out, "rankrt[r1] warn: timed\n");
 	free(out);
 }
 END_TEST
@@ -1472,6 +1540,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_log_stderr);
 	tcase_add_test(tc, test_log_truncate);
 	tcase_add_test(tc, test_log_handler_reset);
+	tcase_add_test(tc, test_log_app);
+	tcase_add_test(tc, test_log_time);
 	return s;
 }
 
