@@ -185,6 +185,9 @@ struct rk_sched_stats {
 	uint64_t published;		/* rounds published in the epoch region */
 	uint64_t resident_fallbacks;	/* no region (it could not be made) or a
 					 * publication refused: launch path only */
+	/* gauges, leader: now */
+	uint64_t queued;		/* requests waiting to join the batch */
+	uint64_t running;		/* requests in the batch */
 };
 
 /*

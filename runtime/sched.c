@@ -474,7 +474,13 @@ bool rk_sched_idle(const struct rk_sched *s)
 
 void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out)
 {
+	const struct rk_request *r;
+
 	*out = s->stats;
+	out->queued = 0;
+	for (r = s->qhead; r; r = r->next)	/* bounded by what was submitted */
+		out->queued++;
+	out->running = s->nbatch;
 }
 
 /* ---- leader: forming rounds ------------------------------------------------------- */

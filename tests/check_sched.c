@@ -323,6 +323,49 @@ START_TEST(test_drafts_are_accepted)
 }
 END_TEST
 
+/* The first token callback sees the gauges of a round in flight. */
+static struct rk_sched_stats g_gauges;
+static int g_gauge_calls;
+
+static void on_tokens_gauges(struct rk_request *req, const uint32_t *t, uint32_t n, bool done,
+			     int err)
+{
+	struct out *o = req->data;
+
+	if (n && !g_gauge_calls++)
+		rk_sched_stats(o->f->sched, &g_gauges);
+	on_tokens(req, t, n, done, err);
+}
+
+/* queued and running: 3 requests through a batch of 2, then none of either. */
+START_TEST(test_stats_gauges)
+{
+	struct fake f;
+	struct rk_sched_stats st;
+	int i, pending = 3;
+
+	fake_setup(&f, 2, 0);
+	g_pending = &pending;
+	g_gauge_calls = 0;
+	for (i = 0; i < 3; i++) {
+		out_init(&g_a[i], &f, prompts[i], 4);
+		g_a[i].req.cb = on_tokens_gauges;
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	}
+	rk_sched_stats(f.sched, &st);
+	ck_assert_uint_eq(st.queued, 3);
+	ck_assert_uint_eq(st.running, 0);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	ck_assert_uint_eq(g_gauges.queued, 1);
+	ck_assert_uint_eq(g_gauges.running, 2);
+	rk_sched_stats(f.sched, &st);
+	ck_assert_uint_eq(st.queued, 0);
+	ck_assert_uint_eq(st.running, 0);
+	fake_teardown(&f);
+}
+END_TEST
+
 START_TEST(test_stop_token)
 {
 	uint32_t ref[1024], n;
@@ -1414,6 +1457,7 @@ static Suite *sched_suite(void)
 	tcase_add_loop_test(tc, test_matches_reference, 0, 8);
 	tcase_add_loop_test(tc, test_drafted_equals_plain, 0, 2);
 	tcase_add_test(tc, test_drafts_are_accepted);
+	tcase_add_test(tc, test_stats_gauges);
 	tcase_add_test(tc, test_stop_token);
 	tcase_add_test(tc, test_submit_errors);
 	tcase_add_test(tc, test_cancel);
