@@ -129,18 +129,23 @@ static void seterr(struct result *r, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* A reply or chunk in OpenAI's shape: the tokens are rk-serve's choices[0].token_ids. */
 static void take_tokens(struct reader *rd, json_t *ev)
 {
-	json_t *a = json_object_get(ev, "tokens"), *e = json_object_get(ev, "error");
+	json_t *e = json_object_get(ev, "error"), *msg = json_object_get(e, "message");
+	json_t *c = json_array_get(json_object_get(ev, "choices"), 0);
+	json_t *a = json_object_get(c, "token_ids");
 	struct result *r = rd->r;
 	size_t i;
 
 	if (e) {
-		seterr(r, "server: %s", json_is_string(e) ? json_string_value(e) : "error");
+		seterr(r, "server: %s", json_is_string(msg) ? json_string_value(msg) : "error");
 		return;
 	}
+	if (json_is_array(json_object_get(ev, "choices")) && !c && json_object_get(ev, "usage"))
+		return; /* the usage chunk */
 	if (!json_is_array(a)) {
-		seterr(r, "an event without tokens");
+		seterr(r, "an event without token_ids");
 		return;
 	}
 	for (i = 0; i < json_array_size(a); i++) {

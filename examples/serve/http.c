@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rk-serve's HTTP server (rank 0; libmicrohttpd, JSON through jansson):
- * POST /v1/completions, GET /v1/stats, GET /health (docs/SERVE.md), built only
- * when configure found both (HAVE_SERVE, RK_HAVE_SERVE_HTTP). The HTTP threads
+ * POST /v1/completions and /v1/chat/completions (OpenAI's shapes: openai.c),
+ * GET /v1/models, /metrics (metrics.c), /v1/stats and /health
+ * (docs/SERVE.md), built only when configure found both (HAVE_SERVE,
+ * RK_HAVE_SERVE_HTTP). The HTTP threads
  * never touch the world, scheduler or backend: a request reaches the loop with
  * rk_loop_post() (the struct rk_post is inside it), the loop thread submits it,
  * and the token callbacks (loop thread) append to its buffer under its mutex
@@ -57,14 +59,23 @@ struct sreq {
 	uint32_t *prompt;
 	uint32_t n_prompt;
 	bool stream;
+	bool include_usage;
+	struct oai_reply rep;
+	struct stop_set stop;
+	struct req_timing tm; /* t0 before the post, the rest the loop thread's */
 
 	pthread_mutex_t mu;
 	/* under mu: written by the loop thread, read by the HTTP thread */
 	uint32_t *toks; /* [max_tokens] */
 	uint32_t n_toks;
-	uint32_t *marks; /* token count after each round with tokens */
+	uint32_t n_scanned; /* tokens checked for a stop */
+	uint32_t n_vis;	    /* tokens the client may see: before a stop, and before a
+			     * tail that may still become one */
+	uint32_t *marks;    /* n_vis after each round that made more visible */
 	uint32_t n_marks;
+	bool stopped;	    /* a stop string or token ended it (then cancelled) */
 	bool done;
+	enum finish finish;
 	int err;
 	int refs;	      /* the scheduler's, HTTP's, a cancel post's */
 	bool cancel_posted;
@@ -123,35 +134,84 @@ static void sreq_put(struct sreq *r)
 		sreq_free(r);
 }
 
-/* Loop thread: new tokens, and the end. */
+static enum finish finish_of(const struct sreq *r, int err)
+{
+	if (r->stopped)
+		return FINISH_STOP;
+	if (!err)
+		return FINISH_LENGTH;
+	return err == -ECANCELED ? FINISH_ABORT : FINISH_ERROR;
+}
+
+/* Loop thread: the request's end, counted and logged. */
+static void sreq_end(struct server *srv, struct sreq *r, uint64_t now)
+{
+	const struct req_timing *tm = &r->tm;
+
+	srv->req_active--;
+	if (r->err == -ECANCELED)
+		srv->req_cancelled++;
+	else if (r->err)
+		srv->req_failed++;
+	metrics_req_done(srv, tm, r->n_prompt, r->n_vis, r->finish, now);
+	rk_log(RK_LOG_INFO, srv->rank, PROG,
+	       "%s-%llu (stream %llu): prompt %u tokens, output %u tokens, %.6f s, first token "
+	       "%.6f s, finish %s%s%s",
+	       r->rep.kind == API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->rep.id,
+	       (unsigned long long)r->req.id, r->n_prompt, r->n_vis, (double)(now - tm->t0) / 1e9,
+	       tm->t_first ? (double)(tm->t_first - tm->t0) / 1e9 : 0.0, finish_names[r->finish],
+	       r->err ? ": " : "", r->err ? rk_strerror(r->err) : "");
+}
+
+/*
+ * Loop thread: new tokens, and the end. A stop string or stop token ends the
+ * request here: its tokens are not shown, and the scheduler is told to drop
+ * it (the -ECANCELED that follows is then a success).
+ */
 static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool done, int err)
 {
 	struct sreq *r = req->data;
 	struct server *srv = r->srv;
-	uint32_t room;
+	uint64_t now = now_ns();
+	uint32_t room, vis;
+	bool hit = false, stop_now = false;
 
 	pthread_mutex_lock(&r->mu);
-	room = r->req.max_tokens - r->n_toks;
+	room = r->stopped ? 0 : r->req.max_tokens - r->n_toks;
 	if (n > room)
 		n = room;
 	if (n) {
 		memcpy(r->toks + r->n_toks, t, n * sizeof(*t));
 		r->n_toks += n;
-		r->marks[r->n_marks++] = r->n_toks;
+	}
+	if ((n || done) && !r->stopped) {
+		vis = stop_scan(&r->stop, r->toks, r->n_toks, r->n_scanned, done, &hit);
+		r->n_scanned = r->n_toks;
+		if (hit) {
+			r->stopped = true;
+			stop_now = !done;
+		}
+		if (vis > r->n_vis) {
+			r->n_vis = vis;
+			r->marks[r->n_marks++] = vis;
+		}
 	}
 	if (done) {
+		r->err = r->stopped && err == -ECANCELED ? 0 : err;
+		r->finish = finish_of(r, r->err);
 		r->done = true;
-		r->err = err;
 	}
 	pthread_mutex_unlock(&r->mu);
+	metrics_req_tokens(srv, &r->tm, n, now);
 	if (n || done)
-		eventfd_write(r->efd, 1); /* before the put below: it may free @r */
+		eventfd_write(r->efd, 1); /* before the cancel or the put below: either may free @r */
+	if (stop_now) {
+		/* stop spending rounds on it; the done callback follows, maybe inside */
+		rk_sched_cancel(srv->sched, req);
+		return;
+	}
 	if (done) {
-		srv->req_active--;
-		if (err == -ECANCELED)
-			srv->req_cancelled++;
-		else if (err)
-			srv->req_failed++;
+		sreq_end(srv, r, now);
 		sreq_put(r); /* the scheduler's reference */
 	}
 }
@@ -202,167 +262,8 @@ static enum rk_activity sreq_cancel_cb(struct rk_post *p)
 
 /* ---- requests: the HTTP side ------------------------------------------------------ */
 
-struct params {
-	uint32_t *prompt;
-	uint32_t n_prompt;
-	uint32_t max_tokens;
-	double temperature;
-	uint32_t top_k;
-	double top_p;
-	uint64_t seed;
-	int32_t draft_k;
-	bool stream;
-};
-
-static int bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int bad(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
-static int get_int(json_t *v, const char *name, json_int_t lo, json_int_t hi, json_int_t *out,
-		   char *err, size_t errlen)
-{
-	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-		return bad(err, errlen, "%s: expected an integer in [%lld, %lld]", name,
-			   (long long)lo, (long long)hi);
-	*out = json_integer_value(v);
-	return 0;
-}
-
-/* Parse and check a completion request. Return 0 or -EINVAL with @err set. */
-static int parse_request(const struct server *srv, const char *body, size_t len, struct params *p,
-			 char *err, size_t errlen)
-{
-	const uint32_t V = srv->opt.model.V;
-	json_error_t jerr;
-	json_t *root, *v;
-	const char *key;
-	json_int_t x;
-	size_t i, n;
-	int ret = -EINVAL;
-
-	memset(p, 0, sizeof(*p));
-	p->max_tokens = DEF_MAX_TOKENS;
-	p->top_k = DEF_TOP_K;
-	p->top_p = 1.0;
-	p->draft_k = -1;
-	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root)
-		return bad(err, errlen, "bad JSON at line %d column %d: %s", jerr.line, jerr.column,
-			   jerr.text);
-	if (!json_is_object(root)) {
-		bad(err, errlen, "expected a JSON object");
-		goto out;
-	}
-	json_object_foreach(root, key, v) {
-		if (!strcmp(key, "prompt")) {
-			if (json_is_string(v)) {
-				const unsigned char *s =
-					(const unsigned char *)json_string_value(v);
-
-				n = json_string_length(v);
-				if (!n || n > MAX_PROMPT) {
-					bad(err, errlen, "prompt: expected 1 to %u bytes",
-					    MAX_PROMPT);
-					goto out;
-				}
-				p->prompt = malloc(n * sizeof(*p->prompt));
-				if (!p->prompt)
-					goto nomem;
-				for (i = 0; i < n; i++)
-					p->prompt[i] = s[i] % V;
-			} else if (json_is_array(v)) {
-				n = json_array_size(v);
-				if (!n || n > MAX_PROMPT) {
-					bad(err, errlen, "prompt: expected 1 to %u token ids",
-					    MAX_PROMPT);
-					goto out;
-				}
-				p->prompt = malloc(n * sizeof(*p->prompt));
-				if (!p->prompt)
-					goto nomem;
-				for (i = 0; i < n; i++) {
-					if (get_int(json_array_get(v, i), "prompt[]", 0, V - 1, &x,
-						    err, errlen))
-						goto out;
-					p->prompt[i] = (uint32_t)x;
-				}
-			} else {
-				bad(err, errlen,
-				    "prompt: expected a string or an array of token ids");
-				goto out;
-			}
-			p->n_prompt = (uint32_t)n;
-		} else if (!strcmp(key, "max_tokens")) {
-			if (get_int(v, key, 1, MAX_GEN, &x, err, errlen))
-				goto out;
-			p->max_tokens = (uint32_t)x;
-		} else if (!strcmp(key, "temperature")) {
-			if (!json_is_number(v) || !isfinite(json_number_value(v)) ||
-			    json_number_value(v) < 0 || json_number_value(v) > 100) {
-				bad(err, errlen, "temperature: expected a number in [0, 100]");
-				goto out;
-			}
-			p->temperature = json_number_value(v);
-		} else if (!strcmp(key, "top_k")) {
-			if (get_int(v, key, 0, TOY_MAX_V, &x, err, errlen))
-				goto out;
-			p->top_k = (uint32_t)x;
-		} else if (!strcmp(key, "top_p")) {
-			if (!json_is_number(v) || !(json_number_value(v) > 0) ||
-			    json_number_value(v) > 1) {
-				bad(err, errlen, "top_p: expected a number in (0, 1]");
-				goto out;
-			}
-			p->top_p = json_number_value(v);
-		} else if (!strcmp(key, "seed")) {
-			if (get_int(v, key, 0, (json_int_t)INT64_MAX, &x, err, errlen))
-				goto out;
-			p->seed = (uint64_t)x;
-		} else if (!strcmp(key, "draft_k")) {
-			if (get_int(v, key, -1, RK_SCHED_MAX_DRAFT, &x, err, errlen))
-				goto out;
-			p->draft_k = (int32_t)x;
-		} else if (!strcmp(key, "stream")) {
-			if (!json_is_boolean(v)) {
-				bad(err, errlen, "stream: expected true or false");
-				goto out;
-			}
-			p->stream = json_is_true(v);
-		} else if (!strcmp(key, "model")) {
-			/* OpenAI-style clients send it; there is one model */
-		} else {
-			bad(err, errlen, "unknown field '%s'", key);
-			goto out;
-		}
-	}
-	if (!p->prompt) {
-		bad(err, errlen, "prompt: missing");
-		goto out;
-	}
-	ret = 0;
-	goto out;
-nomem:
-	bad(err, errlen, "out of memory");
-	ret = -ENOMEM;
-out:
-	json_decref(root);
-	if (ret) {
-		free(p->prompt);
-		p->prompt = NULL;
-	}
-	return ret;
-}
-
 static struct sreq *sreq_create(struct server *srv, struct MHD_Connection *c, MHD_socket sock,
-				struct params *p)
+				struct oai_params *p)
 {
 	struct sreq *r = calloc(1, sizeof(*r));
 
@@ -385,6 +286,12 @@ static struct sreq *sreq_create(struct server *srv, struct MHD_Connection *c, MH
 	p->prompt = NULL;
 	r->n_prompt = p->n_prompt;
 	r->stream = p->stream;
+	r->include_usage = p->include_usage;
+	r->stop = p->stop;
+	r->rep = (struct oai_reply){ .kind = p->kind, .id = oai_next_id(),
+				     .created = (int64_t)time(NULL), .n_prompt = p->n_prompt,
+				     .token_ids = p->token_ids, .first = true };
+	r->tm.t0 = now_ns();
 	r->refs = 2;
 	rk_request_init(&r->req);
 	r->req.prompt = r->prompt;
@@ -445,19 +352,14 @@ static MHD_RESULT reply(struct MHD_Connection *c, unsigned int status, json_t *b
 	return ret;
 }
 
+/* An error in OpenAI's shape (openai.c). */
 static MHD_RESULT reply_error(struct MHD_Connection *c, unsigned int status, const char *msg)
 {
-	return reply(c, status, json_pack("{s:s}", "error", msg));
-}
+	struct oai_error e = { .status = status,
+			       .type = status >= 500 ? "server_error" : "invalid_request_error" };
 
-static json_t *tokens_json(const uint32_t *t, uint32_t n)
-{
-	json_t *a = json_array();
-	uint32_t i;
-
-	for (i = 0; a && i < n; i++)
-		json_array_append_new(a, json_integer(t[i]));
-	return a;
+	snprintf(e.msg, sizeof(e.msg), "%s", msg);
+	return reply(c, status, oai_error_json(&e));
 }
 
 /* Append an SSE event "data: <json>\n\n" to the reader's buffer. */
@@ -573,7 +475,8 @@ static void sreq_hang_up(struct sreq *r)
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct sreq *r = cls;
-	uint32_t marks, first, last, m;
+	uint32_t marks, first, last, m, n_vis;
+	enum finish finish;
 	bool done, gone;
 	int err, ret = 0;
 	size_t n;
@@ -588,6 +491,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 		marks = r->n_marks;
 		done = r->done;
 		err = r->err;
+		finish = r->finish;
+		n_vis = r->n_vis;
 		pthread_mutex_unlock(&r->mu);
 		if (gone) {
 			sreq_hang_up(r);
@@ -598,15 +503,23 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 		for (m = r->sent_marks; m < marks && !ret; m++) {
 			first = m ? r->marks[m - 1] : 0;
 			last = r->marks[m];
-			tokens_text(r->toks + first, last - first, r->text);
-			ret = out_event(r, json_pack("{s:o,s:s}", "tokens",
-						     tokens_json(r->toks + first, last - first),
-						     "text", r->text));
+			ret = out_event(r, oai_chunk(&r->rep, r->toks + first, last - first, NULL,
+						     r->text));
+			r->rep.first = false;
 		}
 		r->sent_marks = marks;
 		if (!ret && done) {
-			if (err)
-				ret = out_event(r, json_pack("{s:s}", "error", rk_strerror(err)));
+			if (err) {
+				struct oai_error e = { .status = 500, .type = "server_error" };
+
+				snprintf(e.msg, sizeof(e.msg), "%s", rk_strerror(err));
+				ret = out_event(r, oai_error_json(&e));
+			} else {
+				ret = out_event(r, oai_chunk(&r->rep, NULL, 0, finish_names[finish],
+							     r->text));
+				if (!ret && r->include_usage)
+					ret = out_event(r, oai_usage_chunk(&r->rep, n_vis));
+			}
 			if (!ret)
 				ret = out_raw(r, "data: [DONE]\n\n");
 			r->finished = true;
@@ -631,16 +544,16 @@ static void sse_free(void *cls)
 	sreq_put(r);		 /* HTTP's reference */
 }
 
-static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c, struct conn *cn)
+static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c, struct conn *cn,
+				    enum api_kind kind)
 {
 	const union MHD_ConnectionInfo *ci;
 	struct MHD_Response *resp;
 	struct pollfd pfd;
-	struct params p;
+	struct oai_params p;
+	struct oai_error e;
 	struct sreq *r;
-	char err[256];
 	json_t *body;
-	int perr;
 	bool gone;
 	MHD_RESULT ret;
 
@@ -655,11 +568,8 @@ static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c
 		hung_up_close = true;
 		return MHD_NO;
 	}
-	perr = parse_request(srv, cn->body ? cn->body : "", cn->len, &p, err, sizeof(err));
-	if (perr)
-		return reply_error(
-			c, perr == -ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR : MHD_HTTP_BAD_REQUEST,
-			err);
+	if (oai_parse(srv, kind, cn->body ? cn->body : "", cn->len, &p, &e))
+		return reply(c, e.status, oai_error_json(&e));
 	r = sreq_create(srv, c, ci->connect_fd, &p);
 	if (!r) {
 		free(p.prompt);
@@ -701,10 +611,7 @@ static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c
 		sreq_put(r);
 		return ret;
 	}
-	tokens_text(r->toks, r->n_toks, r->text);
-	body = json_pack("{s:I,s:o,s:s,s:{s:i,s:i}}", "id", (json_int_t)r->req.id, "tokens",
-			 tokens_json(r->toks, r->n_toks), "text", r->text, "usage", "prompt_tokens",
-			 (int)r->n_prompt, "completion_tokens", (int)r->n_toks);
+	body = oai_final(&r->rep, r->toks, r->n_vis, finish_names[r->finish], r->text);
 	sreq_put(r);
 	return reply(c, MHD_HTTP_OK, body);
 }
@@ -730,29 +637,34 @@ static json_t *loop_json(const struct rk_loop_stats *s)
 			 s->ns_run / 1e9);
 }
 
+/* Hand @w (its ranks allocated) to a stats collection and wait. Return: 0 or an error. */
+static int collect(struct server *srv, struct stats_wait *w)
+{
+	w->post.cb = stats_post_cb;
+	w->post.data = w;
+	if (post_to_loop(srv, &w->post))
+		return -RK_ESTOPPED;
+	/* the loop always calls done(): in a collection, or failing it at shutdown */
+	pthread_mutex_lock(&srv->mu);
+	while (!w->finished)
+		pthread_cond_wait(&srv->cv, &srv->mu);
+	pthread_mutex_unlock(&srv->mu);
+	return w->err;
+}
+
 static MHD_RESULT handle_stats(struct server *srv, struct MHD_Connection *c)
 {
 	struct stats_wait w = { .srv = srv, .done = stats_http_done };
 	json_t *ranks, *body;
-	int i;
+	int i, err;
 
 	w.ranks = calloc((size_t)srv->size, sizeof(*w.ranks));
 	if (!w.ranks)
 		return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
-	w.post.cb = stats_post_cb;
-	w.post.data = &w;
-	if (post_to_loop(srv, &w.post)) {
+	err = collect(srv, &w);
+	if (err) {
 		free(w.ranks);
-		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "the server is stopping");
-	}
-	/* the loop always calls done(): in a collection, or failing it at shutdown */
-	pthread_mutex_lock(&srv->mu);
-	while (!w.finished)
-		pthread_cond_wait(&srv->cv, &srv->mu);
-	pthread_mutex_unlock(&srv->mu);
-	if (w.err) {
-		free(w.ranks);
-		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, rk_strerror(w.err));
+		return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, rk_strerror(err));
 	}
 	ranks = json_array();
 	for (i = 0; ranks && i < srv->size; i++) {
@@ -778,6 +690,45 @@ static MHD_RESULT handle_stats(struct server *srv, struct MHD_Connection *c)
 			 (json_int_t)w.req_cancelled, "http", http_json(srv));
 	return reply(c, MHD_HTTP_OK, body);
 }
+
+/* GET /metrics: every rank's counters and the leader's latencies (metrics.c). */
+static MHD_RESULT handle_metrics(struct server *srv, struct MHD_Connection *c)
+{
+	const size_t n = (size_t)srv->size;
+	struct metrics_wait m = { .w = { .srv = srv, .done = metrics_wait_done },
+				  .signal = stats_http_done };
+	struct MHD_Response *resp;
+	char *text = NULL;
+	size_t len = 0;
+	MHD_RESULT ret;
+	int err;
+
+	m.w.ranks = calloc(n, sizeof(*m.w.ranks));
+	m.links = calloc(n, sizeof(*m.links));
+	m.up = calloc(n, sizeof(*m.up));
+	err = m.w.ranks && m.links && m.up ? collect(srv, &m.w) : -ENOMEM;
+	if (!err)
+		err = metrics_render(srv, &m, &text, &len);
+	free(m.w.ranks);
+	free(m.links);
+	free(m.up);
+	if (err)
+		return reply_error(c, err == -ENOMEM ? MHD_HTTP_INTERNAL_SERVER_ERROR
+						     : MHD_HTTP_SERVICE_UNAVAILABLE,
+				   rk_strerror(err));
+	resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				"text/plain; version=0.0.4; charset=utf-8");
+	ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static int64_t g_started; /* /v1/models' "created" */
 
 static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
 {
@@ -1029,10 +980,11 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 			return MHD_NO;
 		*con_cls = cn;
 		conn_busy(c, true);
-		if (post && !strcmp(url, "/v1/completions"))
+		if (post && (!strcmp(url, "/v1/completions") ||
+			     !strcmp(url, "/v1/chat/completions")))
 			return MHD_YES; /* the body follows in later calls */
 	}
-	if (!strcmp(url, "/v1/completions")) {
+	if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
 		if (!post)
 			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
 		if (*upload_size) {
@@ -1056,7 +1008,15 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 			cn->len += n;
 			return MHD_YES;
 		}
-		return handle_completion(srv, c, cn);
+		return handle_completion(srv, c, cn,
+					 url[4] == 'c' && url[5] == 'h' ? API_CHAT : API_COMPLETION);
+	}
+	if (!strcmp(url, "/v1/models") || !strcmp(url, "/metrics")) {
+		if (!get)
+			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use GET");
+		if (url[1] == 'm')
+			return handle_metrics(srv, c);
+		return reply(c, MHD_HTTP_OK, oai_models(srv, (uint64_t)g_started));
 	}
 	if (!strcmp(url, "/v1/stats") || !strcmp(url, "/health")) {
 		if (!get)
@@ -1110,6 +1070,7 @@ int http_start(struct server *srv)
 		return -EINVAL; /* checked at startup; cannot happen */
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	g_started = (int64_t)time(NULL);
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;

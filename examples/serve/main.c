@@ -280,6 +280,9 @@ int main(int argc, char **argv)
 	}
 	rk_config_init(&srv->cfg);
 	srv->cfg.catch_signals = true;
+	/* a person follows a server's log: times, and a line per request (RK_* override) */
+	srv->cfg.log_time = true;
+	srv->cfg.log_level = RK_LOG_INFO;
 	if (rk_config_from_env(&srv->cfg, err, sizeof(err)) ||
 	    rk_config_from_launcher_env(&srv->cfg, err, sizeof(err))) {
 		fprintf(stderr, PROG ": %s\n", err);

@@ -23,6 +23,7 @@ static void own_stats(struct server *srv, struct rank_stats *rs)
 	cpu_times(&rs->user_s, &rs->sys_s);
 	rk_loop_stats(srv->loop, &rs->loop);
 	be_stats(srv, &rs->toy);
+	metrics_own(srv, &rs->m);
 }
 
 /*
@@ -58,13 +59,14 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 
 int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
 {
-	int n = rk_wire_encode_user(srv->txbuf, sizeof(srv->txbuf), SERVE_TAG, msg, len);
+	int n;
 
+	if (to >= 0)
+		return rk_world_send_user(srv->world, to, SERVE_TAG, msg, len);
+	n = rk_wire_encode_user(srv->txbuf, sizeof(srv->txbuf), SERVE_TAG, msg, len);
 	if (n < 0)
 		return n;
-	if (to < 0)
-		return rk_world_broadcast(srv->world, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
-	return rk_world_send(srv->world, to, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
+	return rk_world_broadcast(srv->world, RK_FRAME_USER, 0, srv->txbuf, (uint32_t)n);
 }
 
 /* ---- stats collection (leader, loop thread) ------------------------------------- */
@@ -173,6 +175,7 @@ static void stats_reply(struct server *srv, int peer, const uint8_t *d)
 	rs->toy.rounds = get64(d);
 	rs->toy.outputs = get64(d + 8);
 	rs->toy.ns_compute = get64(d + 16);
+	metrics_unpack(&rs->m, d + 8 * N_TOY_CTR);
 	if (--srv->st_pending == 0) {
 		stats_finish(srv, 0);
 		stats_start(srv);
@@ -200,6 +203,7 @@ static int stats_answer(struct server *srv, const uint8_t *req)
 	put64(d, rs.toy.rounds);
 	put64(d + 8, rs.toy.outputs);
 	put64(d + 16, rs.toy.ns_compute);
+	metrics_pack(&rs.m, d + 8 * N_TOY_CTR);
 	return send_msg(srv, 0, msg, sizeof(msg));
 }
 
@@ -407,6 +411,7 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 	}
 	/* no collective of ours may wait for a dead rank, even while we leave */
 	be_abort(srv);
+	metrics_peer_error(srv, err);
 	if (srv->leaving)
 		return;
 	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));

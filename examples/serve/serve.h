@@ -53,7 +53,7 @@ enum serve_msg {
 #define POLICY_LEN    24u /* kind, reserved, policy index, wait mode, notify mode */
 #define N_LOOP_CTR    19u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
-#define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR))
+#define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR) + METRICS_LEN)
 
 enum backend_kind {
 	BACKEND_CPU = 0,
@@ -113,12 +113,56 @@ struct be_stats {
 	uint64_t rounds, outputs, ns_compute;
 };
 
-/* One rank's counters as /v1/stats reports them. */
+/* metrics.c: what a rank reports for /metrics beyond /v1/stats' counters. */
+#define N_WORLD_CTR  15u /* struct rk_world_stats */
+#define N_LINK_CTR   16u /* struct rk_link_stats */
+#define N_NOTIFY_CTR 14u /* struct rk_gpu_notifier_stats */
+#define N_PEER_ERR   8u  /* peer failures by name (metrics.c), the last one "other" */
+#define METRICS_LEN  (8u * (N_WORLD_CTR + N_LINK_CTR + N_NOTIFY_CTR + N_PEER_ERR + 2u))
+
+struct rank_metrics {
+	struct rk_world_stats world;
+	struct rk_link_stats link; /* follower: its link to the leader */
+	bool link_up;
+	bool has_notify; /* the CUDA backend's notifier */
+	struct rk_gpu_notifier_stats notify;
+	uint64_t peer_err[N_PEER_ERR];
+};
+
+/* One rank's counters as /v1/stats (and /metrics) report them. */
 struct rank_stats {
 	bool valid;
 	double user_s, sys_s;
 	struct rk_loop_stats loop;
 	struct be_stats toy;
+	struct rank_metrics m;
+};
+
+/* metrics.c: the leader's request latencies (loop thread). */
+#define N_BUCKETS 20u
+struct hist {
+	uint64_t n[N_BUCKETS + 1]; /* per bucket, not cumulative; the last is +Inf */
+	uint64_t count;
+	double sum;
+};
+
+enum finish {
+	FINISH_STOP,
+	FINISH_LENGTH,
+	FINISH_ABORT, /* the client went away */
+	FINISH_ERROR,
+	FINISH__COUNT,
+};
+
+struct req_metrics {
+	struct hist ttft, itl, e2e;
+	uint64_t finished[FINISH__COUNT];
+	uint64_t prompt_tokens, output_tokens;
+};
+
+/* One request's times (CLOCK_MONOTONIC ns): t0 written before its post, the rest by the loop. */
+struct req_timing {
+	uint64_t t0, t_first, t_last;
 };
 
 struct server;
@@ -181,6 +225,10 @@ struct server {
 
 	struct http *http; /* http.c's */
 	char http_url[320];
+
+	/* metrics.c (leader, loop thread) */
+	struct req_metrics rm;
+	uint64_t peer_err[N_PEER_ERR];
 };
 
 /* --bench-policies: the wait policies a bench can switch every rank to (peers.c). */
@@ -193,6 +241,8 @@ struct bench_policy {
 extern const struct bench_policy bench_policies[BENCH_POLICIES];
 
 /* ---- small helpers ------------------------------------------------------------- */
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* This process's CPU time, every thread (loop, worker, HTTP). */
 static inline void cpu_times(double *user_s, double *sys_s)
@@ -307,5 +357,115 @@ int demo_run(struct server *srv);
 void demo_stats_done(struct stats_wait *w);
 /* Return: 0 (srv->exit_rc: 3 or 4 when the receipt disagrees) or an error. */
 int bench_run(struct server *srv);
+
+/* ---- metrics.c: /metrics (Prometheus text format) and its counters ------------- */
+
+/* This rank's own part of the report (loop thread). */
+void metrics_own(struct server *srv, struct rank_metrics *m);
+/* A follower's report in a MSG_STATS_REP: METRICS_LEN bytes. */
+void metrics_pack(const struct rank_metrics *m, uint8_t *p);
+void metrics_unpack(struct rank_metrics *m, const uint8_t *p);
+/* A peer failed with @err: counted by name (loop thread). */
+void metrics_peer_error(struct server *srv, int err);
+/* Leader, loop thread: @n new tokens of a request at @now, and its end. */
+void metrics_req_tokens(struct server *srv, struct req_timing *t, uint32_t n, uint64_t now);
+void metrics_req_done(struct server *srv, const struct req_timing *t, uint32_t n_prompt,
+		      uint32_t n_out, enum finish f, uint64_t now);
+extern const char *const finish_names[FINISH__COUNT];
+
+/*
+ * A /metrics collection: the stats collection (every rank's report), and the
+ * leader's own figures, copied by metrics_wait_done() on the loop thread,
+ * which then calls @signal. Storage: the waiter's, as struct stats_wait.
+ */
+struct metrics_wait {
+	struct stats_wait w;
+	void (*signal)(struct stats_wait *w);
+	struct req_metrics rm;
+	struct rk_link_stats *links; /* [world size]: the leader's link to each rank */
+	bool *up;		     /* [world size] */
+};
+
+void metrics_wait_done(struct stats_wait *w);
+/* The exposition of a finished collection, malloc'd in *@out. Return: 0 or -ENOMEM. */
+int metrics_render(const struct server *srv, const struct metrics_wait *m, char **out,
+		   size_t *len);
+
+/* ---- openai.c: the OpenAI-compatible shapes (HTTP threads; stop_scan: loop) ---- */
+
+#define MODEL_ID     "rankrt-toy"
+#define MAX_STOP     8u
+#define MAX_STOP_LEN 64u
+#define MAX_STOP_IDS 16u
+
+enum api_kind {
+	API_COMPLETION,
+	API_CHAT,
+};
+
+struct stop_set {
+	uint32_t n_str, n_ids;
+	char str[MAX_STOP][MAX_STOP_LEN];
+	uint32_t len[MAX_STOP];
+	uint32_t ids[MAX_STOP_IDS];
+};
+
+/*
+ * Ends at the first stop string or stop token id in t[from..n), which it
+ * excludes (*@hit). Return: how many of the @n tokens may be shown: all but a
+ * tail that may still become a stop string (none when @done).
+ */
+uint32_t stop_scan(const struct stop_set *st, const uint32_t *t, uint32_t n, uint32_t from,
+		   bool done, bool *hit);
+
+#ifdef RK_HAVE_SERVE_HTTP
+#include <jansson.h>
+
+struct oai_params {
+	enum api_kind kind;
+	uint32_t *prompt; /* malloc'd: the caller's after a successful parse */
+	uint32_t n_prompt;
+	uint32_t max_tokens;
+	bool max_set;
+	double temperature;
+	uint32_t top_k;
+	double top_p;
+	uint64_t seed;
+	int32_t draft_k;
+	bool stream, include_usage, token_ids;
+	struct stop_set stop;
+};
+
+/* An error in OpenAI's shape, and its HTTP status. */
+struct oai_error {
+	unsigned int status;
+	const char *type;
+	char param[64]; /* "": none */
+	char msg[256];
+};
+
+/* What every reply object of one request carries. */
+struct oai_reply {
+	enum api_kind kind;
+	uint64_t id;
+	int64_t created;
+	uint32_t n_prompt;
+	bool token_ids;
+	bool first; /* chat chunk: the role comes with the first */
+};
+
+uint64_t oai_next_id(void);
+/* Return: 0; -EINVAL (400: @e says which field and why), -ENOMEM (500). */
+int oai_parse(const struct server *srv, enum api_kind kind, const char *body, size_t len,
+	      struct oai_params *p, struct oai_error *e);
+/* Replies; @text: room for @n + 1 characters. NULL without memory. */
+json_t *oai_error_json(const struct oai_error *e);
+json_t *oai_chunk(const struct oai_reply *r, const uint32_t *t, uint32_t n, const char *finish,
+		  char *text);
+json_t *oai_usage_chunk(const struct oai_reply *r, uint32_t n_out);
+json_t *oai_final(const struct oai_reply *r, const uint32_t *t, uint32_t n, const char *finish,
+		  char *text);
+json_t *oai_models(const struct server *srv, uint64_t created);
+#endif
 
 #endif /* RK_SERVE_H */
