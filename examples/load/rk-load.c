@@ -457,6 +457,45 @@ static int raw_request(const struct options *o, const char *method, const char *
 	return 0;
 }
 
+/*
+ * --hash: the cells' hash (toy_hash_tokens) of the token ids on stdin, so that
+ * tokens another client got can be compared with a cell's. Return: the exit status.
+ */
+static int hash_stdin(void)
+{
+	uint32_t *t = NULL, *p;
+	size_t n = 0, cap = 0;
+	unsigned long long v;
+	char hex[17];
+	int c;
+
+	while ((c = scanf("%llu", &v)) == 1) {
+		if (v > UINT32_MAX) {
+			fprintf(stderr, PROG ": --hash: %llu is not a token id\n", v);
+			free(t);
+			return 1;
+		}
+		if (n == cap) {
+			cap = cap ? cap * 2 : 1024;
+			p = realloc(t, cap * sizeof(*t));
+			if (!p) {
+				free(t);
+				return 1;
+			}
+			t = p;
+		}
+		t[n++] = (uint32_t)v;
+	}
+	if (c != EOF || toy_hash_tokens(t, n, hex)) {
+		fprintf(stderr, PROG ": --hash: expected token ids separated by white space\n");
+		free(t);
+		return 1;
+	}
+	printf("%s %zu\n", hex, n);
+	free(t);
+	return 0;
+}
+
 /* ---- cells ------------------------------------------------------------------------- */
 
 struct cell_result {
@@ -677,6 +716,8 @@ static void usage(FILE *f)
 		"  --post=BODY        send one POST /v1/completions with BODY, print the status\n"
 		"                     and the reply, exit 0 on any HTTP answer\n"
 		"  --get=PATH         the same for GET PATH\n"
+		"  --hash             print the hash a cell would give the token ids on stdin\n"
+		"                     (white-space separated) and their count; no server\n"
 		"  -h, --help         this text\n"
 		"      --version      print the version and exit\n\n"
 		"Exit: 0; 1 on any HTTP or transport error; 2 usage; 3 when cells of one mode\n"
@@ -726,6 +767,7 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "post", required_argument, NULL, 'O' },
 		{ "get", required_argument, NULL, 'G' },
+		{ "hash", no_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -850,6 +892,8 @@ int main(int argc, char **argv)
 			}
 			raw_get = optarg;
 			break;
+		case 'X':
+			return hash_stdin();
 		case 'h':
 			usage(stdout);
 			return 0;
