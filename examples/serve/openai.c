@@ -323,7 +323,7 @@ static int parse_field(const struct server *srv, struct oai_params *p, const cha
 		if (json_is_null(v))
 			return 0;
 		if (p->max_set && p->max_tokens != json_integer_value(v))
-			return BAD(e, key, "max_tokens and max_completion_tokens differ");
+			return BAD(e, "max_tokens", "max_tokens and max_completion_tokens differ");
 		ret = get_int(v, key, 1, MAX_GEN, &x, e);
 		p->max_tokens = (uint32_t)x;
 		p->max_set = true;
