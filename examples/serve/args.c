@@ -164,9 +164,13 @@ static void usage(FILE *f)
 		"Slurm or torchrun; without any, rk-serve runs alone (TP1). Every RK_* knob\n"
 		"is in README.md (RK_WAIT=adaptive|spin|block: the loop's wait policy); a\n"
 		"malformed one is refused by name.\n\n"
-		"HTTP (rank 0): POST /v1/completions {\"prompt\": \"text\" or [ids],\n"
-		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"draft_k\",\n"
-		"\"stream\"}; GET /v1/stats; GET /health. See docs/SERVE.md.\n",
+		"HTTP (rank 0), OpenAI-compatible: POST /v1/completions {\"prompt\": \"text\" or\n"
+		"[ids], ...} and POST /v1/chat/completions {\"messages\": [...], ...} with\n"
+		"\"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\", \"stop\",\n"
+		"\"stop_token_ids\", \"stream\", \"stream_options\", \"draft_k\"; GET /v1/models;\n"
+		"GET /metrics (Prometheus); GET /v1/stats; GET /health. Logs carry UTC times\n"
+		"and a line per request (RK_LOG_TIME=1, RK_LOG=info unless set). See\n"
+		"docs/SERVE.md.\n",
 		DEF_HTTP_MAX_CONNS, MAX_HTTP_CONNS, DEF_HTTP_IDLE_S, TOY_DEF_V, TOY_MAX_V, TOY_DEF_H,
 		TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
 }

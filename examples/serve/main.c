@@ -8,7 +8,8 @@
  *   rk-launch --hosts localhost,localhost -- rk-serve --backend=cuda --bench
  *
  * Rank 0 (the leader) runs the scheduler (rk_sched.h) and an HTTP server
- * (libmicrohttpd): POST /v1/completions, GET /v1/stats, GET /health
+ * (libmicrohttpd): the OpenAI-compatible POST /v1/completions and
+ * /v1/chat/completions, GET /v1/models, /metrics, /v1/stats and /health
  * (docs/SERVE.md). Followers run every ROUND they receive until the leader
  * says BYE (or END, below). With --demo the leader generates from built-in
  * prompts instead of serving, prints tokens, hashes and a receipt, and ends
