@@ -465,6 +465,16 @@ static const void *base_notify(const struct metrics_wait *m, int r)
 	return m->w.ranks[r].m.has_notify ? &m->w.ranks[r].m.notify : NULL;
 }
 
+/* Where the family of t[@i] ends: its entries are consecutive. */
+static size_t family_end(const struct mdef *t, size_t n, size_t i)
+{
+	size_t j;
+
+	for (j = i + 1; j < n && !strcmp(t[j].name, t[i].name); j++)
+		;
+	return j;
+}
+
 /* Every family of @t, every rank's series of it in rank order. */
 static void per_rank(FILE *f, const struct server *srv, const struct metrics_wait *m,
 		     const struct mdef *t, size_t n, base_fn base)
@@ -473,8 +483,7 @@ static void per_rank(FILE *f, const struct server *srv, const struct metrics_wai
 	int r;
 
 	for (i = 0; i < n; i = j) {
-		for (j = i + 1; j < n && !strcmp(t[j].name, t[i].name); j++)
-			;
+		j = family_end(t, n, i);
 		family(f, &t[i]);
 		for (r = 0; r < srv->size; r++)
 			for (k = i; k < j && base(m, r); k++)
@@ -490,8 +499,7 @@ static void per_link(FILE *f, const struct server *srv, const struct metrics_wai
 	int r;
 
 	for (i = 0; i < n; i = j) {
-		for (j = i + 1; j < n && !strcmp(t[j].name, t[i].name); j++)
-			;
+		j = family_end(t, n, i);
 		family(f, &t[i]);
 		for (r = 1; r < srv->size; r++)
 			for (k = i; k < j; k++)
