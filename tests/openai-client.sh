@@ -5,8 +5,10 @@
 # ids, refused fields. The token ids it got hash as the native API's for the
 # same prompts and sampling: rk-load's cells (POST /v1/completions with the
 # rankrt fields) and rk-serve --bench (the scheduler, no HTTP). Then GET
-# /metrics holds every rank's series and passes `promtool check metrics`
-# (when promtool is installed), and the log has a timed line per request.
+# /metrics holds every rank's series, counts a port scanner's connection to the
+# leader's rank port as a handshake refusal, and passes `promtool check
+# metrics` (when promtool is installed), and the log has a timed line per
+# request.
 # Skips (77) without rk-serve/rk-load, node or npm, or when the package cannot
 # be installed. npm installs it into a scratch directory (never the source
 # tree); RK_TEST_OPENAI_DIR names a directory that has node_modules/openai
@@ -114,11 +116,32 @@ for name in greedy-json greedy-stream sampled-json sampled-stream; do
 done
 [ $bad = 0 ] || fail "the OpenAI client's tokens hash differently from the native API's"
 
-# GET /metrics: every rank, the requests above, the text format
-timeout -s KILL 20 "$load" --url "$url" --get /metrics >"$tmp/metrics.get" 2>&1 ||
-	fail "GET /metrics"
-head -n 1 "$tmp/metrics.get" | grep -q '^HTTP 200$' || fail "GET /metrics: not 200"
-sed 1d "$tmp/metrics.get" >"$tmp/metrics.txt"
+# a port scanner's bytes at the leader's rank port: a handshake refusal to count
+leader=$(sed -n 's/^rk-launch: .* leader \([0-9.]*\):\([0-9]*\),.*/\2/p' "$tmp/serve.err")
+[ -n "$leader" ] || fail "no leader port in rk-launch's output"
+timeout -s KILL 10 node -e '
+const s = require("net").connect(Number(process.argv[1]), "127.0.0.1", () =>
+	s.write("GET / HTTP/1.1\r\nHost: scanner\r\nUser-Agent: a port scanner, 64 bytes\r\n\r\n"));
+s.on("error", () => {});
+s.on("close", () => process.exit(0));
+setTimeout(() => process.exit(0), 5000);' "$leader"
+
+# GET /metrics: every rank, the requests above, the refusal, the text format
+i=0
+while :; do
+	timeout -s KILL 20 "$load" --url "$url" --get /metrics >"$tmp/metrics.get" 2>&1 ||
+		fail "GET /metrics"
+	head -n 1 "$tmp/metrics.get" | grep -q '^HTTP 200$' || fail "GET /metrics: not 200"
+	sed 1d "$tmp/metrics.get" >"$tmp/metrics.txt"
+	refused=$(sed -n 's/^rankrt_handshake_refused_total{rank="0",cause="[a-z]*"} \([0-9]*\)$/\1/p' \
+		"$tmp/metrics.txt" | awk '{ n += $1 } END { print n + 0 }')
+	[ "$refused" -ge 1 ] && break
+	[ $i -ge 50 ] && fail "/metrics: the scanner's connection was not counted as refused"
+	sleep 0.1
+	i=$((i + 1))
+done
+echo "metrics: the scanner's connection refused:"
+grep '^rankrt_handshake_refused_total{rank="0",.*} [1-9]' "$tmp/metrics.txt"
 for want in 'rankrt_loop_events_total{rank="0"}' 'rankrt_loop_events_total{rank="1"}' \
 	'rankrt_link_frames_total{rank="0",peer="1",direction="tx"}' \
 	'rankrt_link_frames_total{rank="1",peer="0",direction="rx"}' \
