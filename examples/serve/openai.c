@@ -322,12 +322,14 @@ static int parse_field(const struct server *srv, struct oai_params *p, const cha
 	if (!strcmp(key, "max_tokens") || (chat && !strcmp(key, "max_completion_tokens"))) {
 		if (json_is_null(v))
 			return 0;
-		if (p->max_set && p->max_tokens != json_integer_value(v))
-			return BAD(e, "max_tokens", "max_tokens and max_completion_tokens differ");
 		ret = get_int(v, key, 1, MAX_GEN, &x, e);
+		if (ret)
+			return ret;
+		if (p->max_set && p->max_tokens != (uint32_t)x)
+			return BAD(e, "max_tokens", "max_tokens and max_completion_tokens differ");
 		p->max_tokens = (uint32_t)x;
 		p->max_set = true;
-		return ret;
+		return 0;
 	}
 	if (!strcmp(key, "temperature"))
 		return get_real(v, key, 0, 100, false, &p->temperature, e);
