@@ -559,6 +559,11 @@ static void leader(FILE *f, const struct metrics_wait *m)
 	      "Broadcast-to-completion time of the rounds, summed.", s->ns_round_sum);
 	one(f, "rankrt_sched_streams_done_total", "counter", "Streams retired.",
 	    s->streams_done);
+	one(f, "rankrt_sched_rounds_published_total", "counter",
+	    "Rounds published in the epoch region (resident rounds).", s->published);
+	one(f, "rankrt_sched_resident_fallbacks_total", "counter",
+	    "Rounds that took the launch path: no epoch region, or a publication refused.",
+	    s->resident_fallbacks);
 	one(f, "rankrt_generation_tokens_total", "counter",
 	    "Tokens generated (vLLM: generation_tokens_total).", s->tokens);
 	one(f, "rankrt_spec_decode_num_draft_tokens_total", "counter",
