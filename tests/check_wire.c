@@ -178,6 +178,38 @@ static const uint8_t golden_error[] = {
 	0x70, 0x65, 0x65, 0x72, 0x20, 0x67, 0x6f, 0x6e, 0x65,	/* "peer gone" */
 };
 
+/* SHM_REQUEST: status 0, pid 0x1234, uid 1000, boot id a0 a1 .. af, net_ns
+ * 0xf0000098, pid_ns 0xeffffffc. */
+static const uint8_t golden_shm_request[] = {
+	0x00, 0x00, 0x00, 0x00, 0x34, 0x12, 0x00, 0x00,	/* status 0, pid 0x1234 */
+	0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* uid 1000, reserved */
+	0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7,	/* boot id */
+	0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+	0x98, 0x00, 0x00, 0xf0, 0x00, 0x00, 0x00, 0x00,	/* net_ns */
+	0xfc, 0xff, 0xff, 0xef, 0x00, 0x00, 0x00, 0x00,	/* pid_ns */
+};
+
+/* SHM_OFFER: status 0, pid 0x1200, name 10 11 .. 1f, rings of 1 MiB. */
+static const uint8_t golden_shm_offer[] = {
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00,	/* status 0, pid 0x1200 */
+	0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,	/* socket name */
+	0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+	0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x10, 0x00,	/* ring_size, bcast_size 1 MiB */
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* reserved */
+};
+
+/* SHM_ANSWER: status -ENOSYS (could not map). */
+static const uint8_t golden_shm_answer[] = {
+	0xda, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00,	/* status -38, reserved */
+};
+
+/* SHM_SWITCH: start at byte 4096 of the broadcast ring, frame 7, reader slot 2. */
+static const uint8_t golden_shm_switch[] = {
+	0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* bcast_pos 4096 */
+	0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* bcast_seq 7 */
+	0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* slot 2, reserved */
+};
+
 /* A valid payload of each type, the base of the crafted frames. */
 static size_t sample_payload(unsigned int type, uint8_t *p)
 {
@@ -224,6 +256,18 @@ static size_t sample_payload(unsigned int type, uint8_t *p)
 	case RK_FRAME_AUTH:
 		memcpy(p, golden_leader_proof, sizeof(golden_leader_proof));
 		return sizeof(golden_leader_proof);
+	case RK_FRAME_SHM_REQUEST:
+		memcpy(p, golden_shm_request, sizeof(golden_shm_request));
+		return sizeof(golden_shm_request);
+	case RK_FRAME_SHM_OFFER:
+		memcpy(p, golden_shm_offer, sizeof(golden_shm_offer));
+		return sizeof(golden_shm_offer);
+	case RK_FRAME_SHM_ANSWER:
+		memcpy(p, golden_shm_answer, sizeof(golden_shm_answer));
+		return sizeof(golden_shm_answer);
+	case RK_FRAME_SHM_SWITCH:
+		memcpy(p, golden_shm_switch, sizeof(golden_shm_switch));
+		return sizeof(golden_shm_switch);
 	}
 	ck_abort_msg("no sample for type %u", type);
 	return 0;
@@ -353,6 +397,34 @@ static void assert_canonical(const uint8_t *f, size_t n)
 
 		ck_assert_int_eq(rk_wire_decode_auth(p, h.len, mac), 0);
 		len = rk_wire_encode_auth(out + RK_WIRE_HDR_LEN, h.len, mac);
+		break;
+	}
+	case RK_FRAME_SHM_REQUEST: {
+		struct rk_wire_shm_request x;
+
+		ck_assert_int_eq(rk_wire_decode_shm_request(p, h.len, &x), 0);
+		len = rk_wire_encode_shm_request(out + RK_WIRE_HDR_LEN, h.len, &x);
+		break;
+	}
+	case RK_FRAME_SHM_OFFER: {
+		struct rk_wire_shm_offer x;
+
+		ck_assert_int_eq(rk_wire_decode_shm_offer(p, h.len, &x), 0);
+		len = rk_wire_encode_shm_offer(out + RK_WIRE_HDR_LEN, h.len, &x);
+		break;
+	}
+	case RK_FRAME_SHM_ANSWER: {
+		struct rk_wire_shm_answer x;
+
+		ck_assert_int_eq(rk_wire_decode_shm_answer(p, h.len, &x), 0);
+		len = rk_wire_encode_shm_answer(out + RK_WIRE_HDR_LEN, h.len, &x);
+		break;
+	}
+	case RK_FRAME_SHM_SWITCH: {
+		struct rk_wire_shm_switch x;
+
+		ck_assert_int_eq(rk_wire_decode_shm_switch(p, h.len, &x), 0);
+		len = rk_wire_encode_shm_switch(out + RK_WIRE_HDR_LEN, h.len, &x);
 		break;
 	}
 	default:
@@ -600,6 +672,78 @@ START_TEST(test_golden_error)
 }
 END_TEST
 
+/* The same-host frames, byte for byte, both ways. */
+START_TEST(test_golden_shm)
+{
+	struct rk_wire_shm_request rq = { .status = 0, .pid = 0x1234, .uid = 1000,
+					  .net_ns = 0xf0000098, .pid_ns = 0xeffffffc }, grq;
+	struct rk_wire_shm_offer of = { .status = 0, .pid = 0x1200, .ring_size = 1u << 20,
+					.bcast_size = 1u << 20 }, gof;
+	struct rk_wire_shm_answer an = { .status = -ENOSYS }, gan;
+	struct rk_wire_shm_switch sw = { .bcast_pos = 4096, .bcast_seq = 7, .slot = 2 }, gsw;
+	uint8_t out[64];
+	int i;
+
+	for (i = 0; i < RK_WIRE_BOOT_ID_LEN; i++)
+		rq.boot_id[i] = (uint8_t)(0xa0 + i);
+	for (i = 0; i < RK_WIRE_SHM_NAME_LEN; i++)
+		of.name[i] = (uint8_t)(0x10 + i);
+
+	ck_assert_int_eq(rk_wire_encode_shm_request(out, sizeof(out), &rq), RK_WIRE_SHM_REQUEST_LEN);
+	ck_assert_mem_eq(out, golden_shm_request, sizeof(golden_shm_request));
+	ck_assert_int_eq(rk_wire_encode_shm_request(out, RK_WIRE_SHM_REQUEST_LEN - 1, &rq), -ENOSPC);
+	ck_assert_int_eq(rk_wire_decode_shm_request(golden_shm_request, sizeof(golden_shm_request),
+						    &grq), 0);
+	ck_assert(grq.status == 0 && grq.pid == 0x1234 && grq.uid == 1000 &&
+		  grq.net_ns == 0xf0000098 && grq.pid_ns == 0xeffffffc &&
+		  !memcmp(grq.boot_id, rq.boot_id, sizeof(rq.boot_id)));
+
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), RK_WIRE_SHM_OFFER_LEN);
+	ck_assert_mem_eq(out, golden_shm_offer, sizeof(golden_shm_offer));
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, RK_WIRE_SHM_OFFER_LEN - 1, &of), -ENOSPC);
+	ck_assert_int_eq(rk_wire_decode_shm_offer(golden_shm_offer, sizeof(golden_shm_offer), &gof),
+			 0);
+	ck_assert(gof.status == 0 && gof.pid == 0x1200 && gof.ring_size == 1u << 20 &&
+		  gof.bcast_size == 1u << 20 && !memcmp(gof.name, of.name, sizeof(of.name)));
+
+	ck_assert_int_eq(rk_wire_encode_shm_answer(out, sizeof(out), &an), RK_WIRE_SHM_ANSWER_LEN);
+	ck_assert_mem_eq(out, golden_shm_answer, sizeof(golden_shm_answer));
+	ck_assert_int_eq(rk_wire_decode_shm_answer(golden_shm_answer, sizeof(golden_shm_answer),
+						   &gan), 0);
+	ck_assert_int_eq(gan.status, -ENOSYS);
+
+	ck_assert_int_eq(rk_wire_encode_shm_switch(out, sizeof(out), &sw), RK_WIRE_SHM_SWITCH_LEN);
+	ck_assert_mem_eq(out, golden_shm_switch, sizeof(golden_shm_switch));
+	ck_assert_int_eq(rk_wire_decode_shm_switch(golden_shm_switch, sizeof(golden_shm_switch),
+						   &gsw), 0);
+	ck_assert(gsw.bcast_pos == 4096 && gsw.bcast_seq == 7 && gsw.slot == 2);
+
+	/* the encoders refuse what the decoders refuse */
+	rq.status = 1;
+	ck_assert_int_eq(rk_wire_encode_shm_request(out, sizeof(out), &rq), -RK_EFIELD);
+	of.ring_size = 3u << 20;
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), -RK_EFIELD);
+	of.ring_size = 1u << 20;
+	of.bcast_size = 2048;
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), -RK_EFIELD);
+	of.bcast_size = 0;	/* no broadcast ring */
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), RK_WIRE_SHM_OFFER_LEN);
+	of.status = -RK_ENOSHM;	/* a refusal names nothing else */
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), -RK_EFIELD);
+	memset(&of, 0, sizeof(of));
+	of.status = -RK_ENOSHM;
+	ck_assert_int_eq(rk_wire_encode_shm_offer(out, sizeof(out), &of), RK_WIRE_SHM_OFFER_LEN);
+	an.status = 5;
+	ck_assert_int_eq(rk_wire_encode_shm_answer(out, sizeof(out), &an), -RK_EFIELD);
+	sw.slot = RK_WIRE_SHM_SLOTS;
+	ck_assert_int_eq(rk_wire_encode_shm_switch(out, sizeof(out), &sw), -RK_EFIELD);
+	sw.slot = RK_WIRE_SHM_NO_SLOT;
+	ck_assert_int_eq(rk_wire_encode_shm_switch(out, sizeof(out), &sw), RK_WIRE_SHM_SWITCH_LEN);
+	sw.bcast_pos = 4097;
+	ck_assert_int_eq(rk_wire_encode_shm_switch(out, sizeof(out), &sw), -RK_EFIELD);
+}
+END_TEST
+
 /* ---- round trips ----------------------------------------------------------- */
 
 /* Encode a payload of @type with the encoder, frame it, decode it back. */
@@ -716,6 +860,43 @@ START_TEST(test_roundtrip)
 		ck_assert_int_eq(len, RK_WIRE_MAC_LEN);
 		ck_assert_int_eq(rk_wire_decode_auth(p, (size_t)len, b), 0);
 		ck_assert_mem_eq(a, b, sizeof(a));
+		break;
+	}
+	case RK_FRAME_SHM_REQUEST: {
+		struct rk_wire_shm_request a = { -RK_ENOSHM, UINT32_MAX, 0, { 0xff, 1 },
+						 UINT64_MAX, 1 }, b;
+
+		len = rk_wire_encode_shm_request(p, cap, &a);
+		ck_assert_int_eq(rk_wire_decode_shm_request(p, (size_t)len, &b), 0);
+		ck_assert(a.status == b.status && a.pid == b.pid && a.uid == b.uid &&
+			  a.net_ns == b.net_ns && a.pid_ns == b.pid_ns &&
+			  !memcmp(a.boot_id, b.boot_id, sizeof(a.boot_id)));
+		break;
+	}
+	case RK_FRAME_SHM_OFFER: {
+		struct rk_wire_shm_offer a = { 0, 77, { 9, 8, 7 }, RK_WIRE_SHM_RING_MAX,
+					       RK_WIRE_SHM_RING_MIN }, b;
+
+		len = rk_wire_encode_shm_offer(p, cap, &a);
+		ck_assert_int_eq(rk_wire_decode_shm_offer(p, (size_t)len, &b), 0);
+		ck_assert_mem_eq(&a, &b, sizeof(a));
+		break;
+	}
+	case RK_FRAME_SHM_ANSWER: {
+		struct rk_wire_shm_answer a = { INT32_MIN }, b;
+
+		len = rk_wire_encode_shm_answer(p, cap, &a);
+		ck_assert_int_eq(rk_wire_decode_shm_answer(p, (size_t)len, &b), 0);
+		ck_assert_int_eq(b.status, INT32_MIN);
+		break;
+	}
+	case RK_FRAME_SHM_SWITCH: {
+		struct rk_wire_shm_switch a = { UINT64_MAX - 7, UINT64_MAX, RK_WIRE_SHM_SLOTS - 1 }, b;
+
+		len = rk_wire_encode_shm_switch(p, cap, &a);
+		ck_assert_int_eq(rk_wire_decode_shm_switch(p, (size_t)len, &b), 0);
+		ck_assert(a.bcast_pos == b.bcast_pos && a.bcast_seq == b.bcast_seq &&
+			  a.slot == b.slot);
 		break;
 	}
 	case RK_FRAME_ERROR: {
@@ -914,9 +1095,10 @@ static const struct bad_frame bad_frames[] = {
 	{ "version 3", RK_FRAME_HEARTBEAT, .hdr = P(4, 1, 3), .expect = -RK_EVERSION },
 	{ "version before type", RK_FRAME_HEARTBEAT, .hdr = P(4, 2, 0xff03),
 	  .expect = -RK_EVERSION },
-	{ "type 10", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, RK_FRAME__COUNT), .expect = -RK_ETYPE },
+	{ "type 14", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, RK_FRAME__COUNT), .expect = -RK_ETYPE },
 	{ "type 255", RK_FRAME_HEARTBEAT, .hdr = P(5, 1, 255), .expect = -RK_ETYPE },
-	{ "type before flags", RK_FRAME_HEARTBEAT, .hdr = P(5, 3, 0xffff0a), .expect = -RK_ETYPE },
+	{ "type before flags", RK_FRAME_HEARTBEAT, .hdr = P(5, 3, 0xffff00 | RK_FRAME__COUNT),
+	  .expect = -RK_ETYPE },
 
 	/* fixed-size types: exact length */
 	{ "HELLO short", RK_FRAME_HELLO, .len_delta = -1, .expect = -RK_ESHORT },
@@ -934,6 +1116,14 @@ static const struct bad_frame bad_frames[] = {
 	{ "AUTH long", RK_FRAME_AUTH, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "BYE short", RK_FRAME_BYE, .len_delta = -1, .expect = -RK_ESHORT },
 	{ "BYE long", RK_FRAME_BYE, .len_delta = 1, .expect = -RK_ETRAILING },
+	{ "SHM_REQUEST short", RK_FRAME_SHM_REQUEST, .len_delta = -1, .expect = -RK_ESHORT },
+	{ "SHM_REQUEST long", RK_FRAME_SHM_REQUEST, .len_delta = 8, .expect = -RK_ETRAILING },
+	{ "SHM_OFFER short", RK_FRAME_SHM_OFFER, .len_delta = -8, .expect = -RK_ESHORT },
+	{ "SHM_OFFER long", RK_FRAME_SHM_OFFER, .len_delta = 1, .expect = -RK_ETRAILING },
+	{ "SHM_ANSWER short", RK_FRAME_SHM_ANSWER, .len_delta = -4, .expect = -RK_ESHORT },
+	{ "SHM_ANSWER long", RK_FRAME_SHM_ANSWER, .len_delta = 1, .expect = -RK_ETRAILING },
+	{ "SHM_SWITCH short", RK_FRAME_SHM_SWITCH, .len_delta = -1, .expect = -RK_ESHORT },
+	{ "SHM_SWITCH long", RK_FRAME_SHM_SWITCH, .len_delta = 8, .expect = -RK_ETRAILING },
 	{ "fixed len 4G", RK_FRAME_BYE, .hdr = P(12, 4, 0xffffffff), .feed = 32,
 	  .expect = -RK_ETRAILING },
 	{ "length before flags", RK_FRAME_HEARTBEAT, .flags = 0x8000, .len_delta = -1,
@@ -1053,6 +1243,51 @@ static const struct bad_frame bad_frames[] = {
 	{ "BYE reason 4G", RK_FRAME_BYE, .pay = { P(0, 4, 0xffffffff) }, .expect = -RK_EFIELD },
 	{ "BYE reserved", RK_FRAME_BYE, .pay = { P(4, 4, 1) }, .expect = -RK_ERESERVED },
 	{ "BYE reason 2 ok", RK_FRAME_BYE, .pay = { P(0, 4, 2) }, .expect = 0 },
+
+	/* the same-host frames */
+	{ "SHM_REQUEST flag", RK_FRAME_SHM_REQUEST, .flags = 1, .expect = -RK_EFLAGS },
+	{ "SHM_REQUEST status > 0", RK_FRAME_SHM_REQUEST, .pay = { P(0, 4, 1) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_REQUEST reserved", RK_FRAME_SHM_REQUEST, .pay = { P(12, 4, 1) },
+	  .expect = -RK_ERESERVED },
+	{ "SHM_REQUEST reserved before status", RK_FRAME_SHM_REQUEST,
+	  .pay = { P(12, 4, 1), P(0, 4, 1) }, .expect = -RK_ERESERVED },
+	{ "SHM_REQUEST refusal ok", RK_FRAME_SHM_REQUEST, .pay = { P(0, 4, 0xffffffda) },
+	  .expect = 0 },
+	{ "SHM_OFFER flag", RK_FRAME_SHM_OFFER, .flags = 0x8000, .expect = -RK_EFLAGS },
+	{ "SHM_OFFER reserved", RK_FRAME_SHM_OFFER, .pay = { P(39, 1, 1) },
+	  .expect = -RK_ERESERVED },
+	{ "SHM_OFFER status > 0", RK_FRAME_SHM_OFFER, .pay = { P(0, 4, 1) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_OFFER ring not a power of two", RK_FRAME_SHM_OFFER, .pay = { P(24, 4, 0x180000) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_OFFER ring below 4096", RK_FRAME_SHM_OFFER, .pay = { P(24, 4, 2048) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_OFFER ring past 1 GiB", RK_FRAME_SHM_OFFER, .pay = { P(24, 4, 0x80000000) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_OFFER ring 0", RK_FRAME_SHM_OFFER, .pay = { P(24, 4, 0) }, .expect = -RK_EFIELD },
+	{ "SHM_OFFER broadcast ring odd", RK_FRAME_SHM_OFFER, .pay = { P(28, 4, 4097) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_OFFER no broadcast ring ok", RK_FRAME_SHM_OFFER, .pay = { P(28, 4, 0) },
+	  .expect = 0 },
+	{ "SHM_OFFER refusal with a name", RK_FRAME_SHM_OFFER,
+	  .pay = { P(0, 4, 0xffffffda), P(4, 4, 0), P(24, 4, 0), P(28, 4, 0) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_ANSWER flag", RK_FRAME_SHM_ANSWER, .flags = 2, .expect = -RK_EFLAGS },
+	{ "SHM_ANSWER status > 0", RK_FRAME_SHM_ANSWER, .pay = { P(0, 4, 0x7fffffff) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_ANSWER reserved", RK_FRAME_SHM_ANSWER, .pay = { P(4, 4, 1) },
+	  .expect = -RK_ERESERVED },
+	{ "SHM_ANSWER accepted ok", RK_FRAME_SHM_ANSWER, .pay = { P(0, 4, 0) }, .expect = 0 },
+	{ "SHM_SWITCH flag", RK_FRAME_SHM_SWITCH, .flags = 1, .expect = -RK_EFLAGS },
+	{ "SHM_SWITCH reserved", RK_FRAME_SHM_SWITCH, .pay = { P(20, 4, 1) },
+	  .expect = -RK_ERESERVED },
+	{ "SHM_SWITCH slot 64", RK_FRAME_SHM_SWITCH, .pay = { P(16, 4, RK_WIRE_SHM_SLOTS) },
+	  .expect = -RK_EFIELD },
+	{ "SHM_SWITCH no slot ok", RK_FRAME_SHM_SWITCH, .pay = { P(16, 4, 0xffffffff) },
+	  .expect = 0 },
+	{ "SHM_SWITCH position not 8-aligned", RK_FRAME_SHM_SWITCH, .pay = { P(0, 8, 4100) },
+	  .expect = -RK_EFIELD },
 
 	/* ERROR */
 	{ "ERROR msg_len past max", RK_FRAME_ERROR, .pay = { P(8, 4, RK_WIRE_ERRMSG_MAX + 1) },
@@ -1177,7 +1412,8 @@ START_TEST(test_payload_alone)
 	static const size_t fixed[RK_FRAME__COUNT] = {
 		[RK_FRAME_HELLO] = 64, [RK_FRAME_WELCOME] = 64, [RK_FRAME_HEARTBEAT] = 8,
 		[RK_FRAME_ROUND_DONE] = 24, [RK_FRAME_NCCL_ID] = 128, [RK_FRAME_BYE] = 8,
-		[RK_FRAME_AUTH] = 32,
+		[RK_FRAME_AUTH] = 32, [RK_FRAME_SHM_REQUEST] = 48, [RK_FRAME_SHM_OFFER] = 40,
+		[RK_FRAME_SHM_ANSWER] = 8, [RK_FRAME_SHM_SWITCH] = 24,
 	};
 	static const size_t min[RK_FRAME__COUNT] = {
 		[RK_FRAME_ROUND] = 16, [RK_FRAME_USER] = 8, [RK_FRAME_ERROR] = 16,
@@ -1565,6 +1801,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_golden_auth);
 	tcase_add_test(tc, test_golden_round);
 	tcase_add_test(tc, test_golden_error);
+	tcase_add_test(tc, test_golden_shm);
 
 	tc = tcase(s, "roundtrip");
 	tcase_add_loop_test(tc, test_roundtrip, 0, RK_FRAME__COUNT);

@@ -52,6 +52,9 @@ static const struct err_def rk_errs[] = {
 	E(RK_EAUTH, "authentication failed"),
 	E(RK_ENOSECRET, "no shared secret configured"),
 	E(RK_ENOGPU, "GPU library not available"),
+	E(RK_ENOSHM, "no shared-memory link possible"),
+	E(RK_ESHMRING, "shared-memory ring corrupt"),
+	E(RK_EPEEREXIT, "peer process exited"),
 #undef E
 };
 _Static_assert(ARRAY_SIZE(rk_errs) == RK_E__END - RK_E_BASE, "every RK_E* code needs a text");

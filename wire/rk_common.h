@@ -68,6 +68,9 @@ enum rk_errcode {
 	RK_EAUTH,		/* handshake authentication failed: bad or missing proof */
 	RK_ENOSECRET,		/* no secret where one is required (non-loopback world) */
 	RK_ENOGPU,		/* a GPU library (CUDA driver, runtime, NCCL) is not loadable */
+	RK_ENOSHM,		/* a shared-memory link is required but not possible here */
+	RK_ESHMRING,		/* a shared-memory ring's index or record is out of bounds */
+	RK_EPEEREXIT,		/* the peer's process exited (seen through its pidfd) */
 	RK_E__END,
 };
 

@@ -32,6 +32,16 @@ extern "C" {
 #define RK_WIRE_NONCE_LEN	32	/* HELLO/WELCOME: fresh random bytes per handshake */
 #define RK_WIRE_MAC_LEN		32	/* AUTH: an HMAC-SHA256 proof */
 #define RK_WIRE_RANK_NONE	0xffffffffu
+#define RK_WIRE_SHM_REQUEST_LEN	48
+#define RK_WIRE_SHM_OFFER_LEN	40
+#define RK_WIRE_SHM_ANSWER_LEN	8
+#define RK_WIRE_SHM_SWITCH_LEN	24
+#define RK_WIRE_BOOT_ID_LEN	16	/* SHM_REQUEST: the kernel's boot id */
+#define RK_WIRE_SHM_NAME_LEN	16	/* SHM_OFFER: the random name of its unix socket */
+#define RK_WIRE_SHM_NO_SLOT	0xffffffffu	/* SHM_SWITCH: not a broadcast reader */
+#define RK_WIRE_SHM_RING_MIN	4096u		/* ring sizes: powers of two in [min, max] */
+#define RK_WIRE_SHM_RING_MAX	(1u << 30)
+#define RK_WIRE_SHM_SLOTS	64		/* broadcast readers per world at most */
 
 enum rk_frame_type {
 	RK_FRAME_HELLO = 0,	/* follower -> leader, first frame on a link */
@@ -44,6 +54,10 @@ enum rk_frame_type {
 	RK_FRAME_BYE = 7,	/* orderly close */
 	RK_FRAME_ERROR = 8,	/* the sender reports an error, then closes */
 	RK_FRAME_AUTH = 9,	/* handshake: the sender's proof that it holds the job's key */
+	RK_FRAME_SHM_REQUEST = 10,	/* follower -> leader: its host, for a same-host link */
+	RK_FRAME_SHM_OFFER = 11,	/* leader -> follower: the shared segment's socket, or no */
+	RK_FRAME_SHM_ANSWER = 12,	/* follower -> leader: mapped (its last TCP frame), or no */
+	RK_FRAME_SHM_SWITCH = 13,	/* leader -> follower: its last TCP frame */
 	RK_FRAME__COUNT,
 };
 
@@ -166,6 +180,39 @@ struct rk_wire_user {
 	const uint8_t *data;	/* view into the payload */
 };
 
+/*
+ * The same-host upgrade of a link (WIRE.md, "Same-host links"): after the
+ * handshake the follower describes its host (SHM_REQUEST), the leader offers a
+ * shared segment through a unix socket or declines (SHM_OFFER), the follower
+ * says whether it mapped it (SHM_ANSWER), and the leader switches (SHM_SWITCH).
+ */
+struct rk_wire_shm_request {
+	int32_t status;		/* 0: the follower wants a shared link; < 0: why not */
+	uint32_t pid;		/* the follower's process id (its unix connection proves it) */
+	uint32_t uid;		/* its effective user id */
+	uint8_t boot_id[RK_WIRE_BOOT_ID_LEN];	/* /proc/sys/kernel/random/boot_id */
+	uint64_t net_ns;	/* inode of /proc/self/ns/net */
+	uint64_t pid_ns;	/* inode of /proc/self/ns/pid */
+};
+
+struct rk_wire_shm_offer {
+	int32_t status;		/* 0: offered; < 0: declined, and why (the rest is 0) */
+	uint32_t pid;		/* the leader's process id (its socket proves it) */
+	uint8_t name[RK_WIRE_SHM_NAME_LEN];	/* the abstract unix socket's random name */
+	uint32_t ring_size;	/* bytes of each direction's ring */
+	uint32_t bcast_size;	/* bytes of the broadcast ring, 0 = none */
+};
+
+struct rk_wire_shm_answer {
+	int32_t status;		/* 0: mapped, the sender's frames go on the rings from now on */
+};
+
+struct rk_wire_shm_switch {
+	uint64_t bcast_pos;	/* where this reader starts in the broadcast ring */
+	uint64_t bcast_seq;	/* the sequence number of the frame there */
+	uint32_t slot;		/* its reader slot, < RK_WIRE_SHM_SLOTS, or RK_WIRE_SHM_NO_SLOT */
+};
+
 /* One stream's entry in a ROUND. */
 struct rk_wire_stream {
 	uint64_t stream_id;
@@ -206,6 +253,13 @@ RK_EXPORT int rk_wire_decode_user(const uint8_t *p, size_t n, struct rk_wire_use
 RK_EXPORT int rk_wire_decode_bye(const uint8_t *p, size_t n, struct rk_wire_bye *out);
 RK_EXPORT int rk_wire_decode_error(const uint8_t *p, size_t n, struct rk_wire_error *out);
 RK_EXPORT int rk_wire_decode_auth(const uint8_t *p, size_t n, uint8_t mac[RK_WIRE_MAC_LEN]);
+RK_EXPORT int rk_wire_decode_shm_request(const uint8_t *p, size_t n,
+					 struct rk_wire_shm_request *out);
+RK_EXPORT int rk_wire_decode_shm_offer(const uint8_t *p, size_t n, struct rk_wire_shm_offer *out);
+RK_EXPORT int rk_wire_decode_shm_answer(const uint8_t *p, size_t n,
+					struct rk_wire_shm_answer *out);
+RK_EXPORT int rk_wire_decode_shm_switch(const uint8_t *p, size_t n,
+					struct rk_wire_shm_switch *out);
 
 /**
  * rk_wire_decode_payload() - validate any payload by type (dispatches to the above
@@ -241,6 +295,14 @@ RK_EXPORT int rk_wire_encode_bye(uint8_t *out, size_t cap, const struct rk_wire_
 RK_EXPORT int rk_wire_encode_error(uint8_t *out, size_t cap, int32_t code, uint32_t rank,
 				   const char *msg);
 RK_EXPORT int rk_wire_encode_auth(uint8_t *out, size_t cap, const uint8_t mac[RK_WIRE_MAC_LEN]);
+RK_EXPORT int rk_wire_encode_shm_request(uint8_t *out, size_t cap,
+					 const struct rk_wire_shm_request *r);
+RK_EXPORT int rk_wire_encode_shm_offer(uint8_t *out, size_t cap,
+				       const struct rk_wire_shm_offer *o);
+RK_EXPORT int rk_wire_encode_shm_answer(uint8_t *out, size_t cap,
+					const struct rk_wire_shm_answer *a);
+RK_EXPORT int rk_wire_encode_shm_switch(uint8_t *out, size_t cap,
+					const struct rk_wire_shm_switch *sw);
 
 /**
  * rk_wire_round_size() - payload bytes of a ROUND with @n_streams streams and

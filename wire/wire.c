@@ -57,6 +57,13 @@ static const struct frame_def frame_defs[] = {
 	[RK_FRAME_BYE] = { "BYE", BYE_LEN, BYE_LEN, 0 },
 	[RK_FRAME_ERROR] = { "ERROR", ERROR_HDR_LEN, ERROR_HDR_LEN + RK_WIRE_ERRMSG_MAX, 0 },
 	[RK_FRAME_AUTH] = { "AUTH", RK_WIRE_MAC_LEN, RK_WIRE_MAC_LEN, 0 },
+	[RK_FRAME_SHM_REQUEST] = { "SHM_REQUEST", RK_WIRE_SHM_REQUEST_LEN,
+				   RK_WIRE_SHM_REQUEST_LEN, 0 },
+	[RK_FRAME_SHM_OFFER] = { "SHM_OFFER", RK_WIRE_SHM_OFFER_LEN, RK_WIRE_SHM_OFFER_LEN, 0 },
+	[RK_FRAME_SHM_ANSWER] = { "SHM_ANSWER", RK_WIRE_SHM_ANSWER_LEN, RK_WIRE_SHM_ANSWER_LEN,
+				  0 },
+	[RK_FRAME_SHM_SWITCH] = { "SHM_SWITCH", RK_WIRE_SHM_SWITCH_LEN, RK_WIRE_SHM_SWITCH_LEN,
+				  0 },
 };
 _Static_assert(ARRAY_SIZE(frame_defs) == RK_FRAME__COUNT, "every frame type needs a def");
 _Static_assert(RK_WIRE_MAX_PAYLOAD <= INT32_MAX - RK_WIRE_HDR_LEN,
@@ -404,6 +411,172 @@ int rk_wire_encode_error(uint8_t *out, size_t cap, int32_t code, uint32_t rank, 
 	return ERROR_HDR_LEN + (int)len;
 }
 
+/* ---- same-host links ------------------------------------------------------- */
+
+/* SHM_REQUEST: i32 status (<= 0), u32 pid, u32 uid, u32 reserved, 16 bytes boot
+ * id, u64 net_ns, u64 pid_ns. Whether the host is this one is the leader's call. */
+int rk_wire_decode_shm_request(const uint8_t *p, size_t n, struct rk_wire_shm_request *out)
+{
+	struct rk_wire_shm_request t;
+	int ret;
+
+	ret = check_fixed(n, RK_WIRE_SHM_REQUEST_LEN);
+	if (ret < 0)
+		return ret;
+	if (rk__le32_load(p + 12))
+		return -RK_ERESERVED;
+	t.status = (int32_t)rk__le32_load(p);
+	t.pid = rk__le32_load(p + 4);
+	t.uid = rk__le32_load(p + 8);
+	memcpy(t.boot_id, p + 16, RK_WIRE_BOOT_ID_LEN);
+	t.net_ns = rk__le64_load(p + 32);
+	t.pid_ns = rk__le64_load(p + 40);
+	if (t.status > 0)
+		return -RK_EFIELD;
+	*out = t;
+	return 0;
+}
+
+int rk_wire_encode_shm_request(uint8_t *out, size_t cap, const struct rk_wire_shm_request *r)
+{
+	if (r->status > 0)
+		return -RK_EFIELD;
+	if (cap < RK_WIRE_SHM_REQUEST_LEN)
+		return -ENOSPC;
+	rk__le32_store(out, (uint32_t)r->status);
+	rk__le32_store(out + 4, r->pid);
+	rk__le32_store(out + 8, r->uid);
+	rk__le32_store(out + 12, 0);
+	memcpy(out + 16, r->boot_id, RK_WIRE_BOOT_ID_LEN);
+	rk__le64_store(out + 32, r->net_ns);
+	rk__le64_store(out + 40, r->pid_ns);
+	return RK_WIRE_SHM_REQUEST_LEN;
+}
+
+static bool ring_size_ok(uint32_t v)
+{
+	return v >= RK_WIRE_SHM_RING_MIN && v <= RK_WIRE_SHM_RING_MAX && !(v & (v - 1));
+}
+
+/* An offer names a socket and two ring sizes; a refusal only its reason. */
+static bool offer_ok(const struct rk_wire_shm_offer *o)
+{
+	static const uint8_t zero[RK_WIRE_SHM_NAME_LEN];
+
+	if (o->status > 0)
+		return false;
+	if (o->status < 0)
+		return !o->pid && !memcmp(o->name, zero, sizeof(zero)) && !o->ring_size &&
+		       !o->bcast_size;
+	return ring_size_ok(o->ring_size) && (!o->bcast_size || ring_size_ok(o->bcast_size));
+}
+
+/* SHM_OFFER: i32 status (<= 0), u32 pid, 16 bytes socket name, u32 ring_size,
+ * u32 bcast_size, u64 reserved. */
+int rk_wire_decode_shm_offer(const uint8_t *p, size_t n, struct rk_wire_shm_offer *out)
+{
+	struct rk_wire_shm_offer t;
+	int ret;
+
+	ret = check_fixed(n, RK_WIRE_SHM_OFFER_LEN);
+	if (ret < 0)
+		return ret;
+	if (rk__le64_load(p + 32))
+		return -RK_ERESERVED;
+	t.status = (int32_t)rk__le32_load(p);
+	t.pid = rk__le32_load(p + 4);
+	memcpy(t.name, p + 8, RK_WIRE_SHM_NAME_LEN);
+	t.ring_size = rk__le32_load(p + 24);
+	t.bcast_size = rk__le32_load(p + 28);
+	if (!offer_ok(&t))
+		return -RK_EFIELD;
+	*out = t;
+	return 0;
+}
+
+int rk_wire_encode_shm_offer(uint8_t *out, size_t cap, const struct rk_wire_shm_offer *o)
+{
+	if (!offer_ok(o))
+		return -RK_EFIELD;
+	if (cap < RK_WIRE_SHM_OFFER_LEN)
+		return -ENOSPC;
+	rk__le32_store(out, (uint32_t)o->status);
+	rk__le32_store(out + 4, o->pid);
+	memcpy(out + 8, o->name, RK_WIRE_SHM_NAME_LEN);
+	rk__le32_store(out + 24, o->ring_size);
+	rk__le32_store(out + 28, o->bcast_size);
+	rk__le64_store(out + 32, 0);
+	return RK_WIRE_SHM_OFFER_LEN;
+}
+
+/* SHM_ANSWER: i32 status (<= 0), u32 reserved. */
+int rk_wire_decode_shm_answer(const uint8_t *p, size_t n, struct rk_wire_shm_answer *out)
+{
+	int32_t status;
+	int ret;
+
+	ret = check_fixed(n, RK_WIRE_SHM_ANSWER_LEN);
+	if (ret < 0)
+		return ret;
+	if (rk__le32_load(p + 4))
+		return -RK_ERESERVED;
+	status = (int32_t)rk__le32_load(p);
+	if (status > 0)
+		return -RK_EFIELD;
+	out->status = status;
+	return 0;
+}
+
+int rk_wire_encode_shm_answer(uint8_t *out, size_t cap, const struct rk_wire_shm_answer *a)
+{
+	if (a->status > 0)
+		return -RK_EFIELD;
+	if (cap < RK_WIRE_SHM_ANSWER_LEN)
+		return -ENOSPC;
+	rk__le32_store(out, (uint32_t)a->status);
+	rk__le32_store(out + 4, 0);
+	return RK_WIRE_SHM_ANSWER_LEN;
+}
+
+static bool switch_ok(const struct rk_wire_shm_switch *sw)
+{
+	return !(sw->bcast_pos & 7) &&
+	       (sw->slot < RK_WIRE_SHM_SLOTS || sw->slot == RK_WIRE_SHM_NO_SLOT);
+}
+
+/* SHM_SWITCH: u64 bcast_pos (a multiple of 8), u64 bcast_seq, u32 slot, u32 reserved. */
+int rk_wire_decode_shm_switch(const uint8_t *p, size_t n, struct rk_wire_shm_switch *out)
+{
+	struct rk_wire_shm_switch t;
+	int ret;
+
+	ret = check_fixed(n, RK_WIRE_SHM_SWITCH_LEN);
+	if (ret < 0)
+		return ret;
+	if (rk__le32_load(p + 20))
+		return -RK_ERESERVED;
+	t.bcast_pos = rk__le64_load(p);
+	t.bcast_seq = rk__le64_load(p + 8);
+	t.slot = rk__le32_load(p + 16);
+	if (!switch_ok(&t))
+		return -RK_EFIELD;
+	*out = t;
+	return 0;
+}
+
+int rk_wire_encode_shm_switch(uint8_t *out, size_t cap, const struct rk_wire_shm_switch *sw)
+{
+	if (!switch_ok(sw))
+		return -RK_EFIELD;
+	if (cap < RK_WIRE_SHM_SWITCH_LEN)
+		return -ENOSPC;
+	rk__le64_store(out, sw->bcast_pos);
+	rk__le64_store(out + 8, sw->bcast_seq);
+	rk__le32_store(out + 16, sw->slot);
+	rk__le32_store(out + 20, 0);
+	return RK_WIRE_SHM_SWITCH_LEN;
+}
+
 /* ---- ROUND --------------------------------------------------------------- */
 
 /*
@@ -574,6 +747,10 @@ int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
 		struct rk_wire_bye bye;
 		struct rk_wire_error error;
 		uint8_t mac[RK_WIRE_MAC_LEN];
+		struct rk_wire_shm_request shm_request;
+		struct rk_wire_shm_offer shm_offer;
+		struct rk_wire_shm_answer shm_answer;
+		struct rk_wire_shm_switch shm_switch;
 	} u;
 
 	switch (type) {
@@ -596,6 +773,14 @@ int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
 		return rk_wire_decode_error(p, n, &u.error);
 	case RK_FRAME_AUTH:
 		return rk_wire_decode_auth(p, n, u.mac);
+	case RK_FRAME_SHM_REQUEST:
+		return rk_wire_decode_shm_request(p, n, &u.shm_request);
+	case RK_FRAME_SHM_OFFER:
+		return rk_wire_decode_shm_offer(p, n, &u.shm_offer);
+	case RK_FRAME_SHM_ANSWER:
+		return rk_wire_decode_shm_answer(p, n, &u.shm_answer);
+	case RK_FRAME_SHM_SWITCH:
+		return rk_wire_decode_shm_switch(p, n, &u.shm_switch);
 	default:
 		return -RK_ETYPE;
 	}
