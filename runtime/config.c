@@ -81,6 +81,7 @@ enum knob_id {
 	K_SECRET_FILE,
 	K_MAX_PENDING,
 	K_REFUSED_LOG_MS,
+	K_SHM,
 	K__COUNT,
 };
 
@@ -175,6 +176,9 @@ static const struct knob knobs[] = {
 	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
 			       U(refused_log_ns), NS_PER_MS, 1, 3600000,
 			       "refused connections: at most one log line per this many ms" },
+	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, U(shm), 1, 0, 0,
+		    "same-host links on shared memory: auto (when both ends share a host), "
+		    "on (required on every link), off (never)" },
 };
 _Static_assert(ARRAY_SIZE(knobs) == K__COUNT, "every knob needs a table entry");
 
@@ -187,7 +191,7 @@ static const char *const wait_names[] = {
 	[RK_WAIT_BLOCK] = "block",
 };
 
-/* auto | on | off knobs (RK_AUTH, RK_RESIDENT): both enums share these values */
+/* auto | on | off knobs (RK_AUTH, RK_RESIDENT, RK_SHM): the enums share these values */
 static const char *const tri_names[] = {
 	[RK_AUTH_AUTO] = "auto",
 	[RK_AUTH_ON] = "on",
@@ -198,6 +202,10 @@ _Static_assert((int)RK_RESIDENT_AUTO == (int)RK_AUTH_AUTO &&
 		       (int)RK_RESIDENT_OFF == (int)RK_AUTH_OFF &&
 		       sizeof(enum rk_resident_mode) == sizeof(enum rk_auth_mode),
 	       "RK_RESIDENT parses as RK_AUTH does");
+_Static_assert((int)RK_SHM_AUTO == (int)RK_AUTH_AUTO && (int)RK_SHM_ON == (int)RK_AUTH_ON &&
+		       (int)RK_SHM_OFF == (int)RK_AUTH_OFF &&
+		       sizeof(enum rk_shm_mode) == sizeof(enum rk_auth_mode),
+	       "RK_SHM parses as RK_AUTH does");
 
 static const char *const level_names[] = {
 	[RK_LOG_ERROR] = "error",
@@ -255,6 +263,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->secret_len = 0;
 	cfg->max_pending = RK_DEF_MAX_PENDING;
 	cfg->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
+	cfg->shm = RK_SHM_AUTO;
 }
 
 const char *rk_wait_mode_name(enum rk_wait_mode mode)
@@ -645,7 +654,7 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 	case KIND_LEADER:
 		seterr(err, errlen,
 		       "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
-		       "roce://host:port?dev=NAME&gid=N)", k->env, value);
+		       "shm://host:port, roce://host:port?dev=NAME&gid=N)", k->env, value);
 		break;
 	case KIND_SESSION:
 		seterr(err, errlen,
@@ -810,6 +819,15 @@ int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 	}
 	if (c->max_pending < 1) {
 		seterr(err, errlen, "RK_MAX_PENDING=0: a leader must admit at least one connection");
+		return -RK_ECONFIG;
+	}
+	if ((unsigned int)c->shm > RK_SHM_OFF) {
+		seterr(err, errlen, "RK_SHM=%d: not one of auto, on, off", (int)c->shm);
+		return -RK_ECONFIG;
+	}
+	if (c->shm == RK_SHM_OFF && !strncmp(c->leader, "shm://", 6)) {
+		seterr(err, errlen, "RK_SHM=off, but RK_LEADER='%.64s' asks for shared memory: "
+		       "drop one of them", c->leader);
 		return -RK_ECONFIG;
 	}
 	return 0;

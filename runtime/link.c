@@ -120,6 +120,7 @@ size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p)
 
 void rk__link_tx_done(struct rk_link *l, size_t n)
 {
+	l->tx_sent += n;
 	l->out.off += n;
 	if (l->out.off >= l->out.len)
 		l->out.len = l->out.off = 0;
@@ -274,7 +275,7 @@ void rk_link_stats(const struct rk_link *l, struct rk_link_stats *out)
 
 const char *rk_link_transport(const struct rk_link *l)
 {
-	return l->tops->name;
+	return l->via ? l->via : l->tops->name;
 }
 
 /* ---- failure and close ------------------------------------------------------------ */
@@ -446,6 +447,8 @@ static int link_up(struct rk_link *l)
 	}
 	/* a rank joined: real work follows (and a ONCE run ends on it) */
 	rk__loop_note(l->loop, RK_BUSY);
+	if (l->tops->up && l->state == RK_LINK_UP)
+		l->tops->up(l);
 	return 0;
 }
 
@@ -561,6 +564,8 @@ static int link_admit(const struct rk_link *l, unsigned int type)
 	case RK_LINK_WELCOMED:
 		return type == RK_FRAME_AUTH || type == RK_FRAME_ERROR ? 0 : -RK_EHANDSHAKE;
 	case RK_LINK_UP:
+		if (type >= RK_FRAME_SHM_REQUEST && type <= RK_FRAME_SHM_SWITCH)
+			return l->tops->control ? 0 : -RK_EHANDSHAKE;
 		return type == RK_FRAME_HELLO || type == RK_FRAME_WELCOME ||
 			       type == RK_FRAME_AUTH ? -RK_EHANDSHAKE : 0;
 	default:
@@ -576,8 +581,10 @@ static uint32_t link_max_len(const struct rk_link *l)
 	return l->accepted ? RK_WIRE_HELLO_LEN : 16 + RK_WIRE_ERRMSG_MAX;
 }
 
-/* One complete, header-validated frame. Return 0, or an error (the link fails). */
-static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload)
+/* One complete, header-validated frame of the stream counted by *@seq (the
+ * link's, or its broadcast ring's). Return 0, or an error (the link fails). */
+static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload,
+			 uint64_t *seq)
 {
 	enum rk_activity act = RK_IDLE;
 	int ret;
@@ -588,9 +595,9 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 	ret = rk_wire_decode_payload(h->type, payload, h->len);
 	if (ret)
 		return ret;
-	if (h->seq != l->rx_seq)
+	if (h->seq != *seq)
 		return -RK_ESEQ;
-	l->rx_seq++;
+	(*seq)++;
 	l->stats.rx_frames++;
 	l->stats.rx_bytes += RK_WIRE_HDR_LEN + h->len;
 	l->last_rx = rk_loop_now(l->loop);
@@ -614,6 +621,12 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 		case RK_FRAME_BYE:
 			rk__link_fail(l, -RK_EPEERBYE, false);
 			return 0;
+		case RK_FRAME_SHM_REQUEST:
+		case RK_FRAME_SHM_OFFER:
+		case RK_FRAME_SHM_ANSWER:
+		case RK_FRAME_SHM_SWITCH:
+			rk__loop_note(l->loop, RK_IDLE);
+			return l->tops->control(l, h, payload);	/* admitted only with one */
 		default:
 			act = l->oops->frame(l, h, payload);
 			rk__loop_note(l->loop, act);
@@ -695,9 +708,11 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 			if (l->rx_len < (size_t)total)
 				return 0;
 			l->rx_len = 0;
-			ret = link_dispatch(l, &h, l->rx + RK_WIRE_HDR_LEN);
+			ret = link_dispatch(l, &h, l->rx + RK_WIRE_HDR_LEN, &l->rx_seq);
 			if (ret)
 				return ret;
+			if (l->rx_cut)
+				return n ? -EPROTO : 0;
 			continue;
 		}
 		total = link_hdr(l, p, n, &h);
@@ -709,27 +724,58 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 			ret = rx_grow(l, (size_t)total);
 			return ret ? ret : rx_append(l, p, n);
 		}
-		ret = link_dispatch(l, &h, p + RK_WIRE_HDR_LEN);
+		ret = link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_seq);
 		if (ret)
 			return ret;
 		p += total;
 		n -= (size_t)total;
+		if (l->rx_cut)
+			return n ? -EPROTO : 0;
 	}
 	return 0;
 }
 
-int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
+/* The broadcast ring hands over whole frames: anything else is a bad record. */
+static int link_rx_bcast(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	struct rk_wire_hdr h;
+	int64_t total;
+
+	if (l->state != RK_LINK_UP)
+		return 0;	/* failing or closed: drop what is still arriving */
+	total = link_hdr(l, p, n, &h);
+	if (total == -EAGAIN || (total >= 0 && (size_t)total != n))
+		return -RK_ESHMRING;
+	if (total < 0)
+		return (int)total;
+	if (h.type >= RK_FRAME_SHM_REQUEST && h.type <= RK_FRAME_SHM_SWITCH)
+		return -RK_EHANDSHAKE;	/* never broadcast */
+	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_bseq);
+}
+
+static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, bool bcast)
 {
 	int ret;
 
 	l->in_dispatch++;
-	ret = link_rx(l, p, n);
+	ret = bcast ? link_rx_bcast(l, p, n) : link_rx(l, p, n);
+	l->rx_cut = false;
 	if (ret) {
-		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, l->tops->name,
+		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, rk_link_transport(l),
 			      l->peer_addr, rk_strerror(ret));
 		rk__link_fail(l, ret, ret != -ENOMEM);
 	}
 	l->in_dispatch--;
 	link_maybe_free(l);
 	return ret;
+}
+
+int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	return link_rx_any(l, p, n, false);
+}
+
+int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	return link_rx_any(l, frame, n, true);
 }

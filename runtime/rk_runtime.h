@@ -81,6 +81,13 @@ enum rk_resident_mode {
 	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
 };
 
+/* Whether links between ranks of one host use shared memory (README "Same-host links"). */
+enum rk_shm_mode {
+	RK_SHM_AUTO = 0,	/* a link whose ends share a host moves to shared memory */
+	RK_SHM_ON = 1,		/* every link must: one that cannot fails with RK_ENOSHM */
+	RK_SHM_OFF = 2,		/* never: every link stays on its transport */
+};
+
 enum rk_wait_mode {
 	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
 	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
@@ -128,8 +135,9 @@ struct rk_config {
 	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
 	int rank;			/* -1 = not set */
 	int world_size;			/* 0 = not set */
-	char leader[256];		/* "tcp://host:port", "host:port" or
-					 * "roce://host:port?dev=rxe0&gid=1" */
+	char leader[256];		/* "tcp://host:port", "host:port",
+					 * "shm://host:port" (every link on shared memory)
+					 * or "roce://host:port?dev=rxe0&gid=1" */
 	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
 	struct rk_wait_policy wait;
@@ -175,6 +183,11 @@ struct rk_config {
 					 * full, the oldest is dropped for a new connection */
 	uint64_t refused_log_ns;	/* RK_REFUSED_LOG_MS: refused connections log one line,
 					 * then one summary of counts per this interval */
+
+	/* same-host links: after the handshake, two ranks that find they share a
+	 * host (boot id, network and pid namespace) move their tcp:// link to
+	 * shared-memory rings; the socket stays to notice a dead peer */
+	enum rk_shm_mode shm;		/* RK_SHM */
 };
 
 /**
@@ -540,6 +553,13 @@ struct rk_link_stats {
 	uint64_t cq_events;		/* completion-channel events (the loop had blocked) */
 	uint64_t rnr_errors;		/* receiver-not-ready completions: must stay 0 */
 	int64_t credits_min;		/* lowest send-credit count seen: never below 0 */
+	/* shared-memory links only (rk_link_transport() says "shm"; zero elsewhere) */
+	uint64_t shm_bcast_frames;	/* frames that went through the world's broadcast ring
+					 * (leader: written once for every reader; follower: read) */
+	uint64_t shm_wakes;		/* wake-ups this side made because the peer slept */
+	uint64_t shm_sleeps;		/* times this side said it sleeps (its bell), before
+					 * blocking: the peer's shm_wakes never exceed them */
+	uint64_t shm_ring_full;		/* flushes stopped by a full ring (until the peer reads) */
 };
 
 /**
@@ -569,7 +589,7 @@ RK_EXPORT int rk_link_peer(const struct rk_link *link);
 RK_EXPORT bool rk_link_up(const struct rk_link *link);
 /** rk_link_stats() - copy the link's counters. Loop thread. */
 RK_EXPORT void rk_link_stats(const struct rk_link *link, struct rk_link_stats *out);
-/** rk_link_transport() - "tcp" or "roce". */
+/** rk_link_transport() - "tcp", "shm" (a link on shared memory) or "roce". */
 RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
 
 /* ---- the world ----------------------------------------------------------- */
@@ -684,6 +704,11 @@ struct rk_world_stats {
 	uint64_t refused_closed;	/* the peer closed or reset before completing */
 	uint64_t refused_other;		/* anything else (a peer's ERROR, no memory) */
 	uint64_t log_suppressed;	/* refusals counted but not logged one by one */
+	/* same-host links (README "Same-host links") */
+	uint64_t shm_links;		/* links that moved to shared memory */
+	uint64_t shm_remote;		/* links whose ends are on different hosts or namespaces */
+	uint64_t shm_fallback;		/* same host, but a kernel feature or the setup failed:
+					 * the link stayed on TCP (logged once per world) */
 };
 
 /** rk_world_stats() - copy the world's counters. Loop thread. */

@@ -260,7 +260,7 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 
 /* How a link's bytes move (the seam a verbs transport plugs into). */
 struct rk__transport_ops {
-	const char *name;		/* "tcp", "roce" */
+	const char *name;		/* "tcp", "roce" (rk_link.via names what replaced it) */
 	/* Send what rk__link_tx_next() hands out; called by the flusher when
 	 * frames are queued and nothing is in flight. */
 	void (*flush)(struct rk_link *l);
@@ -269,6 +269,13 @@ struct rk__transport_ops {
 	void (*shutdown)(struct rk_link *l);
 	/* Free the transport's resources (fd, QP); the link's memory follows. */
 	void (*destroy)(struct rk_link *l);
+	/* Optional: the handshake completed and the link is up (the same-host
+	 * upgrade of a tcp link starts here, shm.c). */
+	void (*up)(struct rk_link *l);
+	/* Optional: a frame of the transport's own (SHM_*) on a link that is up.
+	 * Return 0, or an error that fails the link. Without it such frames are
+	 * refused from the header (RK_EHANDSHAKE). */
+	int (*control)(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload);
 };
 
 /*
@@ -340,6 +347,13 @@ struct rk_link {
 	uint8_t key[RK_WIRE_MAC_LEN];	/* the link's own key (WIRE.md), once authed */
 	char peer_addr[64];		/* "host:port" of the peer, for log lines */
 	struct rk_link_stats stats;
+	uint64_t tx_sent;		/* bytes handed to the transport (rk__link_tx_done) */
+	uint64_t rx_bseq;		/* next sequence number on the broadcast ring (shm.c) */
+	bool rx_cut;			/* set by a control frame: the stream it came on ends
+					 * with it; bytes after it fail the link (-EPROTO) */
+	const char *via;		/* the transport in use when not tops->name ("shm") */
+	void *tctx;			/* the context of the class that made it (tcp: shm.c's) */
+	struct rk__shm_link *shm;	/* a tcp link's same-host state (shm.c), or NULL */
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
 };
@@ -350,6 +364,10 @@ void rk__link_init(struct rk_link *l, struct rk_loop *loop, const struct rk__tra
 /* Bytes received (any split); frames are parsed, validated and dispatched.
  * Return: 0, or the error that failed the link. */
 int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n);
+/* One whole frame (@n bytes, in private memory) read from a world's broadcast
+ * ring: validated like any received frame, its sequence number counted in the
+ * broadcast stream (rx_bseq). Return: 0, or the error that failed the link. */
+int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n);
 /* Next bytes to send: a pointer and length into the out buffer (0: none). */
 size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p);
 /* @n bytes of what rk__link_tx_next() gave were sent. */
@@ -404,6 +422,12 @@ int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_own
  * oops->failed() reports the connect error (e.g. -ECONNREFUSED). */
 int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 		    const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
+/* The tcp class's connect and from_fd (shm.c's shm:// class shares them): the
+ * links carry the class's context @ctx. */
+int rk__tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
+int rk__tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
 /* getaddrinfo() for @a (passive: for bind). Return: 0 or -RK_ECONFIG (logged). */
 int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
 		    socklen_t *len);
@@ -433,6 +457,14 @@ struct rk__transport_class {
 	 * RK_LINK_ACCEPTED. It owns @fd on success only. */
 	int (*from_fd)(struct rk_loop *loop, int fd, void *ctx,
 		       const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
+	/* Optional, leader: deliver a frame to every follower the class reaches
+	 * with one write (same-host shared memory), setting @done[rank] for each
+	 * one it took; the world sends it to the others link by link. Return 0,
+	 * or an error when no write was made (the world then sends to all). */
+	int (*broadcast)(void *ctx, unsigned int type, unsigned int flags, const void *payload,
+			 uint32_t len, uint8_t *done);
+	/* Optional: add the class's counters to @st. */
+	void (*stats)(void *ctx, struct rk_world_stats *st);
 };
 /* Add @c. Return: 0, -EEXIST (its scheme is taken), -ENOSPC. Not thread-safe:
  * constructors, and tests before any world exists. */
@@ -441,6 +473,48 @@ int rk__transport_register(const struct rk__transport_class *c);
 void rk__transport_unregister(const struct rk__transport_class *c);
 /* The class of @scheme, or NULL. */
 const struct rk__transport_class *rk__transport_find(const char *scheme);
+
+/* ---- same-host links (shm.c): a tcp link moved to shared-memory rings ---- */
+struct rk__shm_link;
+/* The tcp and shm classes' context: this rank's identity and policy, and the
+ * leader's broadcast ring. @required: every link must move (shm://). Return:
+ * 0 or -ENOMEM; a host without the kernel features is not an error here. */
+int rk__shm_prepare(struct rk_loop *loop, const struct rk__addr *a, bool required, void **ctx);
+void rk__shm_release(void *ctx);
+int rk__shm_broadcast(void *ctx, unsigned int type, unsigned int flags, const void *payload,
+		      uint32_t len, uint8_t *done);
+void rk__shm_stats(void *ctx, struct rk_world_stats *st);
+/* The tcp transport's hooks (tcp.c calls them for links with l->tctx). */
+void rk__shm_link_up(struct rk_link *l);
+int rk__shm_control(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload);
+/* Whether this link's frames now go on its ring; else how many of the @n bytes
+ * rk__link_tx_next() gave still go on TCP (those before the switch). */
+bool rk__shm_tx_ring(const struct rk_link *l);
+size_t rk__shm_tx_tcp(const struct rk_link *l, size_t n);
+void rk__shm_flush(struct rk_link *l);
+/* Whether the peer sends on the ring now (the socket is only the side channel). */
+bool rk__shm_rx_ring(const struct rk_link *l);
+/* Deliver what the rings hold now (the side channel ended: a BYE may be there). */
+void rk__shm_drain(struct rk_link *l);
+void rk__shm_shutdown(struct rk_link *l);
+void rk__shm_destroy(struct rk_link *l);
+/* Tests: pretend the kernel lacks features (RK__SHM_F_* bits), 0 = as probed. */
+#define RK__SHM_F_MEMFD		0x1u	/* memfd_create() with sealing */
+#define RK__SHM_F_FUTURE_WRITE	0x2u	/* F_SEAL_FUTURE_WRITE: the read-only broadcast ring */
+#define RK__SHM_F_PIDFD		0x4u	/* pidfd_open() */
+#define RK__SHM_F_FUTEX		0x8u	/* IORING_OP_FUTEX_WAIT (else eventfds) */
+void rk__shm_test_mask(unsigned int features);
+/* Tests: write into @l's rings what a broken or hostile peer would, bypassing
+ * the link (its sequence numbers, its bounds). Return: 0, -ENOTCONN when @l
+ * is not on shared memory, -EINVAL for a poke this end cannot make. */
+enum rk__shm_poke {
+	RK__SHM_POKE_TAIL,	/* publish a tail past the end of our ring */
+	RK__SHM_POKE_RECORD,	/* a record of length 0 */
+	RK__SHM_POKE_CHUNK,	/* a record holding @p, @n bytes as they are */
+	RK__SHM_POKE_BHEAD,	/* follower: a broadcast position past the ring's tail */
+	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */
+};
+int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, size_t n);
 
 /* Leader: a connection accepted on the world's port (the listener's callback;
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */

@@ -72,7 +72,15 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 	bool more = flags & IORING_CQE_F_MORE;
 
 	l->in_dispatch++;	/* keep the link while this CQE is handled */
-	if (res > 0) {
+	if (res > 0 && l->shm && rk__shm_rx_ring(l)) {
+		/* the peer sends on its ring now: this socket only tells of its end */
+		if (flags & IORING_CQE_F_BUFFER)
+			rk__bufring_recycle(br, flags >> IORING_CQE_BUFFER_SHIFT);
+		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
+			rk__link_warn(l, "link to rank %d (shm %s): %d bytes on the side channel",
+				      l->peer, l->peer_addr, res);
+		rk__link_fail(l, -EPROTO, false);
+	} else if (res > 0) {
 		if (flags & IORING_CQE_F_BUFFER) {
 			unsigned int bid = flags >> IORING_CQE_BUFFER_SHIFT;
 
@@ -83,6 +91,10 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 		}
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS && res != -ECANCELED)) {
 		int err = res == 0 ? -ECONNRESET : res;
+
+		/* a peer that leaves writes BYE on its ring before it closes */
+		if (l->shm)
+			rk__shm_drain(l);
 
 		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
 			rk__link_warn(l, "link to rank %d (%s): %s", l->peer, l->peer_addr,
@@ -153,7 +165,13 @@ static void tcp_flush(struct rk_link *l)
 
 	if (t->send_armed || t->connecting)
 		return;
+	if (l->shm && rk__shm_tx_ring(l)) {
+		rk__shm_flush(l);
+		return;
+	}
 	n = rk__link_tx_next(l, &p);
+	if (l->shm)
+		n = rk__shm_tx_tcp(l, n);	/* what goes before the switch to the ring */
 	if (!n)
 		return;
 	sqe = rk__loop_sqe(l->loop);
@@ -175,6 +193,8 @@ static void tcp_shutdown(struct rk_link *l)
 	 * completion then calls rk__link_op_done(). */
 	if (t->fd >= 0)
 		shutdown(t->fd, SHUT_RDWR);
+	if (l->shm)
+		rk__shm_shutdown(l);
 	if (t->connecting) {
 		struct io_uring_sqe *sqe = rk__loop_sqe(l->loop);
 
@@ -189,6 +209,8 @@ static void tcp_destroy(struct rk_link *l)
 {
 	struct tcp_link *t = tl_of(l);
 
+	if (l->shm)
+		rk__shm_destroy(l);
 	if (t->fd >= 0)
 		close(t->fd);
 	free(t->plain);
@@ -200,6 +222,8 @@ static const struct rk__transport_ops tcp_ops = {
 	.flush = tcp_flush,
 	.shutdown = tcp_shutdown,
 	.destroy = tcp_destroy,
+	.up = rk__shm_link_up,
+	.control = rk__shm_control,
 };
 
 static void set_nodelay(int fd)
@@ -484,26 +508,41 @@ void rk__tcp_listener_close(struct rk__listener *ls, bool *gone)
 
 /* ---- the tcp:// class ------------------------------------------------------------- */
 
-static int tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
-			     const struct rk__link_owner_ops *oops, void *owner,
-			     struct rk_link **out)
+/* The tcp:// and shm:// classes differ only in their context: shm.c's policy
+ * (a tcp:// link moves to shared memory when it can, a shm:// one must). */
+int rk__tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
 {
-	(void)ctx;
-	return rk__tcp_connect(loop, a, oops, owner, out);
+	int ret = rk__tcp_connect(loop, a, oops, owner, out);
+
+	if (!ret)
+		(*out)->tctx = ctx;
+	return ret;
 }
 
-static int tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
-			     const struct rk__link_owner_ops *oops, void *owner,
-			     struct rk_link **out)
+int rk__tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
 {
-	(void)ctx;
-	return rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
+	int ret = rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
+
+	if (!ret)
+		(*out)->tctx = ctx;
+	return ret;
+}
+
+static int tcp_class_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ctx)
+{
+	return rk__shm_prepare(loop, a, false, ctx);
 }
 
 static const struct rk__transport_class tcp_class = {
 	.scheme = "tcp",
-	.connect = tcp_class_connect,
-	.from_fd = tcp_class_from_fd,
+	.prepare = tcp_class_prepare,
+	.release = rk__shm_release,
+	.connect = rk__tcp_class_connect,
+	.from_fd = rk__tcp_class_from_fd,
+	.broadcast = rk__shm_broadcast,
+	.stats = rk__shm_stats,
 };
 
 /* Also the symbol a static link names (rankrt.pc's Libs.private) to keep this

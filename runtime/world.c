@@ -68,6 +68,7 @@ struct rk_world {
 	const struct rk__transport_class *tc;	/* the leader address's scheme */
 	void *tctx;			/* what its prepare() kept */
 	struct rk_link **links;		/* [size]: links that are up */
+	uint8_t *bdone;			/* [size]: followers a class's broadcast reached */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
 	struct rk_link *connecting;	/* follower: the link being set up */
@@ -603,9 +604,10 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 	if (!w)
 		return -ENOMEM;
 	w->links = calloc((size_t)cfg->world_size, sizeof(*w->links));
-	if (!w->links) {
+	w->bdone = calloc((size_t)cfg->world_size, 1);
+	if (!w->links || !w->bdone) {
 		ret = -ENOMEM;
-		goto err_free;
+		goto err_free_links;
 	}
 	w->loop = loop;
 	w->ops = ops;
@@ -666,8 +668,8 @@ err_release:
 	if (w->tc->release)
 		w->tc->release(w->tctx);
 err_free_links:
+	free(w->bdone);
 	free(w->links);
-err_free:
 	free(w);
 	return ret;
 }
@@ -699,7 +701,16 @@ int rk_world_broadcast(struct rk_world *w, unsigned int type, unsigned int flags
 
 	if (w->rank != 0)
 		return -ENOTCONN;
+	memset(w->bdone, 0, (size_t)w->size);
+	if (w->tc && w->tc->broadcast) {
+		/* the followers that take one write (a same-host ring) first; if
+		 * that write cannot be made, every follower gets its own copy */
+		if (w->tc->broadcast(w->tctx, type, flags, payload, len, w->bdone))
+			memset(w->bdone, 0, (size_t)w->size);
+	}
 	for (i = 1; i < w->size; i++) {
+		if (w->bdone[i])
+			continue;
 		if (!w->links[i]) {
 			if (!first)
 				first = -ENOTCONN;
@@ -743,6 +754,8 @@ void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
 {
 	*out = w->stats;
 	out->pending = w->nr_pending;
+	if (w->tc && w->tc->stats)
+		w->tc->stats(w->tctx, out);
 }
 
 int rk_world_port(const struct rk_world *w)
@@ -802,6 +815,7 @@ int rk_world_destroy(struct rk_world *w)
 	rk__loop_unref(w->loop);
 	if (w->tc && w->tc->release)
 		w->tc->release(w->tctx);
+	free(w->bdone);
 	free(w->links);
 	free(w);
 	return 0;

@@ -182,7 +182,8 @@ START_TEST(test_print_defaults)
 		"RK_AUTH=auto\n"
 		"# RK_SECRET_FILE unset\n"
 		"RK_MAX_PENDING=64\n"
-		"RK_REFUSED_LOG_MS=10000\n";
+		"RK_REFUSED_LOG_MS=10000\n"
+		"RK_SHM=auto\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);
 
@@ -560,7 +561,7 @@ START_TEST(test_env_unknown)
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(!strncmp(err, "unknown variable RK_SPINUS (known: RK_RANK ", 43), "%s",
 		      err);
-	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_REFUSED_LOG_MS)"), "%s",
+	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_SHM)"), "%s",
 		      err);
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);	/* nothing applied */
 
@@ -852,6 +853,7 @@ static const struct {
 	{ "roce://[fd00::1]:9?dev=mlx5_0", "roce", "fd00::1", 9, "dev=mlx5_0" },
 	{ "node-1.cluster_a.local:0080", "tcp", "node-1.cluster_a.local", 80, "" },
 	{ "tcp://h:1?k=v", "tcp", "h", 1, "k=v" },
+	{ "shm://127.0.0.1:29500", "shm", "127.0.0.1", 29500, "" },
 };
 
 START_TEST(test_addr_good)
@@ -1410,6 +1412,35 @@ START_TEST(test_resident_knob)
 }
 END_TEST
 
+/* RK_SHM: auto, on, off; off contradicts an shm:// leader. */
+START_TEST(test_shm_knob)
+{
+	struct rk_config c = defaults();
+	char err[512] = "";
+
+	ck_assert_int_eq(c.shm, RK_SHM_AUTO);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SHM", "on", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.shm, RK_SHM_ON);
+	ck_assert_int_eq(rk_config_set(&c, "shm", "off", err, sizeof(err)), 0);
+	ck_assert_int_eq(c.shm, RK_SHM_OFF);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SHM", "1", err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_SHM='1': not one of auto, on, off");
+	ck_assert_int_eq(c.shm, RK_SHM_OFF);	/* untouched by the refusal */
+
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", "shm://127.0.0.1:9", err, sizeof(err)), 0);
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_SHM=off") && strstr(err, "shm://127.0.0.1:9"), "%s", err);
+	c.shm = RK_SHM_ON;
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), 0);
+	c.shm = (enum rk_shm_mode)3;
+	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "RK_SHM=3"), "%s", err);
+	/* shm:// takes no query, as tcp:// */
+	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", "shm://h:1?dev=x", err, sizeof(err)),
+			 -RK_ECONFIG);
+}
+END_TEST
+
 START_TEST(test_bounds_between_knobs)
 {
 	struct rk_config c = defaults();
@@ -1512,6 +1543,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_secret_set);
 	tcase_add_test(tc, test_auth_knob);
 	tcase_add_test(tc, test_resident_knob);
+	tcase_add_test(tc, test_shm_knob);
 	tcase_add_test(tc, test_bounds_between_knobs);
 
 	tc = tcase(s, "launcher");

@@ -14,7 +14,9 @@
  * Rings are only created inside test bodies (never in fixtures); every test
  * ends with rk_world_destroy() and rk_loop_destroy() returning 0.
  *
- * CHECK_WORLD_VERBOSE=1 prints rankrt's log lines.
+ * CHECK_WORLD_VERBOSE=1 prints rankrt's log lines. RK_TEST_SHM=auto runs the
+ * suite with same-host links allowed (tests/world-shm.sh): links then move to
+ * shared memory after their handshake; the default keeps them on TCP.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,6 +46,19 @@
 
 /* Worlds authenticate whenever this build can (it has OpenSSL): the default. */
 static bool g_auth;
+
+/* The links' transport: TCP, or same-host shared memory (RK_TEST_SHM=auto). */
+static enum rk_shm_mode test_shm(void)
+{
+	const char *s = getenv("RK_TEST_SHM");
+
+	if (!s || !strcmp(s, "off"))
+		return RK_SHM_OFF;
+	if (!strcmp(s, "auto"))
+		return RK_SHM_AUTO;
+	ck_abort_msg("RK_TEST_SHM='%s': want auto or off", s);
+	return RK_SHM_OFF;
+}
 #define MAX_ERRS	16
 
 enum { TAG_PLAIN = 1, TAG_HI, TAG_BURST, TAG_SEQ, TAG_ECHO, TAG_REPLY, TAG_QUIT, TAG_DIE,
@@ -259,6 +274,7 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 	c->max_frame = 4u << 20;
 	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
 	c->log_level = RK_LOG_INFO;
+	c->shm = test_shm();
 	g_auth = rk__auth_available();
 	if (g_auth)
 		ck_assert_int_eq(rk_config_set_secret(c, SECRET, strlen(SECRET)), 0);
@@ -273,6 +289,30 @@ static unsigned int hs_frames(void)
 static uint64_t hs_bytes(void)
 {
 	return RK_WIRE_HDR_LEN + RK_WIRE_HELLO_LEN + (g_auth ? RK_WIRE_HDR_LEN + RK_WIRE_MAC_LEN : 0);
+}
+
+/*
+ * The frames after the handshake that move a link to shared memory: the
+ * follower's SHM_REQUEST (on every tcp link, whatever it asks) and, when the
+ * link moved, its SHM_ANSWER and the leader's SHM_OFFER and SHM_SWITCH.
+ */
+static unsigned int shm_frames(bool leader, bool moved)
+{
+	return leader ? (moved ? 2 : 0) : 1 + moved;
+}
+
+static uint64_t shm_bytes(bool leader, bool moved)
+{
+	if (leader)
+		return moved ? 2 * RK_WIRE_HDR_LEN + RK_WIRE_SHM_OFFER_LEN + RK_WIRE_SHM_SWITCH_LEN : 0;
+	return RK_WIRE_HDR_LEN + RK_WIRE_SHM_REQUEST_LEN +
+	       (moved ? RK_WIRE_HDR_LEN + RK_WIRE_SHM_ANSWER_LEN : 0);
+}
+
+/* Whether a link is on the transport this run expects once its upgrade is done. */
+static bool link_settled(struct rk_link *l)
+{
+	return l && !strcmp(rk_link_transport(l), test_shm() == RK_SHM_OFF ? "tcp" : "shm");
 }
 
 /* A port the kernel just handed out (nothing listens on it once we return). */
@@ -822,6 +862,7 @@ START_TEST(test_frames_both_ways)
 	struct rk_link *l0, *l1;
 	uint64_t app_bytes0 = 0, app_bytes1 = 0;
 	size_t i, k0, k1;
+	bool moved;
 
 	cfg_base(&c, 0, 2, 0);
 	c.peer_timeout_ns = 2000 * MS;	/* a stalled test thread must not look like a death */
@@ -849,7 +890,9 @@ START_TEST(test_frames_both_ways)
 	ck_assert_int_eq(rk_link_peer(l0), 1);
 	ck_assert_int_eq(rk_link_peer(l1), 0);
 	ck_assert(rk_link_up(l0) && rk_link_up(l1));
-	ck_assert_str_eq(rk_link_transport(l0), "tcp");
+	/* the same-host upgrade (RK_TEST_SHM=auto) follows the handshake */
+	ck_assert(PUMP_UNTIL(5000, link_settled(l0) && link_settled(l1), &n[0], &n[1]));
+	moved = test_shm() != RK_SHM_OFF;
 	ck_assert_int_eq(rk_world_send(n[0].w, 0, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
 	ck_assert_int_eq(rk_world_send(n[0].w, 2, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
 	ck_assert_int_eq(rk_world_send(n[1].w, -1, RK_FRAME_USER, 0, "12345678", 8), -ENOTCONN);
@@ -878,13 +921,16 @@ START_TEST(test_frames_both_ways)
 	/* counters: one handshake frame each way, heartbeats, and ours */
 	rk_link_stats(l0, &ls0);
 	rk_link_stats(l1, &ls1);
-	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, hs_frames() + k0);
-	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, hs_frames() + k1);
-	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, hs_frames() + k1);
-	ck_assert_uint_eq(ls1.rx_frames - ls1.heartbeats_rx, hs_frames() + k0);
-	ck_assert_uint_eq(ls0.rx_bytes - ls0.heartbeats_rx * 40, hs_bytes() + app_bytes1);
-	ck_assert_uint_eq(ls1.rx_bytes - ls1.heartbeats_rx * 40, hs_bytes() + app_bytes0);
-	ck_assert_uint_eq(ls0.tx_bytes - ls0.heartbeats_tx * 40, hs_bytes() + app_bytes0);
+	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, hs_frames() + shm_frames(1, moved) + k0);
+	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, hs_frames() + shm_frames(0, moved) + k1);
+	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, hs_frames() + shm_frames(0, moved) + k1);
+	ck_assert_uint_eq(ls1.rx_frames - ls1.heartbeats_rx, hs_frames() + shm_frames(1, moved) + k0);
+	ck_assert_uint_eq(ls0.rx_bytes - ls0.heartbeats_rx * 40,
+			  hs_bytes() + shm_bytes(0, moved) + app_bytes1);
+	ck_assert_uint_eq(ls1.rx_bytes - ls1.heartbeats_rx * 40,
+			  hs_bytes() + shm_bytes(1, moved) + app_bytes0);
+	ck_assert_uint_eq(ls0.tx_bytes - ls0.heartbeats_tx * 40,
+			  hs_bytes() + shm_bytes(1, moved) + app_bytes0);
 	ck_assert_uint_ge(ls0.tx_flushes, 1);
 	ck_assert_uint_le(ls0.tx_flushes, ls0.tx_frames);
 	ck_assert_uint_ge(ls0.tx_queued_max, app_bytes0);
@@ -1489,7 +1535,9 @@ START_TEST(test_peer_closes)
 	ck_assert(PUMP_UNTIL(3000, n[0].nerr && n[2].nerr, &n[0], &n[2]));
 	err = n[0].errs[0].err;
 	ck_assert_int_eq(n[0].errs[0].rank, 1);
-	ck_assert_msg(err == -ECONNRESET || err == -EPIPE, "leader: peer_error %s",
+	/* the socket's end, or on a same-host link the process's (its pidfd) */
+	ck_assert_msg(err == -ECONNRESET || err == -EPIPE ||
+		      (test_shm() != RK_SHM_OFF && err == -RK_EPEEREXIT), "leader: peer_error %s",
 		      rk_errname(err));
 	ck_assert_uint_lt(n[0].errs[0].t - t0, 1000 * MS);
 	/* the leader told the other follower which rank died */
