@@ -85,9 +85,11 @@ static void trace_round(void *arg, uint64_t round_id, enum rk_sched_event ev, ui
 	tr->ev[tr->n++] = (struct round_ev){ round_id, t_ns, (uint32_t)ev };
 }
 
-/* Write "round event t_ns" lines to @path.r<rank>. Return: 0 or -errno. */
-static int trace_write(const struct round_trace *tr, const char *path, int rank)
+/* Write "round event t_ns" lines to @path.r<rank>, and the first peer failure
+ * this rank heard of as "RANK failed t_ns". Return: 0 or -errno. */
+static int trace_write(const struct round_trace *tr, const char *path, const struct server *srv)
 {
+	int rank = srv->rank;
 	static const char *const names[] = { "sent", "launch", "done" };
 	char name[PATH_MAX];
 	FILE *f;
@@ -101,6 +103,8 @@ static int trace_write(const struct round_trace *tr, const char *path, int rank)
 	for (i = 0; i < tr->n; i++)
 		fprintf(f, "%" PRIu64 " %s %" PRIu64 "\n", tr->ev[i].round_id,
 			tr->ev[i].ev < 3 ? names[tr->ev[i].ev] : "?", tr->ev[i].t_ns);
+	if (srv->err)
+		fprintf(f, "%d failed %" PRIu64 "\n", srv->err_rank, srv->err_ns);
 	if (ferror(f))
 		ret = -EIO;
 	if (fclose(f) && !ret)
@@ -451,7 +455,7 @@ out_drain:
 	if (!rk_sched_destroy(srv->sched))
 		srv->sched = NULL; /* later frames find no scheduler (rk_sched_on_frame) */
 	if (srv->opt.trace_path) {
-		int tret = trace_write(&trace, srv->opt.trace_path, srv->rank);
+		int tret = trace_write(&trace, srv->opt.trace_path, srv);
 
 		if (tret)
 			fprintf(stderr, PROG "[r%d]: --trace-rounds: %s\n", srv->rank,

@@ -414,9 +414,12 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 	metrics_peer_error(srv, err);
 	if (srv->leaving)
 		return;
-	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
-	if (!srv->err)
+	if (!srv->err) {
+		srv->err_ns = now_ns();	/* --trace-rounds records it */
+		srv->err_rank = rank;
 		srv->err = err;
+	}
+	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
 	if (srv->rank == 0)
 		stats_fail_all(srv, err);
 	rk_loop_stop(srv->loop);

@@ -195,6 +195,8 @@ struct server {
 	struct toy_cuda *cuda;
 	struct rk_sched *sched;
 	int err;      /* the first peer failure */
+	int err_rank; /* ...the rank it named, and when (CLOCK_MONOTONIC ns) */
+	uint64_t err_ns;
 	int exit_rc;  /* leader: --bench's exit status when it ran through (3, 4) */
 	bool bye;     /* follower: the leader said BYE or END */
 	bool leaving; /* our own teardown: peer errors are expected */

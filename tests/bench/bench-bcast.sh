@@ -1,19 +1,22 @@
 #!/bin/sh
 # The round-broadcast overhead: the time from the leader's ROUND send to the
 # last follower's launch of that round, at each world size, under each wait
-# policy, in one run. Ranks are processes on this host under rk-launch (TCP
-# loopback), so every rank's CLOCK_MONOTONIC is the same clock; the times come
-# from rk-serve --trace-rounds (the scheduler's round tracer).
+# policy, over each transport, in one run. Ranks are processes on this host
+# under rk-launch, so every rank's CLOCK_MONOTONIC is the same clock; the
+# times come from rk-serve --trace-rounds (the scheduler's round tracer).
 #
 #   builddir=_build tests/bench/bench-bcast.sh [TPS] [RUNS] [REQUESTS]
 #
 # TPS: world sizes (default "2 4"); RUNS: runs per cell, interleaved, medians
 # reported (default 5); REQUESTS: 1-stream requests of 64 tokens per run
 # (default 16, so about 1000 rounds). Env: POLICIES (default "adaptive spin
-# block"), BACKEND (cpu; cuda on a GPU machine), SERVE_ARGS (more rk-serve
-# options). The first 32 rounds of a run (warm-up) are left out.
-# Prints per cell p50/p99 in us (median over the runs) and, per policy, the
-# ratio of each world size to the first. Exit 0, or 1 when a run failed.
+# block"), TRANSPORTS (default "tcp": RK_SHM=off, TCP loopback; "shm":
+# RK_SHM=on, same-host shared memory and the one-write broadcast ring),
+# BACKEND (cpu; cuda on a GPU machine), SERVE_ARGS (more rk-serve options).
+# The first 32 rounds of a run (warm-up) are left out.
+# Prints per cell p50/p99 in us (median over the runs), per policy and
+# transport the ratio of each world size to the first, and with two transports
+# the ratio of the second to the first. Exit 0, or 1 when a run failed.
 b=${builddir:-.}
 launch=$b/examples/launch/rk-launch
 serve=$b/examples/serve/rk-serve
@@ -21,6 +24,7 @@ tps=${1:-2 4}
 runs=${2:-5}
 reqs=${3:-16}
 policies=${POLICIES:-adaptive spin block}
+transports=${TRANSPORTS:-tcp}
 backend=${BACKEND:-cpu}
 if [ ! -x "$launch" ] || [ ! -x "$serve" ]; then
 	echo "SKIP: no $launch or $serve"
@@ -80,39 +84,53 @@ median()
 
 echo "bench-bcast: ROUND sent (leader) to last follower launch, backend $backend," \
 	"1 stream x $reqs requests x 64 tokens, $runs runs per cell (medians)"
-echo "host: $(nproc) CPUs, $(uname -r)"
+echo "host: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 r=1
 while [ "$r" -le "$runs" ]; do
 	for pol in $policies; do
 		for n in $tps; do
-			tr=$tmp/tr.$n.$pol.$r
-			# shellcheck disable=SC2086
-			if ! RK_WAIT=$pol timeout -s KILL 120 "$launch" --hosts "$(hosts "$n")" -- \
-				"$serve" --backend="$backend" --bench --bench-streams 1 \
-				--bench-modes greedy --bench-draft plain --bench-requests "$reqs" \
-				--bench-max-tokens 64 --trace-rounds="$tr" $SERVE_ARGS \
-				>"$tmp/out" 2>&1; then
-				echo "FAIL: TP$n $pol run $r:"
-				cat "$tmp/out"
-				exit 1
-			fi
-			overhead "$tr" "$n" >>"$tmp/res.$n.$pol"
-			rm -f "$tr".r*
+			for tp in $transports; do
+				case $tp in
+				shm) shm=on ;;
+				tcp) shm=off ;;
+				*) echo "TRANSPORTS: '$tp' is not tcp or shm"; exit 2 ;;
+				esac
+				tr=$tmp/tr.$n.$pol.$tp.$r
+				# shellcheck disable=SC2086
+				if ! RK_SHM=$shm RK_WAIT=$pol timeout -s KILL 120 "$launch" \
+					--hosts "$(hosts "$n")" -- "$serve" --backend="$backend" --bench \
+					--bench-streams 1 --bench-modes greedy --bench-draft plain \
+					--bench-requests "$reqs" --bench-max-tokens 64 \
+					--trace-rounds="$tr" $SERVE_ARGS >"$tmp/out" 2>&1; then
+					echo "FAIL: TP$n $pol $tp run $r:"
+					cat "$tmp/out"
+					exit 1
+				fi
+				overhead "$tr" "$n" >>"$tmp/res.$n.$pol.$tp"
+				rm -f "$tr".r*
+			done
 		done
 	done
 	r=$((r + 1))
 done
 
-printf '%-9s %4s %10s %10s %8s %8s\n' policy TP p50_us p99_us p50/TP${tps%% *} p99/TP${tps%% *}
+first=${transports%% *}
+printf '%-9s %-4s %4s %10s %10s %8s %8s %9s\n' policy link TP p50_us p99_us \
+	p50/TP${tps%% *} p99/TP${tps%% *} "p50/$first"
 for pol in $policies; do
-	base50=
-	base99=
-	for n in $tps; do
-		p50=$(awk '{ print $1 }' "$tmp/res.$n.$pol" | median)
-		p99=$(awk '{ print $2 }' "$tmp/res.$n.$pol" | median)
-		[ -n "$base50" ] || { base50=$p50; base99=$p99; }
-		awk -v pol="$pol" -v n="$n" -v a="$p50" -v b="$p99" -v c="$base50" -v d="$base99" \
-			'BEGIN { x = c > 0 ? a / c : 0; y = d > 0 ? b / d : 0
-			         printf "%-9s %4s %10s %10s %8.2f %8.2f\n", pol, n, a, b, x, y }'
+	for tp in $transports; do
+		base50=
+		base99=
+		for n in $tps; do
+			p50=$(awk '{ print $1 }' "$tmp/res.$n.$pol.$tp" | median)
+			p99=$(awk '{ print $2 }' "$tmp/res.$n.$pol.$tp" | median)
+			f50=$(awk '{ print $1 }' "$tmp/res.$n.$pol.$first" | median)
+			[ -n "$base50" ] || { base50=$p50; base99=$p99; }
+			awk -v pol="$pol" -v tp="$tp" -v n="$n" -v a="$p50" -v b="$p99" -v c="$base50" \
+				-v d="$base99" -v f="$f50" \
+				'BEGIN { x = c > 0 ? a / c : 0; y = d > 0 ? b / d : 0; z = f > 0 ? a / f : 0
+				         printf "%-9s %-4s %4s %10s %10s %8.2f %8.2f %9.2f\n", pol, tp,
+				                n, a, b, x, y, z }'
+		done
 	done
 done
