@@ -515,6 +515,11 @@ enum rk__shm_poke {
 	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */
 };
 int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, size_t n);
+/* Tests: run @l's source arm step, what the loop does before it blocks: the
+ * bell is published, fenced and the rings looked at again. Return: 1 (found
+ * something: the loop must not block), 0 (asleep: only a write that rings the
+ * bell wakes it), -ENOTCONN when @l is not on shared memory. */
+int rk__shm_test_arm(struct rk_link *l);
 
 /* Leader: a connection accepted on the world's port (the listener's callback;
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */

@@ -1934,6 +1934,15 @@ int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, 
 	return 0;
 }
 
+int rk__shm_test_arm(struct rk_link *l)
+{
+	struct rk__shm_link *s = l->shm;
+
+	if (!s || s->st != SS_ACTIVE || s->closing)
+		return -ENOTCONN;
+	return src_arm(&s->src);
+}
+
 /* ---- the shm:// class: tcp:// whose every link must move ------------------------ */
 
 static int shm_class_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ctx)

@@ -745,6 +745,10 @@ static void *ping_thread(void *arg)
 
 	cfg_base(&c, t->rank, 2);
 	c.wait.mode = t->mode;
+	/* no timer for a minute: a blocked rank wakes only when the other rings
+	 * its bell, so a lost wake-up hangs the test (its timeout fails it) */
+	c.heartbeat_ns = 60000 * MS;
+	c.peer_timeout_ns = 120000 * MS;
 	r->echo = t->rank == 1;
 	r->rank = t->rank;
 	ret = rk_test_join(&c, t->port, dl, &ops, r, &r->loop, &r->w);
@@ -830,6 +834,60 @@ START_TEST(test_wake)
 		ck_assert_uint_eq(l0.shm_wakes + l1.shm_wakes + l0.shm_sleeps + l1.shm_sleeps, 0);
 	for (i = 1; i >= 0; i--)
 		rank_stop(&t[i].r);
+}
+END_TEST
+
+/*
+ * The spin-to-block race, one step at a time (both ranks in this thread, so
+ * the test decides what happens between the reader's last poll and its sleep):
+ *  1. the reader is awake: the writer's write makes no wake-up syscall;
+ *  2. a write lands after the reader's last poll but before its bell: the
+ *     reader's arm step looks again, finds it and does not block;
+ *  3. the reader armed (asleep): the next write rings its bell, exactly once,
+ *     however many writes follow before it runs; then every frame arrives.
+ * Run with futex waits and with eventfds.
+ */
+START_TEST(test_no_lost_wakeup)
+{
+	struct rank r[2] = { 0 };
+	struct rk_link_stats a, b;
+	struct rk_link *l1;
+
+	rk__shm_test_mask(_i ? RK__SHM_F_FUTEX : 0);
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* both idle, nothing in flight */
+	l1 = rk_world_link(r[1].w, 0);
+	link_stats(&r[0], 1, &a);
+
+	/* 1 */
+	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, 0, 8), 0);
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);	/* flushed into the ring */
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(b.shm_wakes, a.shm_wakes);
+	ck_assert_uint_eq(r[1].nrx, 0);
+
+	/* 2: the frame of step 1 is what the reader's arm must see */
+	ck_assert_int_eq(rk__shm_test_arm(l1), 1);
+	ck_assert(PUMP_UNTIL(5000, r[1].nrx == 1, &r[1]));
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(b.shm_wakes, a.shm_wakes);
+
+	/* 3 */
+	PUMP_UNTIL(5, false, &r[1]);
+	ck_assert_int_eq(rk__shm_test_arm(l1), 0);
+	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, 1, 8), 0);
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(b.shm_wakes, a.shm_wakes + 1);
+	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, 2, 8), 0);
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(b.shm_wakes, a.shm_wakes + 1);	/* the bell was taken */
+	ck_assert(PUMP_UNTIL(5000, r[1].nrx == 3, &r[0], &r[1]));
+	ck_assert_uint_eq(r[1].rx[1].seq, 1);
+	ck_assert_uint_eq(r[1].rx[2].seq, 2);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
 }
 END_TEST
 
@@ -1097,6 +1155,7 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_stranger_socket);
 	tc = new_tcase(s, "wake");
 	tcase_add_loop_test(tc, test_wake, 0, 4);
+	tcase_add_loop_test(tc, test_no_lost_wakeup, 0, 2);
 	tc = new_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);
 	tcase_add_test(tc, test_teardown);
