@@ -110,6 +110,22 @@
 #define SHM_ACCEPT_BUDGET 16		/* connections one wake of the listener takes */
 #define SHM_FD_MSG	"RKSHMFD1"
 
+/*
+ * The broadcast segment, one memfd and one mapping of SHM_HDR_SIZE +
+ * SHM_BCAST_SIZE bytes (page-aligned, whole pages, so it can be registered with
+ * CUDA as it is: ARCHITECTURE.md, "Same-host links"; keep the two in step):
+ *   0      u32 magic SHM_MAGIC_BCAST, u32 SHM_VERSION, u32 ring size, u32 zero
+ *   128    u64 tail (BS_TAIL): bytes ever written, a multiple of 8; the leader's
+ *   136..  zero up to SHM_HDR_SIZE, reserved (room for a published epoch word)
+ *   4096   the ring: at position p, data[p & (size - 1)], wrapping, a record:
+ *          u32 frame length L, u32 zero, u64 skip mask (bit i: reader slot i
+ *          gets this frame on its link), then the L bytes of the wire frame
+ *          (its seq counts the broadcast stream), zero-padded to 8.
+ * Followers map it read-only; each one's consumed position is LS_B_HEAD in its
+ * own link segment. A link segment is the control page below and then two
+ * rings of ring_size bytes (leader -> follower first), with chunk records.
+ */
+
 /* The control page. Each index is written by one side only. */
 #define SEG_MAGIC	0		/* u32, then u32 version, u32 ring size, u32 zero */
 #define LS_LF_TAIL	(1 * SHM_LINE)	/* leader -> follower ring: the leader's tail */
