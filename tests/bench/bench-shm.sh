@@ -84,11 +84,17 @@ case " $steps " in *" pingpong "*)
 			"$(ratio "$s50" "$t50")" "$(ratio "$s99" "$t99")"
 	done
 	if [ "$idle" -gt 0 ]; then
+		# both transports idle side by side (idle ranks do not compete)
 		for tr in tcp shm; do
 			RK_SHM=$(shm_of $tr) timeout $((idle + 120)) "$pingpong" --local --pin \
-				--runs 1 --count 2000 --wait adaptive --idle "$idle" >"$tmp/pp" 2>&1 ||
-				{ echo "FAIL: idle over $tr"; cat "$tmp/pp"; exit 1; }
-			sed -n "s/^idle \(.*\)$/$tr: idle \1/p" "$tmp/pp"
+				--runs 1 --count 2000 --wait adaptive --idle "$idle" \
+				>"$tmp/idle.$tr" 2>&1 &
+			echo $! >"$tmp/idle.$tr.pid"
+		done
+		for tr in tcp shm; do
+			wait "$(cat "$tmp/idle.$tr.pid")" ||
+				{ echo "FAIL: idle over $tr"; cat "$tmp/idle.$tr"; exit 1; }
+			sed -n "s/^idle \(.*\)$/$tr: idle \1/p" "$tmp/idle.$tr"
 		done
 	fi
 	;;

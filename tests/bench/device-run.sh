@@ -39,6 +39,11 @@
 #                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
 #                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
 #                   resident.txt)
+#                   shm (not by default; issue 17's same-host receipts, shared
+#                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
+#                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
+#                   60, and CPU decode at TP2/TP4; bench-bcast.sh at TP2/TP4/TP8 over both;
+#                   bench-kill.sh's KILL_TRIALS SIGKILLs, default 50: shm.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -352,6 +357,26 @@ if want bcast && [ -x examples/serve/rk-serve ]; then
 	step bcast-cpu 90 "$blog" env BACKEND=cpu builddir=. sh tests/bench/bench-bcast.sh "2 4" \
 		"${BCAST_RUNS:-3}" 16
 	grep -v '^host:' "$blog" | tee -a "$summary"
+fi
+
+# ---- same-host links (issue 17): shared memory against TCP, each bench in one run ----------
+# Budget: pingpong+idle about 100 s, decode about 120 s, bcast about 90 s, kill about 120 s.
+if want shm && [ -x examples/serve/rk-serve ]; then
+	slog=$OUT/shm.txt
+	: >"$slog"
+	lim=$(($(left) - 20))
+	[ $lim -gt 240 ] && lim=240
+	step shm-pingpong-decode $lim "$slog" env RUNS="${SHM_RUNS:-3}" IDLE="${SHM_IDLE:-60}" \
+		TPS="2 4" POLICIES=adaptive REQUESTS=32 builddir=. sh tests/bench/bench-shm.sh
+	lim=$(($(left) - 20))
+	[ $lim -gt 150 ] && lim=150
+	step shm-bcast $lim "$slog" env TRANSPORTS="tcp shm" POLICIES="adaptive block" \
+		BACKEND=cpu builddir=. sh tests/bench/bench-bcast.sh "2 4 8" "${BCAST_RUNS:-3}" 16
+	lim=$(($(left) - 15))
+	[ $lim -gt 200 ] && lim=200
+	step shm-kill $lim "$slog" env builddir=. sh tests/bench/bench-kill.sh \
+		"${KILL_TRIALS:-50}" 4
+	grep -v '^host:' "$slog" | tee -a "$summary"
 fi
 
 # ---- the rest of the suite (not the GPU tests again), for information, in the time left --
