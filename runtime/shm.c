@@ -986,7 +986,6 @@ static bool try_release(struct rk__shm_link *s)
 static int src_poll(struct rk_source *src, uint64_t now)
 {
 	struct rk__shm_link *s = src->data;
-	int n;
 
 	(void)now;
 	if (s->closing)
@@ -996,7 +995,12 @@ static int src_poll(struct rk_source *src, uint64_t now)
 	/* awake: a writer need not wake us (the bell is ours to set) */
 	if (atomic_load_explicit(s->bell, memory_order_relaxed))
 		atomic_store_explicit(s->bell, 0, memory_order_relaxed);
-	n = rx_poll(s);
+	/*
+	 * What the frames were is noted by the link as they are dispatched, as
+	 * for TCP: a heartbeat is an idle event and must not restart the spin
+	 * window, so the records themselves are not counted as busy here.
+	 */
+	rx_poll(s);
 	if (s->tx_blocked && !s->closing) {
 		int64_t room = ring_room(&s->tx);
 
@@ -1005,7 +1009,7 @@ static int src_poll(struct rk_source *src, uint64_t now)
 			rk__loop_queue_flush(s->l->loop, &s->l->flusher);
 		}
 	}
-	return n;
+	return 0;
 }
 
 static void prep_futex_wait(struct io_uring_sqe *sqe, _Atomic uint32_t *word, uint32_t val)

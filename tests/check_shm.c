@@ -891,6 +891,35 @@ START_TEST(test_no_lost_wakeup)
 }
 END_TEST
 
+/*
+ * An idle world on shared memory stays idle: the heartbeats its ranks read
+ * from the rings are idle events, as on TCP, and never restart the busy
+ * window (else every heartbeat would cost a spin window of CPU).
+ */
+START_TEST(test_idle_heartbeats)
+{
+	struct rank r[2] = { 0 };
+	struct rk_loop_stats a0, a1, b0, b1;
+	struct rk_link_stats h0, h1, l0, l1;
+
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* the upgrade's own frames are done */
+	rk_loop_stats(r[0].loop, &a0);
+	rk_loop_stats(r[1].loop, &a1);
+	link_stats(&r[0], 1, &h0);
+	link_stats(&r[1], 0, &h1);
+	ck_assert(PUMP_UNTIL(10000, (link_stats(&r[0], 1, &l0), link_stats(&r[1], 0, &l1),
+				     l0.heartbeats_rx >= h0.heartbeats_rx + 3 &&
+				     l1.heartbeats_rx >= h1.heartbeats_rx + 3), &r[0], &r[1]));
+	rk_loop_stats(r[0].loop, &b0);
+	rk_loop_stats(r[1].loop, &b1);
+	ck_assert_uint_eq(b0.busy_events, a0.busy_events);
+	ck_assert_uint_eq(b1.busy_events, a1.busy_events);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
 /* ---- a same-host peer's death ---------------------------------------------------- */
 
 /* The follower in a child process: up on shared memory, then it dies. With
@@ -1156,6 +1185,7 @@ static Suite *shm_suite(void)
 	tc = new_tcase(s, "wake");
 	tcase_add_loop_test(tc, test_wake, 0, 4);
 	tcase_add_loop_test(tc, test_no_lost_wakeup, 0, 2);
+	tcase_add_test(tc, test_idle_heartbeats);
 	tc = new_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);
 	tcase_add_test(tc, test_teardown);
