@@ -75,7 +75,7 @@ for tr in $transports; do
 		# shellcheck disable=SC2086
 		RK_SHM=$shm "$launch" -v --hosts "$hosts" -- "$serve" --backend=cpu --bench \
 			--bench-streams 4 --bench-modes greedy --bench-draft plain \
-			--bench-requests 1000000 --bench-max-tokens 64 --trace-rounds="$tmp/tr" \
+			--bench-requests 100000 --bench-max-tokens 64 --trace-rounds="$tmp/tr" \
 			$SERVE_ARGS >"$tmp/out" 2>"$tmp/err" </dev/null &
 		lpid=$!
 		i=0
