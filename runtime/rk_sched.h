@@ -142,7 +142,9 @@ RK_EXPORT uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uin
 
 /* Round events reported to rk_sched_config.trace. */
 enum rk_sched_event {
-	RK_SCHED_EV_SENT,	/* leader: the ROUND is handed to the kernel now */
+	RK_SCHED_EV_SENT,	/* leader: the ROUND goes to the links now (stamped just
+				 * before its broadcast, which a same-host ring
+				 * delivers at once; TCP's send follows at once) */
 	RK_SCHED_EV_LAUNCH,	/* any rank: the backend's launch() is about to run */
 	RK_SCHED_EV_DONE,	/* any rank: rk_sched_complete() for the round */
 };

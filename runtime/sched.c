@@ -84,13 +84,20 @@ struct rk_sched {
 	struct rk_sched_stats stats;
 };
 
-static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_event ev)
+static inline void trace_at(struct rk_sched *s, uint64_t round_id, enum rk_sched_event ev,
+			    uint64_t t_ns)
 {
 	if (!s->cfg.trace)
 		return;
 	s->depth++;
-	s->cfg.trace(s->cfg.trace_arg, round_id, ev, rk__now_ns());
+	s->cfg.trace(s->cfg.trace_arg, round_id, ev, t_ns);
 	s->depth--;
+}
+
+static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_event ev)
+{
+	if (s->cfg.trace)
+		trace_at(s, round_id, ev, rk__now_ns());
 }
 
 /* ---- follower: predicting the next ROUND ------------------------------------------ */
@@ -641,12 +648,16 @@ static void sched_step(struct rk_sched *s)
 		goto fail;
 	s->round_id = id;
 	if (rk_world_size(s->world) > 1) {
+		/* stamped before the broadcast: a same-host follower reads the
+		 * ROUND from shared memory as soon as it is written */
+		uint64_t t_sent = s->cfg.trace ? rk__now_ns() : 0;
+
 		ret = rk_world_broadcast(s->world, RK_FRAME_ROUND, flags, s->buf, (uint32_t)len);
 		if (ret)
 			goto fail;
 		/* Send the ROUND now, not after our own launch: the followers'
 		 * start must not wait for the leader's kernel launches. */
-		trace(s, s->round_id, RK_SCHED_EV_SENT);
+		trace_at(s, s->round_id, RK_SCHED_EV_SENT, t_sent);
 		rk__loop_flush_now(s->loop);
 	}
 	ret = rk_wire_decode_round(s->buf, (size_t)len, &view);
