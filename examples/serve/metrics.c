@@ -129,6 +129,12 @@ static const struct mdef world_defs[] = {
 	REFUSED("other", refused_other),
 	{ "rankrt_handshake_refusals_log_suppressed_total", NULL, "Refusals counted but not "
 	  "logged one by one.", COUNTER, WORLD(log_suppressed), 1 },
+	{ "rankrt_world_shm_links_total", "kind=\"moved\"", "Links by what the same-host check "
+	  "found: moved to shared memory, remote (another host or namespace), fallback (same "
+	  "host, stayed on TCP).", COUNTER, WORLD(shm_links), 1 },
+	{ "rankrt_world_shm_links_total", "kind=\"remote\"", NULL, COUNTER, WORLD(shm_remote), 1 },
+	{ "rankrt_world_shm_links_total", "kind=\"fallback\"", NULL, COUNTER, WORLD(shm_fallback),
+	  1 },
 };
 _Static_assert(ARRAY_SIZE(world_defs) == N_WORLD_CTR &&
 	       sizeof(struct rk_world_stats) == 8 * N_WORLD_CTR,
@@ -169,6 +175,14 @@ static const struct mdef link_more_defs[] = {
 	  "receiver-not-ready completions (must stay 0).", COUNTER, LINK(rnr_errors), 1 },
 	{ "rankrt_link_roce_credits_min", NULL, "roce:// links: the lowest send-credit count "
 	  "seen.", GAUGE, FS8(struct rk_link_stats, credits_min), 1 },
+	{ "rankrt_link_shm_bcast_frames_total", NULL, "shm links: frames that went through the "
+	  "world's broadcast ring.", COUNTER, LINK(shm_bcast_frames), 1 },
+	{ "rankrt_link_shm_wakes_total", NULL, "shm links: wake-ups this side made because the "
+	  "peer slept.", COUNTER, LINK(shm_wakes), 1 },
+	{ "rankrt_link_shm_sleeps_total", NULL, "shm links: times this side announced a sleep "
+	  "before blocking.", COUNTER, LINK(shm_sleeps), 1 },
+	{ "rankrt_link_shm_ring_full_total", NULL, "shm links: flushes stopped by a full ring.",
+	  COUNTER, LINK(shm_ring_full), 1 },
 };
 _Static_assert(N_LINK_TABLE + ARRAY_SIZE(link_more_defs) == N_LINK_CTR &&
 	       sizeof(struct rk_link_stats) == 8 * N_LINK_CTR,
@@ -211,8 +225,8 @@ _Static_assert(ARRAY_SIZE(notify_defs) == N_NOTIFY_CTR &&
 
 /* Peer failures (the world's peer_error callback), by rk_errname(). */
 static const char *const peer_err_names[N_PEER_ERR] = {
-	"RK_EPEERDEAD", "RK_EPEERBYE", "RK_ESLOWPEER", "ECONNRESET",
-	"EPROTO",	"EBADMSG",     "ETIMEDOUT",    "other",
+	"RK_EPEERDEAD", "RK_EPEERBYE", "RK_EPEEREXIT", "RK_ESLOWPEER", "RK_ESHMRING",
+	"ECONNRESET",	"EPROTO",      "EBADMSG",      "ETIMEDOUT",    "other",
 };
 
 const char *const finish_names[FINISH__COUNT] = {
