@@ -14,15 +14,6 @@
 
 /* ---- the wait policy, with an injected clock ---------------------------------------- */
 
-struct fake_clock {
-	uint64_t t;
-};
-
-static uint64_t fake_now(void *arg)
-{
-	return ((struct fake_clock *)arg)->t;
-}
-
 static enum rk_activity idle_post_cb(struct rk_post *p)
 {
 	(*(int *)p->data)++;
@@ -382,17 +373,23 @@ static const struct rk_source_ops csrc_ops = { .name = "counting", .poll = csrc_
 static const struct rk_source_ops csrc_noarm_ops = { .name = "counting-noarm",
 						     .poll = csrc_poll };
 
-/* A source with events is polled every spin iteration; its events keep the loop spinning. */
+/*
+ * A source with events is polled every spin iteration; its events keep the
+ * loop spinning. On the fake clock, frozen: the window never runs out under
+ * the test, however slowly the machine lets it spin.
+ */
 START_TEST(test_source_poll_spin)
 {
 	struct rk_config c;
 	struct csrc cs = { .src = { .ops = &csrc_ops } };
+	struct fake_clock fc = { .t = 1000 * SEC };
 	struct rk_loop_stats s;
 
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 2 * SEC;
 	cs.loop = new_loop(&c);
+	rk_loop_set_clock(cs.loop, fake_now, &fc);
 	cs.events_left = 50;
 	cs.stop_after_polls = 1000;
 	ck_assert_int_eq(rk_loop_add_source(cs.loop, &cs.src), 0);
@@ -402,8 +399,8 @@ START_TEST(test_source_poll_spin)
 	ck_assert_uint_eq(s.iterations, 1000);
 	ck_assert_uint_eq(s.busy_events, 50);
 	ck_assert_uint_ge(s.events, 50);
-	ck_assert_uint_ge(s.spin_iters, 1000 - 50 - 1);
-	ck_assert_uint_eq(s.blocks, 0);
+	ck_assert_uint_eq(s.spin_iters, 1000 - 1);	/* all but the one that stopped */
+	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
 	ck_assert_int_eq(cs.arms, 0);
 	ck_assert_int_eq(rk_loop_remove_source(cs.loop, &cs.src), 0);
 	free_loop(cs.loop);
@@ -575,278 +572,25 @@ START_TEST(test_source_producer_wake)
 }
 END_TEST
 
-/* ---- predictive waits (rk_source_ops.expect) ---------------------------------------- */
+/* ---- predictive waits (rk_source_ops.expect), on the fake clock ---------------------- */
 
 /*
- * A stand-in for a GPU notifier in poll-only mode: nothing can wake the loop
- * when its event is ready at 'ready_at' (the poll sees it), but it predicts
- * that time. Its arm() relies on the prediction while it is not overdue and,
- * like the notifier without a wake path, keeps the loop from blocking after.
+ * A stand-in for a GPU notifier in poll-only mode, on the fake clock: nothing
+ * can wake the loop when its event is ready (the poll sees it when the test
+ * says so), but it predicts that time, and its arm() relies on the
+ * prediction: it arms nothing. Every phase is then the loop's decision alone,
+ * whatever else runs on the machine; only a predictive sleep takes real time
+ * (its timeout).
  */
-struct pred_src {
-	struct rk_source src;
-	uint64_t ready_at;	/* CLOCK_MONOTONIC ns; 0 = nothing outstanding */
-	uint64_t seen_at;	/* when poll() delivered it */
-	uint64_t late_after;	/* past ready_at + this the prediction is overdue */
-	bool predict;		/* give expect() at all */
-	unsigned int early_looks;	/* polls that found it not ready yet */
-};
-
-static int pred_poll(struct rk_source *src, uint64_t now)
-{
-	struct pred_src *p = src->data;
-
-	if (!p->ready_at)
-		return 0;
-	if (rk__now_ns() < p->ready_at) {
-		p->early_looks++;
-		return 0;
-	}
-	p->seen_at = rk__now_ns();
-	p->ready_at = 0;
-	(void)now;
-	return 1;
-}
-
-static uint64_t pred_expect(struct rk_source *src, uint64_t now)
-{
-	struct pred_src *p = src->data;
-
-	if (!p->predict || !p->ready_at || now > p->ready_at + p->late_after)
-		return 0;
-	return p->ready_at;
-}
-
-static int pred_arm(struct rk_source *src)
-{
-	struct pred_src *p = src->data;
-
-	if (!p->ready_at)
-		return 0;
-	if (rk__now_ns() >= p->ready_at)
-		return 1;
-	/* the loop will wake by the prediction: nothing to arm */
-	if (rk_loop_predicts(src->loop) && pred_expect(src, rk_loop_now(src->loop)))
-		return 0;
-	return 1;
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
-}
-
-static const struct rk_source_ops pred_ops = {
-	.name = "predicting", .poll = pred_poll, .arm = pred_arm, .expect = pred_expect };
-
-/* Run until @p's event is delivered; return the loop thread's CPU time for it. */
-static uint64_t pred_run_one(struct rk_loop *loop, struct pred_src *p, uint64_t in_ns)
-{
-	uint64_t cpu0, t_end;
-	struct rk_post kick = { .cb = busy_post_cb };
-	int ran = 0;
-
-	/* a busy event just before: without prediction the spin window is open */
-	kick.data = &ran;
-	rk_loop_post(loop, &kick);
-	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
-	ck_assert_int_eq(ran, 1);
-	p->seen_at = 0;
-	p->ready_at = rk__now_ns() + in_ns;
-	cpu0 = thread_cpu_ns();
-	t_end = p->ready_at + 2 * SEC;
-	while (!p->seen_at && rk__now_ns() < t_end)
-		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
-	ck_assert_msg(p->seen_at, "the predicted event was never delivered");
-	return thread_cpu_ns() - cpu0;
-}
-
-/*
- * The loop sleeps through most of a predicted wait and wakes before the
- * prediction (then spins on the source): its CPU time is a small part of
- * the wait, where a loop inside its spin window would burn all of it, and
- * the event is seen within a bound of its time. With RK_PREDICT=0 the 200 ms
- * spin window spins throughout, and the CPU bound fails.
- */
-START_TEST(test_predict_sleeps)
-{
-	struct rk_config c;
-	struct rk_loop *loop;
-	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
-	struct rk_loop_stats s;
-	uint64_t cpu, wait = 30 * MS, worst = 0;
-	unsigned int i, n = 8;
-
-	rk_config_init(&c);
-	c.wait.mode = RK_WAIT_ADAPTIVE;
-	c.wait.spin_ns = 200 * MS;
-	ck_assert(c.wait.predict);		/* the default */
-	/*
-	 * A small VM, and more so a qemu TCG guest (tests/softroce/verbs-softroce.sh
-	 * runs this suite on one), wakes from a 30 ms sleep later than the learned
-	 * part of the margin may grow (100 us; docs/BENCH.md has the figures). The
-	 * knob covers the rest, as it would on such a machine; spinning 2 ms of a
-	 * 30 ms wait still keeps the CPU bound below.
-	 */
-	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MARGIN_US", "2000", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.predict_margin_ns, 2000 * US);
-	loop = new_loop(&c);
-	ck_assert(rk_loop_predicts(loop));
-	p.src.data = &p;
-	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	for (i = 0; i < n; i++) {
-		uint64_t ready = rk__now_ns() + wait, late;
-
-		cpu = pred_run_one(loop, &p, wait);
-		late = p.seen_at >= ready ? p.seen_at - ready : 0;
-		/*
-		 * Under the wait: about the margin of spinning, plus the wakes. Half
-		 * of it, not less: a TCG guest's emulated wakes cost milliseconds of
-		 * CPU; the control (RK_PREDICT=0) spins all of it.
-		 */
-		ck_assert_msg(cpu < wait / 2, "loop CPU %" PRIu64 " us over a %" PRIu64
-			      " us predicted wait", cpu / US, wait / US);
-		if (late > worst)
-			worst = late;
-	}
-	s = stats_of(loop);
-	fprintf(stderr, "predict: waits %" PRIu64 " early %" PRIu64 " late %" PRIu64 " cut %" PRIu64
-		" oversleep avg %" PRIu64 " us, margin %" PRIu64 " us, worst %" PRIu64 " us\n",
-		s.predict_waits, s.predict_early, s.predict_late, s.predict_cut,
-		s.predict_waits ? s.ns_oversleep / s.predict_waits / US : 0,
-		s.predict_margin_ns / US, worst / US);
-	ck_assert_uint_ge(s.predict_waits, n);
-	ck_assert_uint_eq(s.predict_early + s.predict_late + s.predict_cut, s.predict_waits);
-	/* the margin (knob + the timer's learned lateness) wakes it first */
-	ck_assert_uint_ge(s.predict_early, n / 2);
-	ck_assert_uint_ge(s.predict_margin_ns, c.wait.predict_margin_ns);
-	/* mostly well under 1 ms; a 2-vCPU VM running the other suites may deschedule us */
-	ck_assert_msg(worst < 30 * MS, "event seen %" PRIu64 " us after it was ready", worst / US);
-	ck_assert_uint_ge(s.ns_blocked, n * wait / 2);	/* it slept through most of it */
-	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
-	free_loop(loop);
-}
-END_TEST
-
-/*
- * One 20 ms wait inside a 200 ms spin window, with (@predict) or without a
- * source prediction, with RK_PREDICT on or off (@loop_predicts): it must be
- * spun through, no predictive sleep.
- */
-static void check_spins_through(bool predict, bool loop_predicts)
-{
-	struct rk_config c;
-	struct rk_loop *loop;
-	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS,
-			      .predict = predict };
-	struct rk_loop_stats s;
-	uint64_t wait = 20 * MS;
-	char err[128];
-
-	rk_config_init(&c);
-	c.wait.mode = RK_WAIT_ADAPTIVE;
-	c.wait.spin_ns = 200 * MS;
-	if (!loop_predicts)
-		ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
-	loop = new_loop(&c);
-	ck_assert(rk_loop_predicts(loop) == loop_predicts);
-	p.src.data = &p;
-	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	pred_run_one(loop, &p, wait);
-	s = stats_of(loop);
-	ck_assert_uint_eq(s.predict_waits, 0);
-	/* it spun through the wait (its CPU time depends on what else runs: it yields) */
-	ck_assert_uint_ge(s.spin_iters, 200);
-	ck_assert_uint_lt(s.ns_blocked, wait / 4);
-	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
-	free_loop(loop);
-}
-
-/* With RK_PREDICT=0 the same wait spins: the control for the test above. */
-START_TEST(test_predict_off_spins)
-{
-	check_spins_through(true, false);
-}
-END_TEST
-
-struct pred_poster {
-	struct rk_loop *loop;
-	struct rk_post post;
-	uint64_t delay;
-	uint64_t posted_at;
-	int ran;
-};
-
-static void *pred_poster_thread(void *arg)
-{
-	struct pred_poster *pp = arg;
-
-	sleep_ns(pp->delay);
-	pp->posted_at = rk__now_ns();
-	rk_loop_post(pp->loop, &pp->post);
-	return NULL;
-}
-
-static enum rk_activity pred_post_cb(struct rk_post *p)
-{
-	struct pred_poster *pp = p->data;
-
-	pp->ran = 1;
-	return RK_BUSY;
-}
-
-/*
- * A predictive sleep is an ordinary wait on the ring with a timeout: another
- * event (here a post from a thread, as a network frame or a host function
- * would come) ends it at once, long before the prediction.
- */
-START_TEST(test_predict_cut_by_event)
-{
-	struct rk_config c;
-	struct rk_loop *loop;
-	struct pred_src p = { .src = { .ops = &pred_ops }, .late_after = 5 * MS, .predict = true };
-	struct pred_poster pp = { .delay = 10 * MS };
-	struct rk_loop_stats s;
-	pthread_t th;
-	uint64_t seen = 0;
-
-	rk_config_init(&c);
-	c.wait.mode = RK_WAIT_ADAPTIVE;
-	loop = new_loop(&c);
-	p.src.data = &p;
-	pp.loop = loop;
-	pp.post = (struct rk_post){ .cb = pred_post_cb, .data = &pp };
-	ck_assert_int_eq(rk_loop_add_source(loop, &p.src), 0);
-	p.ready_at = rk__now_ns() + 500 * MS;
-	ck_assert_int_eq(pthread_create(&th, NULL, pred_poster_thread, &pp), 0);
-	while (!pp.ran)
-		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
-	seen = rk__now_ns();
-	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	ck_assert_msg(seen - pp.posted_at < 20 * MS, "post seen %" PRIu64 " us after it was made",
-		      (seen - pp.posted_at) / US);
-	s = stats_of(loop);
-	ck_assert_uint_ge(s.predict_waits, 1);
-	ck_assert_uint_ge(s.predict_cut, 1);
-	p.ready_at = 0;
-	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
-	free_loop(loop);
-}
-END_TEST
-
-/* ---- the learned margin fades when it alone stops predictive sleeps ----------------- */
-
-/* A predicting source on the fake clock: ready when the test says, never armed. */
 struct fpred {
 	struct rk_source src;
 	uint64_t expect;	/* fake ns; 0 = no prediction */
 	bool ready;
+	bool no_park;		/* the loop must not go to sleep: arm() fails the test */
 	struct rk_loop *loop;	/* set: record what the loop tells its sources */
 	bool after_park;	/* rk__loop_after_park() at the last poll */
 	uint64_t park_ns;	/* rk__loop_parking_ns() at the last arm */
+	atomic_int armed;	/* set by arm(): the loop published 'sleeping' */
 };
 
 static int fpred_poll(struct rk_source *src, uint64_t now)
@@ -875,11 +619,251 @@ static int fpred_arm(struct rk_source *src)
 
 	if (p->loop)
 		p->park_ns = rk__loop_parking_ns(p->loop);
+	ck_assert_msg(!p->no_park, "the loop went to sleep (timeout %" PRIu64 " ns) in a wait it "
+		      "must spin through", p->loop ? p->park_ns : 0);
+	atomic_store(&p->armed, 1);
 	return p->ready ? 1 : 0;
 }
 
 static const struct rk_source_ops fpred_ops = {
 	.name = "fake-predicting", .poll = fpred_poll, .arm = fpred_arm, .expect = fpred_expect };
+
+/* A loop made from @c on the fake clock @fc (at 1000 s), with @p attached and recording. */
+static struct rk_loop *fpred_loop(const struct rk_config *c, struct fake_clock *fc,
+				  struct fpred *p)
+{
+	struct rk_loop *loop = new_loop(c);
+
+	fc->t = 1000 * SEC;
+	rk_loop_set_clock(loop, fake_now, fc);
+	p->src.ops = &fpred_ops;
+	p->src.data = p;
+	p->loop = loop;
+	atomic_init(&p->armed, 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &p->src), 0);
+	return loop;
+}
+
+static void fpred_free(struct rk_loop *loop, struct fpred *p)
+{
+	ck_assert_int_eq(rk_loop_remove_source(loop, &p->src), 0);
+	free_loop(loop);
+}
+
+/* A busy event at the fake clock's time: without a prediction the spin window is open. */
+static void busy_kick(struct rk_loop *loop)
+{
+	struct rk_post kick = { .cb = busy_post_cb };
+	int ran = 0;
+
+	kick.data = &ran;
+	rk_loop_post(loop, &kick);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 1);
+}
+
+/*
+ * Inside a 200 ms spin window, a source predicts its event 10 ms ahead: the
+ * loop sleeps (one predictive wait, no spin, no block) with a timeout that
+ * ends at the prediction less the margin, never past it; woken there, it
+ * spins on the source instead of sleeping again, and the first poll that
+ * finds the event delivers it. A loop that ignored the prediction would spin
+ * the whole window (the control: test_predict_off_spins).
+ */
+START_TEST(test_predict_sleeps)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc;
+	struct fpred p = { 0 };
+	struct rk_loop_stats s0, s1;
+	uint64_t wait = 10 * MS, margin, t0, slept;
+	unsigned int i, n = 4;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	ck_assert(c.wait.predict);		/* the default */
+	loop = fpred_loop(&c, &fc, &p);
+	ck_assert(rk_loop_predicts(loop));
+	for (i = 0; i < n; i++) {
+		busy_kick(loop);
+		s0 = stats_of(loop);
+		margin = s0.predict_margin_ns;
+		ck_assert_uint_ge(margin, c.wait.predict_margin_ns);
+		ck_assert_uint_lt(margin, wait);
+		p.expect = fc.t + wait;
+
+		/* 1: it sleeps, and only until the prediction less the margin */
+		t0 = rk__now_ns();
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		slept = rk__now_ns() - t0;
+		s1 = stats_of(loop);
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+		ck_assert_uint_eq(s1.blocks, s0.blocks);
+		ck_assert_uint_eq(s1.timed_waits, s0.timed_waits);
+		ck_assert_uint_eq(p.park_ns, wait - margin);
+		/* the ring wait lasted its timeout, as nothing else could end it
+		 * (a lower bound: load only makes it longer) */
+		ck_assert_uint_ge(slept, wait - margin);
+
+		/* 2: woken at that deadline, the event not in yet: it spins */
+		fc.t = p.expect - margin;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		s0 = stats_of(loop);
+		ck_assert(p.after_park);
+		ck_assert_uint_eq(s0.predict_early, s1.predict_early + 1);
+		ck_assert_uint_eq(s0.spin_iters, s1.spin_iters + 1);
+		ck_assert_uint_eq(s0.predict_waits, s1.predict_waits);
+		fc.t = p.expect - 1;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		s1 = stats_of(loop);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits);
+
+		/* 3: the event at its time: the next poll delivers it, no wait between */
+		fc.t = p.expect;
+		p.ready = true;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		ck_assert(!p.ready);
+		ck_assert(!p.after_park);
+		s0 = stats_of(loop);
+		ck_assert_uint_eq(s0.spin_iters, s1.spin_iters);
+		ck_assert_uint_eq(s0.predict_waits, s1.predict_waits);
+		fc.t += 1 * MS;
+	}
+	s0 = stats_of(loop);
+	ck_assert_uint_eq(s0.predict_waits, n);
+	ck_assert_uint_eq(s0.predict_early, n);
+	ck_assert_uint_eq(s0.predict_late + s0.predict_cut, 0);
+	ck_assert_uint_eq(s0.blocks + s0.timed_waits, 0);
+	ck_assert_uint_eq(s0.spin_iters, 2 * n);
+	fpred_free(loop, &p);
+}
+END_TEST
+
+/*
+ * The same predicted wait inside a 200 ms spin window, with (@predict) or
+ * without a source prediction, with RK_PREDICT on or off (@loop_predicts),
+ * stepped through on the fake clock: every iteration spins (no predictive
+ * sleep, no block: the source's arm() fails the test if the loop goes to
+ * sleep), and the first poll that finds the event delivers it.
+ */
+static void check_spins_through(bool predict, bool loop_predicts)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc;
+	struct fpred p = { 0 };
+	struct rk_loop_stats s0, s1;
+	uint64_t wait = 20 * MS, step = 1 * MS, b, t;
+	char err[128];
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	if (!loop_predicts)
+		ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT", "0", err, sizeof(err)), 0);
+	loop = fpred_loop(&c, &fc, &p);
+	ck_assert(rk_loop_predicts(loop) == loop_predicts);
+	p.no_park = true;
+	busy_kick(loop);
+	b = fc.t;
+	p.expect = predict ? b + wait : 0;
+	for (t = b; t < b + wait; t += step) {
+		fc.t = t;
+		s0 = stats_of(loop);
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		s1 = stats_of(loop);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+		ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+	}
+	fc.t = b + wait;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert(!p.ready);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.spin_iters, wait / step);
+	ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+	fpred_free(loop, &p);
+}
+
+/* With RK_PREDICT=0 the same wait spins: the control for the test above. */
+START_TEST(test_predict_off_spins)
+{
+	check_spins_through(true, false);
+}
+END_TEST
+
+struct cut_poster {
+	struct fpred *src;
+	struct rk_loop *loop;
+	struct rk_post post;
+	int ran;
+};
+
+/* Posts once the loop is committing to its sleep (arm() ran: 'sleeping' is published). */
+static void *cut_poster_thread(void *arg)
+{
+	struct cut_poster *pp = arg;
+
+	while (!atomic_load(&pp->src->armed))
+		sched_yield();
+	rk_loop_post(pp->loop, &pp->post);
+	return NULL;
+}
+
+static enum rk_activity cut_post_cb(struct rk_post *p)
+{
+	struct cut_poster *pp = p->data;
+
+	pp->ran = 1;
+	return RK_BUSY;
+}
+
+/*
+ * A predictive sleep is an ordinary wait on the ring with a timeout: another
+ * event (here a post from a thread, as a network frame or a host function
+ * would come) ends it, long before the prediction. The prediction is 1000 s
+ * ahead: a sleep that only its timeout could end hangs the test (the TCase
+ * timeout fails it). The counters say which sleep it was and what ended it.
+ */
+START_TEST(test_predict_cut_by_event)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc;
+	struct fpred p = { 0 };
+	struct cut_poster pp = { .src = &p };
+	struct rk_loop_stats s;
+	uint64_t margin;
+	pthread_t th;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	loop = fpred_loop(&c, &fc, &p);
+	pp.loop = loop;
+	pp.post = (struct rk_post){ .cb = cut_post_cb, .data = &pp };
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = fc.t + 1000 * SEC;
+	ck_assert_int_eq(pthread_create(&th, NULL, cut_poster_thread, &pp), 0);
+	while (!pp.ran)
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	s = stats_of(loop);
+	ck_assert_uint_eq(p.park_ns, 1000 * SEC - margin);	/* bounded by the prediction */
+	ck_assert_uint_eq(s.predict_waits, 1);
+	ck_assert_uint_eq(s.wakeups, 1);			/* ended by the post's wake */
+	ck_assert_uint_eq(s.predict_cut, 1);			/* ...not by its own event */
+	ck_assert_uint_eq(s.predict_early + s.predict_late, 0);
+	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
+	p.expect = 0;
+	fpred_free(loop, &p);
+}
+END_TEST
+
+/* ---- the learned margin fades when it alone stops predictive sleeps ----------------- */
 
 /*
  * Grow the learned margin with late predictions, then predict waits that only
@@ -955,10 +939,14 @@ END_TEST
  * that slept sees rk__loop_after_park(). Before the fix that flag came from
  * the phase, which every rk_loop_run() call resets, so ONCE never showed it.
  */
-static void *wake_later(void *arg)
+static void *wake_when_armed(void *arg)
 {
-	usleep(50000);
-	rk_loop_wake(arg);
+	struct fpred *p = arg;
+
+	/* after arm(): the loop has published 'sleeping', so this wake is never lost */
+	while (!atomic_load(&p->armed))
+		sched_yield();
+	rk_loop_wake(p->loop);
 	return NULL;
 }
 
@@ -1002,10 +990,15 @@ START_TEST(test_source_sees_waits)
 	/* nothing predicted, no window: a block without a timeout (a wake ends it) */
 	p.expect = 0;
 	p.park_ns = 0;
-	ck_assert_int_eq(pthread_create(&th, NULL, wake_later, loop), 0);
+	atomic_store(&p.armed, 0);
+	s0 = stats_of(loop);
+	ck_assert_int_eq(pthread_create(&th, NULL, wake_when_armed, &p), 0);
 	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
 	ck_assert_uint_eq(p.park_ns, UINT64_MAX);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.wakeups, s0.wakeups + 1);
 	ck_assert_int_eq(rk_loop_remove_source(loop, &p.src), 0);
 	free_loop(loop);
 }

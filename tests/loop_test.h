@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Helpers shared by the loop's two suites, check_loop.c and check_wait.c:
- * loops made and checked, the wait mode RK_TEST_WAIT forces, a few timers and
- * a post that do nothing but count or stop. Never installed.
+ * loops made and checked, the wait mode RK_TEST_WAIT forces, an injected
+ * clock, a few timers and a post that do nothing but count or stop. Never
+ * installed.
  */
 #ifndef RK_LOOP_TEST_H
 #define RK_LOOP_TEST_H
@@ -41,6 +42,20 @@ static inline void sleep_ns(uint64_t ns)
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
+}
+
+/*
+ * An injected clock (rk_loop_set_clock()): time moves only when the test moves
+ * it, so a test can say which phase the loop is in and how long each lasted
+ * whatever else runs on the machine.
+ */
+struct fake_clock {
+	uint64_t t;
+};
+
+static inline uint64_t fake_now(void *arg)
+{
+	return ((struct fake_clock *)arg)->t;
 }
 
 /* Deterministic PRNG (splitmix64) so every failure reproduces. */
