@@ -578,7 +578,7 @@ START_TEST(test_side_channel_garbage)
 }
 END_TEST
 
-/* The follower dies (SIGKILL, no BYE): the leader hears of it within a bound. */
+/* The follower dies (SIGKILL, no BYE): the leader hears of it from the connection. */
 START_TEST(test_peer_death)
 {
 	struct node a, b;
@@ -616,8 +616,8 @@ START_TEST(test_peer_death)
 	while (!a.peer_err && rk__now_ns() < deadline)
 		rk_loop_run(a.loop, RK_RUN_ONCE);
 	ck_assert_msg(a.peer_err != 0, "no peer error within 5 s of the kill");
-	ck_assert_msg(a.t_peer_err - t_kill < 2000000000ull, "peer death took %llu ms",
-		      (unsigned long long)((a.t_peer_err - t_kill) / 1000000));
+	/* heard from the connection, not from the 20 s peer timeout */
+	ck_assert_msg(a.peer_err != -RK_EPEERDEAD, "peer death found by the timeout");
 	if (g_verbose)
 		fprintf(stderr, "peer death reported after %llu ms: %s\n",
 			(unsigned long long)((a.t_peer_err - t_kill) / 1000000),
