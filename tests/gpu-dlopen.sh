@@ -57,7 +57,7 @@ unshare -m --propagation private sh -c '
 	fi
 	echo "--- rk-pingpong --local"
 	unset LD_LIBRARY_PATH
-	timeout -s KILL 60 "$2/examples/pingpong/rk-pingpong" --local --count=500 --warmup=50 --runs=1 \
+	timeout -s KILL 60 "$2/examples/pingpong/rk-pingpong" --local --count=200 --warmup=20 --runs=1 \
 		--wait=adaptive </dev/null
 ' sh "$dirs" "$b"
 rc=$?

@@ -32,7 +32,7 @@ run()
 }
 
 # 1. rk-pingpong, two local ranks
-run pp --hosts localhost,localhost -- "$pingpong" --count 2000 --runs 1
+run pp --hosts localhost,localhost -- "$pingpong" --count 200 --warmup 20 --runs 1
 [ $rc = 0 ] || fail "pingpong: rk-launch exited $rc"
 grep -v '^\[r[01]\] ' "$tmp/pp.out" && fail "pingpong: a stdout line without a rank prefix"
 grep -v '^\[r[01]\] ' "$tmp/pp.err" && fail "pingpong: a stderr line without a rank prefix"
@@ -126,7 +126,7 @@ run ssh --ssh "$tmp/ssh" --port $port --hosts node-a,node-b -- sh -c 'exit 5'
 addr=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | head -n 1)
 if [ -n "$addr" ]; then
 	run sspp --ssh "$tmp/ssh" --port $port --hosts "$addr,localhost" -- \
-		"$(cd "$b/examples/pingpong" && pwd)/rk-pingpong" --count 2000 --runs 1 --wait spin
+		"$(cd "$b/examples/pingpong" && pwd)/rk-pingpong" --count 200 --warmup 20 --runs 1 --wait spin
 	[ $rc = 0 ] || fail "ssh: pingpong: rk-launch exited $rc"
 	grep -q '^\[r0\] spin  *[0-9]' "$tmp/sspp.out" || fail "ssh: pingpong: no table"
 else

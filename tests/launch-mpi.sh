@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 for try in 0 1 2; do
 	port=$((20000 + ($$ * 7 + try * 4099) % 40000))
 	# shellcheck disable=SC2086
-	$mpi $opts -x RK_LEADER=127.0.0.1:$port "$pingpong" --count 2000 --runs 1 \
+	$mpi $opts -x RK_LEADER=127.0.0.1:$port "$pingpong" --count 200 --warmup 20 --runs 1 \
 		>"$tmp/pp.out" 2>"$tmp/pp.err" </dev/null
 	rc=$?
 	grep -q 'cannot listen' "$tmp/pp.err" || break

@@ -45,7 +45,7 @@ none_left()
 dead=$(sh -c 'echo $$')
 ip netns add "rkl$dead-b" || fail "cannot add a namespace"
 
-run pp --netns --hosts localhost,localhost -- "$pingpong" --count 2000 --runs 1
+run pp --netns --hosts localhost,localhost -- "$pingpong" --count 200 --warmup 20 --runs 1
 [ $rc = 0 ] || fail "pingpong: rk-launch exited $rc"
 grep -q '^\[r0\] mode  *p50_us' "$tmp/pp.out" || fail "pingpong: no table from rank 0"
 grep -q '^\[r0\] adaptive  *[0-9]' "$tmp/pp.out" || fail "pingpong: no adaptive row"
