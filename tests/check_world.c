@@ -975,12 +975,30 @@ END_TEST
 START_TEST(test_flush_now)
 {
 	struct node n[2] = { 0 };
+	struct rk_loop_stats a, b;
 	struct rk_config c;
+	uint64_t deadline;
 	size_t before;
 
 	cfg_base(&c, 0, 2, 0);
+	/*
+	 * A send of rank 0's still in flight (its completion not reaped) holds
+	 * the frame back until rank 0's loop runs again: no heartbeats, then,
+	 * and pumped until an iteration of rank 0's finds nothing, which is
+	 * when the handshake's sends are done. (A heartbeat sent by the last
+	 * pump held the frame back on a loaded machine.) Nor may rank 1 miss
+	 * heartbeats while only it runs.
+	 */
+	c.heartbeat_ns = 60000 * MS;
+	c.peer_timeout_ns = 120000 * MS;
 	start_world(n, 2, &c);
-	PUMP_FOR(50, &n[0], &n[1]);
+	deadline = rk_test_now_ns() + 5000 * MS;
+	do {
+		ck_assert_msg(rk_test_now_ns() < deadline, "rank 0's loop never went idle");
+		rk_loop_stats(n[0].loop, &a);
+		pump_once(NODES(&n[0], &n[1]));
+		rk_loop_stats(n[0].loop, &b);
+	} while (b.events != a.events);
 	before = count_tag(&n[1], TAG_PLAIN);
 	ck_assert_int_eq(send_user(&n[0], 1, TAG_PLAIN, "now", 3), 0);
 	rk__loop_flush_now(n[0].loop);
@@ -1724,8 +1742,8 @@ START_TEST(test_garbage)
 	/* no earlier than the timeout: the leader took the connection in after
 	 * t_conn, so load can only make this later */
 	if (g->kind == G_SILENT)
-		ck_assert_msg(el >= c.handshake_timeout_ns, "a silent socket was dropped after %llu ms",
-			      (unsigned long long)(el / MS));
+		ck_assert_msg(el >= c.handshake_timeout_ns,
+			      "a silent socket was dropped after %llu ms", (unsigned long long)(el / MS));
 	/* the leader logged it */
 	ck_assert(PUMP_UNTIL(1000, log_dropped() > dropped, &n[0], &n[1]));
 
