@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# rankrt beside its peers: 64-byte TCP loopback ping-pong through rk-pingpong
+# (--wait=spin, adaptive, block) and through tests/bench/peers.c's designs (raw
+# sockets spinning and blocking, plain io_uring blocking and peek-spinning,
+# libuv, ZeroMQ PAIR, UCX ucp busy and armed), all in one run, interleaved rep
+# by rep, client and server pinned to CPUs 0 and 1. Then the periodic-gap run:
+# a round trip every G us, so its RTT is the wake latency of a server idle G us,
+# with the server's CPU per round trip. Needs no network.
+#
+#   tests/bench/peers.sh [BUILD_DIR]          (make bench-peers runs it)
+#
+# Environment (defaults in brackets):
+#   COUNT [20000] WARMUP [1000]   busy round trips per design and rep
+#   REPS [3]                      interleaved reps; medians are reported
+#   GAPS ["1000 10000 100000"]    the periodic gaps, us
+#   GAP_MS [2000]                 per design and gap: COUNT = GAP_MS*1000/gap (at least 20)
+#   GAP_REPS [1]                  interleaved reps of the gap run
+#   OUT [./peers-out]             peers.md (the tables), *.dat, peers.gp, PNGs (gnuplot)
+#   DEPS                          a dpkg -x root holding the libraries' headers and .so
+#                                 files (usr/include, usr/lib/x86_64-linux-gnu): used
+#                                 first, found at run time through an rpath
+#   CC [cc]   UCX_TLS [tcp]       UCX's transports: tcp, so UCX crosses loopback TCP too
+# A design whose library is missing is left out (named on stderr). Without
+# gnuplot the .dat files and peers.gp are written; `gnuplot peers.gp` in OUT plots.
+set -euo pipefail
+b=${1:-.}
+src=$(cd "$(dirname "$0")" && pwd)
+COUNT=${COUNT:-20000}
+WARMUP=${WARMUP:-1000}
+REPS=${REPS:-3}
+GAPS=${GAPS:-1000 10000 100000}
+GAP_MS=${GAP_MS:-2000}
+GAP_REPS=${GAP_REPS:-1}
+OUT=${OUT:-$PWD/peers-out}
+CC=${CC:-cc}
+export UCX_TLS=${UCX_TLS:-tcp}
+pp="$b/examples/pingpong/rk-pingpong"
+[ -x "$pp" ] || { echo "peers.sh: no $pp: build rankrt first" >&2; exit 1; }
+mkdir -p "$OUT"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# ---- build the peers binary with every library that links ----
+flags=(-O2 -Wall)
+libs=()
+if [ -n "${DEPS:-}" ]; then
+	flags+=(-I"$DEPS/usr/include")
+	libs+=(-L"$DEPS/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$DEPS/usr/lib/x86_64-linux-gnu")
+fi
+try() # NAME HEADER LIBS...: adds -DPEERS_HAVE_NAME when HEADER compiles and LIBS link
+{
+	local name=$1 hdr=$2
+	shift 2
+	printf '#include <%s>\nint main(void) { return 0; }\n' "$hdr" >"$tmp/t.c"
+	if "$CC" "${flags[@]}" "$tmp/t.c" -o "$tmp/t" "${libs[@]}" "$@" 2>/dev/null; then
+		flags+=(-DPEERS_HAVE_"$name")
+		libs+=("$@")
+	else
+		echo "peers.sh: no $name ($hdr, $*): its designs are left out" >&2
+	fi
+}
+try URING liburing.h -luring
+try UV uv.h -luv
+try ZMQ zmq.h -lzmq
+try UCX ucp/api/ucp.h -lucp -lucs
+"$CC" "${flags[@]}" "$src/peers.c" -o "$tmp/peers" "${libs[@]}"
+peers="$tmp/peers"
+mapfile -t designs < <("$peers" --list)
+
+host="$(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
+div() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0) ? a / b : 0}'; }
+med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
+
+# rk_row MODE COUNT WARMUP [GAP]: "p50 p99 cpu_client cpu_server rts" from rk-pingpong
+rk_row()
+{
+	local out
+	out=$("$pp" --local --pin --wait "$1" --count "$2" --warmup "$3" --runs 1 \
+		--gap-us "${4:-0}" | tail -1)
+	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
+}
+peer_row() # DESIGN COUNT WARMUP [GAP]
+{
+	"$peers" "$1" --count "$2" --warmup "$3" --gap-us "${4:-0}" | awk '{print $2, $3, $4, $5, $6}'
+}
+row() # NAME COUNT WARMUP GAP
+{
+	case $1 in
+	rk-*) rk_row "${1#rk-}" "$2" "$3" "$4" ;;
+	*) peer_row "$1" "$2" "$3" "$4" ;;
+	esac
+}
+
+# ---- busy round trips ----
+all=(rk-spin rk-adaptive rk-block "${designs[@]}")
+for rep in $(seq "$REPS"); do
+	for d in "${all[@]}"; do
+		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }
+		echo "$d $r" >>"$tmp/busy"
+	done
+done
+floor=$(awk '$1 == "sock-spin" {print $2}' "$tmp/busy" | med)
+floor99=$(awk '$1 == "sock-spin" {print $3}' "$tmp/busy" | med)
+{
+	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
+	echo
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS tests/bench/peers.sh\`"
+	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; client on CPU 0,"
+	echo "server on CPU 1; CPU is both processes' user+system time per round trip, warmup included."
+	echo
+	echo "| design | p50 RTT us | p99 us | p50 / sock-spin | p99 / sock-spin | CPU us per round trip |"
+	echo "|---|---|---|---|---|---|"
+} >"$OUT/peers.md"
+: >"$OUT/peers-busy.dat"
+for d in "${all[@]}"; do
+	grep -q "^$d " "$tmp/busy" || continue
+	p50=$(awk -v d="$d" '$1 == d {print $2}' "$tmp/busy" | med)
+	p99=$(awk -v d="$d" '$1 == d {print $3}' "$tmp/busy" | med)
+	cpu=$(awk -v d="$d" '$1 == d {print ($4 + $5) * 1e6 / $6}' "$tmp/busy" | med)
+	printf '| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n' "$d" "$p50" "$p99" \
+		"$(div "$p50" "$floor")" "$(div "$p99" "$floor99")" "$cpu" \
+		>>"$OUT/peers.md"
+	printf '%s %s %s %s\n' "$d" "$p50" "$p99" "$cpu" >>"$OUT/peers-busy.dat"
+done
+
+# ---- periodic gaps ----
+gapset=(rk-spin rk-adaptive rk-block sock-spin sock-block)
+for rep in $(seq "$GAP_REPS"); do
+	for g in $GAPS; do
+		n=$((GAP_MS * 1000 / g))
+		[ "$n" -ge 20 ] || n=20
+		for d in "${gapset[@]}"; do
+			r=$(row "$d" "$n" 5 "$g") || { echo "peers.sh: $d at $g us failed" >&2; continue; }
+			echo "$g $d $r" >>"$tmp/gap"
+		done
+	done
+done
+{
+	echo
+	echo "### Periodic gaps: wake latency of a server idle G us, against pure spinning (rk-spin)"
+	echo
+	echo "$GAP_REPS rep(s) of GAP_MS=$GAP_MS ms of round trips per design and gap. Server CPU us per round trip."
+	echo
+	echo "| gap us | design | p50 us | p99 us | p50 / rk-spin | p99 / rk-spin | server CPU us per RT | CPU / rk-spin |"
+	echo "|---|---|---|---|---|---|---|---|"
+} >>"$OUT/peers.md"
+: >"$OUT/peers-gap.dat"
+for g in $GAPS; do
+	s50=$(awk -v g="$g" '$1 == g && $2 == "rk-spin" {print $3}' "$tmp/gap" | med)
+	s99=$(awk -v g="$g" '$1 == g && $2 == "rk-spin" {print $4}' "$tmp/gap" | med)
+	scpu=$(awk -v g="$g" '$1 == g && $2 == "rk-spin" {print $6 * 1e6 / $7}' "$tmp/gap" | med)
+	for d in "${gapset[@]}"; do
+		grep -q "^$g $d " "$tmp/gap" || continue
+		p50=$(awk -v g="$g" -v d="$d" '$1 == g && $2 == d {print $3}' "$tmp/gap" | med)
+		p99=$(awk -v g="$g" -v d="$d" '$1 == g && $2 == d {print $4}' "$tmp/gap" | med)
+		cpu=$(awk -v g="$g" -v d="$d" '$1 == g && $2 == d {print $6 * 1e6 / $7}' "$tmp/gap" | med)
+		printf '| %s | %s | %.1f | %.1f | %.2f | %.2f | %.1f | %.3f |\n' "$g" "$d" "$p50" "$p99" \
+			"$(div "$p50" "$s50")" "$(div "$p99" "$s99")" "$cpu" \
+			"$(div "$cpu" "$scpu")" >>"$OUT/peers.md"
+		printf '%s %s %s %s %s\n' "$d" "$g" "$p50" "$p99" "$cpu" >>"$OUT/peers-gap.dat"
+	done
+done
+
+# ---- plots ----
+cat >"$OUT/peers.gp" <<'EOF'
+set terminal pngcairo size 900,600 noenhanced
+set output 'peers-busy.png'
+set title 'Busy ping-pong: p50 RTT against CPU per round trip'
+set xlabel 'CPU us per round trip (both processes)'
+set ylabel 'p50 RTT us'
+set logscale y
+set grid
+set key off
+plot 'peers-busy.dat' using 4:2 with points pt 7 ps 1.5, \
+     '' using 4:2:1 with labels offset 1,0.6 left
+set output 'peers-gap.png'
+set title 'Wake latency after a periodic gap (p50; dashed: p99)'
+set xlabel 'gap us'
+set ylabel 'RTT us'
+set logscale xy
+set key left top
+plot for [d in "rk-spin rk-adaptive rk-block sock-spin sock-block"] \
+	'< grep "^'.d.' " peers-gap.dat' using 2:3 with linespoints title d, \
+     for [d in "rk-spin rk-adaptive rk-block sock-spin sock-block"] \
+	'< grep "^'.d.' " peers-gap.dat' using 2:4 with lines dt 2 notitle
+EOF
+if command -v gnuplot >/dev/null; then
+	(cd "$OUT" && gnuplot peers.gp)
+else
+	echo "peers.sh: no gnuplot: run 'gnuplot peers.gp' in $OUT to plot" >&2
+fi
+cat "$OUT/peers.md"
