@@ -535,13 +535,15 @@ main()
 	flock -w 900 9 || die "$CACHE/lock is held by another run"
 	fetch_kernel
 	build_base
-	exec 9>&-
 	WORK=$(mktemp -d "${TMPDIR:-/tmp}/softroce.XXXXXX")
 	ACCEL=$(pick_accel)
 	if [ "$NODES" = 1 ]; then nodes=(""); else nodes=(0 1); fi
+	# still under the lock: a run of another checkout (another script, so
+	# another key) removes this base when it builds its own
 	for n in "${nodes[@]}"; do
 		build_initrd "$n" "$WORK/initrd$n"
 	done
+	exec 9>&-
 	for try in 1 2; do
 		run_guests
 		[ $HUNG = 1 ] && [ $try = 1 ] && say "booting again" && continue
