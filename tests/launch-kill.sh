@@ -116,7 +116,13 @@ kill -KILL "$p1"
 finish 10
 [ $rc != 0 ] || fail "pingpong: rk-launch exited 0"
 grep -q '^rk-launch: rank 1 killed by signal SIGKILL$' "$tmp/pp.err" || fail "pingpong: no report"
-pgrep -g "$p0,$p1" >/dev/null && fail "pingpong: a rank's process group is still there"
+# a group empties just after its leader is reaped on a loaded machine: 5 s to go
+i=0
+while pgrep -g "$p0,$p1" >/dev/null; do
+	[ $i -ge 50 ] && fail "pingpong: a rank's process group is still there after 5 s"
+	sleep 0.1
+	i=$((i + 1))
+done
 kill -0 "$p0" 2>/dev/null && fail "pingpong: rank 0 still running"
 
 # 3. SIGTERM to rk-launch; then ranks that ignore SIGTERM, and --grace

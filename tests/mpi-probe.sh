@@ -14,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base
 unset RK_RANK RK_WORLD_SIZE RK_LEADER SLURM_PROCID SLURM_NTASKS RANK WORLD_SIZE MASTER_ADDR \
 	MASTER_PORT 2>/dev/null
 
-mpi="timeout -s KILL 40 mpirun --allow-run-as-root --oversubscribe -np 2"
+mpi="timeout -s KILL 120 mpirun --allow-run-as-root --oversubscribe -np 2"
 mca=
 for opts in "" "--mca plm isolated" "--mca plm isolated --mca btl self,tcp"; do
 	# shellcheck disable=SC2086
