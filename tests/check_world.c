@@ -668,7 +668,7 @@ static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 /* Pump until the leader closes @r (discarding what arrives). Return the ms it took. */
 static uint64_t raw_wait_eof(struct raw *r, struct node **ns, size_t nn, unsigned int ms)
 {
-	uint64_t t0 = rk_test_now_ns(), deadline = t0 + ms * MS;
+	uint64_t t0 = rk_test_now_ns(), deadline = deadline_in(ms);
 
 	for (;;) {
 		raw_poll(r);
