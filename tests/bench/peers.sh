@@ -18,7 +18,8 @@
 #   OUT [./peers-out]             peers.md (the tables), *.dat, peers.gp, PNGs (gnuplot)
 #   DEPS                          a dpkg -x root holding the libraries' headers and .so
 #                                 files (usr/include, usr/lib/x86_64-linux-gnu): used
-#                                 first, found at run time through an rpath
+#                                 first, found at run time through an rpath and
+#                                 LD_LIBRARY_PATH (also for rk-pingpong's liburing)
 #   CC [cc]   UCX_TLS [tcp]       UCX's transports: tcp, so UCX crosses loopback TCP too
 # A design whose library is missing is left out (named on stderr). Without
 # gnuplot the .dat files and peers.gp are written; `gnuplot peers.gp` in OUT plots.
@@ -44,8 +45,11 @@ trap 'rm -rf "$tmp"' EXIT
 flags=(-O2 -Wall)
 libs=()
 if [ -n "${DEPS:-}" ]; then
+	dlib=$DEPS/usr/lib/x86_64-linux-gnu
 	flags+=(-I"$DEPS/usr/include")
-	libs+=(-L"$DEPS/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$DEPS/usr/lib/x86_64-linux-gnu")
+	libs+=(-L"$dlib" -Wl,-rpath,"$dlib")
+	# the rpath finds the libraries named at link time, not what they need in turn
+	export LD_LIBRARY_PATH=$dlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 try() # NAME HEADER LIBS...: adds -DPEERS_HAVE_NAME when HEADER compiles and LIBS link
 {
