@@ -294,8 +294,8 @@ trap 'on_signal 143' TERM HUP
 # RK_SOFTROCE_ONLY=1 or 2 (debugging): only the one-guest or the two-guest boot
 rc1=0
 rc2=0
-[ "${RK_SOFTROCE_ONLY:-1}" = 1 ] && { boot "$tmp/one.log" --nodes 1 --timeout 300 || rc1=$?; }
-[ "${RK_SOFTROCE_ONLY:-2}" = 2 ] && [ $rc1 != 77 ] && { boot "$tmp/two.log" --nodes 2 --timeout 240 || rc2=$?; }
+[ "${RK_SOFTROCE_ONLY:-1}" = 1 ] && { boot "$tmp/one.log" --nodes 1 --timeout 900 || rc1=$?; }
+[ "${RK_SOFTROCE_ONLY:-2}" = 2 ] && [ $rc1 != 77 ] && { boot "$tmp/two.log" --nodes 2 --timeout 720 || rc2=$?; }
 [ $rc1 = 77 ] && rc2=77
 
 # ---------------------------------------------------------------- summary
