@@ -14,8 +14,8 @@
 #   DEPS            a folder with usr/include and usr/lib/x86_64-linux-gnu inside
 #                   (dpkg -x of liburing2 liburing-dev check libsubunit0
 #                   libsubunit-dev); default /tmp/deps
-#   DEBS            optional: a folder of those .deb files, unpacked into DEPS
-#                   first when DEPS has no liburing yet
+#   DEBS            optional: a folder of those .deb files (and the peers step's),
+#                   each unpacked into DEPS once
 #   OUT             receipts (default ./device-out)
 #   BUDGET_S        wall-clock budget of the whole run (default 540)
 #   CUDA_HOME       the toolkit (default /usr/local/cuda, else nvcc's)
@@ -44,6 +44,10 @@
 #                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
 #                   60, and CPU decode at TP2/TP4; bench-bcast.sh at TP2/TP4/TP8 over both;
 #                   bench-kill.sh's KILL_TRIALS SIGKILLs, default 50: shm.txt)
+#                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
+#                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
+#                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS pass through:
+#                   peers.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -96,9 +100,14 @@ tarball=${1:-${TARBALL:-}}
 [ -f "$tarball" ] || { say "FAIL: no tarball (give it as \$1)"; exit 2; }
 tarball=$(cd "$(dirname "$tarball")" && pwd)/$(basename "$tarball")
 
-if [ ! -e "$DEPS/usr/include/liburing.h" ] && [ -n "${DEBS:-}" ]; then
+if [ -n "${DEBS:-}" ]; then
+	# each .deb once (a stamp per file): a later run can bring more of them
 	mkdir -p "$DEPS"
-	for f in "$DEBS"/*.deb; do dpkg -x "$f" "$DEPS" || exit 2; done
+	for f in "$DEBS"/*.deb; do
+		st=$DEPS/.unpacked-$(basename "$f")
+		[ -e "$st" ] && continue
+		dpkg -x "$f" "$DEPS" && : >"$st" || exit 2
+	done
 fi
 [ -e "$DEPS/usr/include/liburing.h" ] || { say "FAIL: no liburing under $DEPS/usr/include"; exit 2; }
 dlib=$DEPS/usr/lib/x86_64-linux-gnu
@@ -344,6 +353,19 @@ if want decode && [ -x examples/serve/rk-serve ]; then
 	fi
 elif want decode; then
 	say "decode-tp2: examples/serve/rk-serve was not built"
+fi
+
+# ---- rankrt beside its peers (tests/bench/peers.sh; STEPS=peers, not by default) -----------
+# raw sockets, io_uring, libuv, ZeroMQ and UCX from the .debs in DEPS (flake-device.md lists
+# them); a design whose library is missing is left out and named in peers.txt
+if want peers; then
+	plog=$OUT/peers.txt
+	: >"$plog"
+	step peers "${PEERS_S:-300}" "$plog" env DEPS="$DEPS" OUT="$work/peers" bash tests/bench/peers.sh .
+	for f in peers-busy.dat peers-gap.dat; do
+		[ -f "$work/peers/$f" ] && { echo "== $f"; cat "$work/peers/$f"; } >>"$plog"
+	done
+	grep -E '^(\||#|peers)' "$plog" | tee -a "$summary"
 fi
 
 # ---- the round-broadcast overhead (tests/bench/bench-bcast.sh): CUDA at TP2, CPU at TP2 and TP4 --
