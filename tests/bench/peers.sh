@@ -182,11 +182,13 @@ set title 'Wake latency after a periodic gap (p50; dashed: p99)'
 set xlabel 'gap us'
 set ylabel 'RTT us'
 set logscale xy
+set xrange [500:200000]
 set key left top
-plot for [d in "rk-spin rk-adaptive rk-block sock-spin sock-block"] \
-	'< grep "^'.d.' " peers-gap.dat' using 2:3 with linespoints title d, \
-     for [d in "rk-spin rk-adaptive rk-block sock-spin sock-block"] \
-	'< grep "^'.d.' " peers-gap.dat' using 2:4 with lines dt 2 notitle
+L = "rk-spin rk-adaptive rk-block sock-spin sock-block"
+plot for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
+	using 2:3 with linespoints lc i title word(L, i), \
+     for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
+	using 2:4 with lines dt 2 lc i notitle
 EOF
 if command -v gnuplot >/dev/null; then
 	(cd "$OUT" && gnuplot peers.gp)
