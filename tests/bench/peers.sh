@@ -3,7 +3,9 @@
 # (--wait=spin, adaptive, block) and through tests/bench/peers.c's designs (raw
 # sockets spinning and blocking, plain io_uring blocking and peek-spinning,
 # libuv, ZeroMQ PAIR, UCX ucp busy and armed), all in one run, interleaved rep
-# by rep, client and server pinned to CPUs 0 and 1. Then the periodic-gap run:
+# by rep, client and server pinned to CPUs 0 and 1; rk-pingpong runs with
+# RK_SHM=off for the TCP rows, and again as rk-shm-* rows over its same-host
+# shared-memory link (not TCP: beside the others for scale). Then the periodic-gap run:
 # a round trip every G us, so its RTT is the wake latency of a server idle G us,
 # with the server's CPU per round trip. Needs no network.
 #
@@ -75,12 +77,15 @@ host="$(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(unam
 div() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0) ? a / b : 0}'; }
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "-"}'; }
 
-# rk_row MODE COUNT WARMUP [GAP]: "p50 p99 cpu_client cpu_server rts" from rk-pingpong
+# rk_row MODE COUNT WARMUP [GAP]: "p50 p99 cpu_client cpu_server rts" from rk-pingpong.
+# The rk-* rows are TCP loopback like every peer's (RK_SHM=off: two ranks of one host
+# would otherwise move to shared memory); the rk-shm-* rows are that same-host link.
 rk_row()
 {
-	local out
-	out=$("$pp" --local --pin --wait "$1" --count "$2" --warmup "$3" --runs 1 \
-		--gap-us "${4:-0}" | tail -1)
+	local out shm=off mode=$1
+	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
+	out=$(RK_SHM=$shm "$pp" --local --pin --wait "$mode" --count "$2" --warmup "$3" \
+		--runs 1 --gap-us "${4:-0}" | tail -1)
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
 }
 peer_row() # DESIGN COUNT WARMUP [GAP]
@@ -96,7 +101,7 @@ row() # NAME COUNT WARMUP GAP
 }
 
 # ---- busy round trips ----
-all=(rk-spin rk-adaptive rk-block "${designs[@]}")
+all=(rk-spin rk-adaptive rk-block "${designs[@]}" rk-shm-spin rk-shm-adaptive rk-shm-block)
 for rep in $(seq "$REPS"); do
 	for d in "${all[@]}"; do
 		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }
