@@ -201,6 +201,7 @@ struct ring {
 	_Atomic uint64_t *tail;		/* the writer's */
 	_Atomic uint64_t *head;		/* the reader's */
 	uint64_t pos;			/* ours: the writer's tail or the reader's head */
+	uint64_t seen;			/* writer: the reader's head when we last read it */
 };
 
 struct rk__shm;
@@ -310,6 +311,7 @@ static void ring_init(struct ring *r, uint8_t *data, uint64_t size, uint8_t *bas
 	r->tail = u64_at(base, tail);
 	r->head = u64_at(base, head);
 	r->pos = 0;
+	r->seen = 0;
 }
 
 static void ring_read(const struct ring *r, uint64_t pos, void *dst, size_t n)
@@ -343,14 +345,24 @@ static int64_t ring_avail(const struct ring *r)
 	return (int64_t)(t - r->pos);
 }
 
-/* Writer: room the reader left, or -RK_ESHMRING. Acquire: pairs with the
- * reader's release of its head, after it copied the bytes out. */
-static int64_t ring_room(const struct ring *r)
+/*
+ * Writer: room the reader left, or -RK_ESHMRING. The reader's head is read
+ * only when the head we saw last leaves less than @need bytes: its line then
+ * stays with the reader while the ring has room, and a frame moves no line
+ * but its records' and our tail's. Acquire: pairs with the reader's release
+ * of its head, after it copied the bytes out. A head seen once stays valid:
+ * heads only grow, so room computed from it is never more than there is.
+ */
+static int64_t ring_room(struct ring *r, uint64_t need)
 {
-	uint64_t h = atomic_load_explicit(r->head, memory_order_acquire);
+	uint64_t h = r->seen;
 
+	if (r->size - (r->pos - h) >= need)
+		return (int64_t)(r->size - (r->pos - h));
+	h = atomic_load_explicit(r->head, memory_order_acquire);
 	if (r->pos - h > r->size || (h & 7))
 		return -RK_ESHMRING;
+	r->seen = h;
 	return (int64_t)(r->size - (r->pos - h));
 }
 
@@ -923,7 +935,8 @@ void rk__shm_flush(struct rk_link *l)
 	n = rk__link_tx_next(l, &p);
 	if (!n)
 		return;
-	room = ring_room(&s->tx);
+	/* all of it, in records of at most SHM_CHUNK_MAX, each padded */
+	room = ring_room(&s->tx, n + (n / SHM_CHUNK_MAX + 1) * (REC_HDR + 8));
 	if (room < 0) {
 		shm_fail(s, -RK_ESHMRING, "link ring head");
 		return;
@@ -1002,7 +1015,7 @@ static int src_poll(struct rk_source *src, uint64_t now)
 	 */
 	rx_poll(s);
 	if (s->tx_blocked && !s->closing) {
-		int64_t room = ring_room(&s->tx);
+		int64_t room = ring_room(&s->tx, UINT64_MAX);	/* fresh: it looked full */
 
 		if (room < 0 || room > (int64_t)REC_HDR) {
 			s->tx_blocked = false;	/* the flush writes, or fails the link */
@@ -1059,7 +1072,7 @@ static bool pending(struct rk__shm_link *s)
 		return true;
 	if (!s->tx_blocked)
 		return false;
-	room = ring_room(&s->tx);
+	room = ring_room(&s->tx, UINT64_MAX);
 	return room < 0 || room > (int64_t)REC_HDR;
 }
 
