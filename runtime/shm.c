@@ -846,13 +846,15 @@ static int rx_poll(struct rk__shm_link *s)
 		btail = s->brx.pos + (uint64_t)av;
 	}
 	/*
-	 * The next record's first two lines, asked for before the tail: when a
-	 * frame came, the two misses (tail, then record) overlap instead of
-	 * following each other. A hint only: what is read is what the tail
-	 * published (acquire below).
+	 * The lines of the next record's first 128 bytes (two or three: records
+	 * start on any 8 bytes), asked for before the tail: when a frame came,
+	 * the two misses (tail, then record) overlap instead of following each
+	 * other. A hint only: what is read is what the tail published (acquire
+	 * below).
 	 */
 	__builtin_prefetch(s->rx.data + (s->rx.pos & (s->rx.size - 1)));
 	__builtin_prefetch(s->rx.data + ((s->rx.pos + 64) & (s->rx.size - 1)));
+	__builtin_prefetch(s->rx.data + ((s->rx.pos + 127) & (s->rx.size - 1)));
 	av = ring_avail(&s->rx);
 	if (av < 0) {
 		shm_fail(s, -RK_ESHMRING, "link ring");
