@@ -13,39 +13,11 @@
 # be installed. npm installs it into a scratch directory (never the source
 # tree); RK_TEST_OPENAI_DIR names a directory that has node_modules/openai
 # already (no network needed then). Run from the build directory.
-b=${builddir:-.}
 srcdir=${srcdir:-$(dirname "$0")/..}
-launch=$b/examples/launch/rk-launch
-serve=$b/examples/serve/rk-serve
-load=$b/examples/load/rk-load
 N=8
 M=16
-[ -x "$launch" ] || { echo "no $launch"; exit 99; }
-if [ ! -x "$serve" ] || [ ! -x "$load" ]; then
-	echo "SKIP: rk-serve/rk-load not built (libmicrohttpd, jansson, libcurl)"
-	exit 77
-fi
-command -v timeout >/dev/null || { echo "SKIP: no timeout(1)"; exit 77; }
+. "$(dirname "$0")/serve-common.sh"
 command -v node >/dev/null || { echo "SKIP: no node (Debian: nodejs)"; exit 77; }
-
-tmp=$(mktemp -d) || exit 99
-lpid=
-cleanup()
-{
-	# rk-launch's ranks die with it (PR_SET_PDEATHSIG)
-	[ -n "$lpid" ] && kill -KILL "$lpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail()
-{
-	echo "FAIL: $*"
-	for f in "$tmp"/*; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
-	done
-	exit 1
-}
 
 # the client library: a given directory, or npm into the scratch directory
 mod=
@@ -77,15 +49,7 @@ bench_s=$(sed -n 's/^hash sampled \([0-9a-f]*\): .*/\1/p' "$tmp/bench.out")
 "$launch" -v --hosts localhost,localhost -- "$serve" --http 127.0.0.1:0 \
 	</dev/null >"$tmp/serve.out" 2>"$tmp/serve.err" &
 lpid=$!
-url=
-i=0
-while [ -z "$url" ]; do
-	[ $i -ge 300 ] && fail "not serving after 30 s"
-	kill -0 "$lpid" 2>/dev/null || fail "rk-launch exited before serving"
-	sleep 0.1
-	i=$((i + 1))
-	url=$(sed -n 's/^\[r0\] rk-serve: .* listening on \(http:[^ ]*\)$/\1/p' "$tmp/serve.out")
-done
+wait_url "$tmp/serve.out" "$lpid" "\\[r0\\] rk-serve:"
 p0=$(sed -n 's/^rk-launch: rank 0: pid \([0-9]*\) .*/\1/p' "$tmp/serve.err")
 [ -n "$p0" ] || fail "no pid for rank 0"
 timeout -s KILL 60 "$load" --url "$url" --streams 1 --modes greedy,sampled --draft plain \
