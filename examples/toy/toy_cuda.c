@@ -86,6 +86,10 @@ struct job {
 	size_t in_cap, in_len;
 	int32_t *logits_h;	/* pinned, leader: n_out * V summed logits */
 	size_t logits_cap;	/* elements */
+	const int32_t *logits;	/* leader: where the round's logits land (logits_h, or
+				 * a resident slot's buffer) */
+	enum { JOB_LAUNCHED, JOB_ARMED, JOB_VOID } state;	/* resident rounds */
+	bool marked;		/* its mark is enqueued (before launch when pre-armed) */
 	struct job *next;
 };
 
@@ -140,9 +144,18 @@ struct toy_cuda {
 	struct rk_epoch *ep;			/* the region registered (gep holds it) */
 	struct rk_gpu_epoch *gep;
 	uint32_t *dgate;			/* 0: the pre-armed round is the predicted one */
-	bool armed;				/* the stream waits for pred.want */
+	bool armed;				/* the stream waits for the next epoch */
 	bool armed_ok;				/* ...and all of its kernels are enqueued */
-	struct toy_cuda_kpredict pred;
+	unsigned int rslot;			/* the slot of the last arm (they alternate) */
+	struct toy_cuda_kpredict *pred_h[2];	/* pinned, mapped: the plan kernel reads it */
+	struct toy_cuda_kpredict *pred_d[2];	/* ...at this device address */
+	int32_t *rlog_h[2];			/* pinned, TP1: pre-armed rounds' logits */
+	size_t rlog_cap[2];
+	cudaGraphExec_t rg[2][TOY_CUDA_PRED_MAX + 1];	/* the pre-armed work, per slot
+							 * and stream count */
+	bool rg_failed[2][TOY_CUDA_PRED_MAX + 1];
+	struct job *ajob;			/* TP1: the pre-armed round's job, marked */
+	struct job *void_head;			/* pre-marked jobs of rounds launched instead */
 
 	struct toy_cuda_stats stats;
 };
@@ -174,6 +187,19 @@ static void report(struct toy_cuda *b, struct rk_sched *s, uint64_t round_id, in
 
 /* ---- memory ------------------------------------------------------------------------ */
 
+/* The graphs of the pre-armed work in slot @k (they hold its buffers' addresses). */
+static void res_graphs_drop(struct toy_cuda *b, unsigned int k)
+{
+	unsigned int n;
+
+	for (n = 0; n <= TOY_CUDA_PRED_MAX; n++) {
+		if (b->rg[k][n])
+			cudaGraphExecDestroy(b->rg[k][n]);
+		b->rg[k][n] = NULL;
+		b->rg_failed[k][n] = false;
+	}
+}
+
 /* A device buffer moved: every graph holds the old address. */
 static void graphs_drop(struct toy_cuda *b)
 {
@@ -185,6 +211,8 @@ static void graphs_drop(struct toy_cuda *b)
 			cudaGraphExecDestroy(b->gs[i].exec);
 		b->gs[i] = (struct gslot){ 0 };
 	}
+	res_graphs_drop(b, 0);
+	res_graphs_drop(b, 1);
 }
 
 /* Grow a device buffer in stream order (the old one is freed after its last use). */
@@ -535,9 +563,11 @@ static int enqueue_tail(struct toy_cuda *b, struct job *job, size_t nlog)
 	if (b->rank == 0)
 		ret = CU(b, cudaMemcpyAsync(job->logits_h, b->dlog, nlog * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
+	job->logits = job->logits_h;
 	t3 = now_ns();
 	if (!ret)
 		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+	job->marked = !ret;
 	b->stats.enqueues++;
 	b->stats.ns_copy += t3 - t2;
 	b->stats.ns_mark += now_ns() - t3;
@@ -611,12 +641,16 @@ static struct job *job_get(struct toy_cuda *b)
 
 	if (job) {
 		b->free_jobs = job->next;
-		job->next = NULL;
-		return job;
-	}
-	job = calloc(1, sizeof(*job));
-	if (job)
+	} else {
+		job = calloc(1, sizeof(*job));
+		if (!job)
+			return NULL;
 		job->b = b;
+	}
+	job->next = NULL;
+	job->state = JOB_LAUNCHED;
+	job->marked = false;
+	job->logits = NULL;
 	return job;
 }
 
@@ -659,6 +693,8 @@ static void finish(struct toy_cuda *b, struct job *job, int status)
 	report(b, s, id, status);	/* last: it may launch the next round */
 }
 
+static void res_mark_unlaunched(struct toy_cuda *b, struct job *job);
+
 static enum rk_activity on_mark(struct rk_gpu_notifier *n, uint64_t cookie, void *arg)
 {
 	struct toy_cuda *b = arg;
@@ -666,6 +702,10 @@ static enum rk_activity on_mark(struct rk_gpu_notifier *n, uint64_t cookie, void
 	int status = 0;
 
 	(void)n;
+	if (job->state != JOB_LAUNCHED) {
+		res_mark_unlaunched(b, job);
+		return RK_BUSY;
+	}
 	/* after an abort the collective's results are garbage */
 	if (b->size > 1 && rk_nccl_state(b->nccl) < 0)
 		status = rk_nccl_state(b->nccl);
@@ -728,36 +768,209 @@ static void res_fallback(struct toy_cuda *b, const char *why, int err)
 	b->stats.resident_fallbacks++;
 }
 
+/* A job whose mark is enqueued but whose round was launched elsewhere: freed by its mark. */
+static void res_void(struct toy_cuda *b, struct job *job)
+{
+	job->state = JOB_VOID;
+	job->next = b->void_head;
+	b->void_head = job;
+}
+
+/* The pre-armed round's job, if any, is no longer the round's. */
+static void res_drop_job(struct toy_cuda *b)
+{
+	struct job *job = b->ajob;
+
+	b->ajob = NULL;
+	if (!job)
+		return;
+	if (job->marked)
+		res_void(b, job);	/* its mark comes: on_mark() frees it */
+	else
+		job_put(b, job);
+}
+
+/*
+ * The mark of a job that was never launched: a void one (freed here), or the
+ * pre-armed round's. That one's wait was met by the region's close (the
+ * scheduler stopped: the plan kernel shut the gate), or by a round published
+ * and never launched, whose kernels may have folded a round the mirror never
+ * saw: then the backend fails for good.
+ */
+static void res_mark_unlaunched(struct toy_cuda *b, struct job *job)
+{
+	struct job **pp;
+
+	if (job->state == JOB_ARMED) {
+		if (rk_epoch_current(b->ep) != RK_EPOCH_CLOSED) {
+			fprintf(stderr, "toy_cuda[r%u]: a pre-armed round completed before its "
+				"launch\n", b->rank);
+			b->failed = -EPROTO;
+		}
+		b->ajob = NULL;
+		b->armed = false;
+		b->armed_ok = false;
+		job_put(b, job);
+		return;
+	}
+	for (pp = &b->void_head; *pp; pp = &(*pp)->next) {
+		if (*pp == job) {
+			*pp = job->next;
+			break;
+		}
+	}
+	job_put(b, job);
+}
+
 /* A pre-armed wait that no round will meet: release it (the gate stays shut). */
 static void disarm(struct toy_cuda *b)
 {
-	if (b->armed && b->ep && rk_epoch_current(b->ep) < b->pred.want) {
+	if (b->armed && b->ep && rk_epoch_current(b->ep) < b->pred_h[b->rslot]->want) {
 		res_fallback(b, "a pre-armed round was not published: the region is closed", 0);
 		rk_epoch_close(b->ep);
 	}
 	b->armed = false;
 	b->armed_ok = false;
+	res_drop_job(b);
+}
+
+/* The slot buffers of resident rounds, once: the predictions (mapped), TP1's logits. */
+static int res_slots(struct toy_cuda *b, unsigned int k, uint32_t n)
+{
+	size_t need = (size_t)n * b->V * sizeof(int32_t), cap;
+	void *q;
+	int ret;
+
+	if (!b->pred_h[k]) {
+		ret = CU(b, cudaHostAlloc((void **)&b->pred_h[k], sizeof(*b->pred_h[k]),
+					  cudaHostAllocMapped));
+		if (ret)
+			return ret;
+		ret = CU(b, cudaHostGetDevicePointer((void **)&b->pred_d[k], b->pred_h[k], 0));
+		if (ret) {
+			cudaFreeHost(b->pred_h[k]);
+			b->pred_h[k] = NULL;
+			return ret;
+		}
+		memset(b->pred_h[k], 0, sizeof(*b->pred_h[k]));
+	}
+	if (b->size > 1 || need <= b->rlog_cap[k])
+		return 0;
+	/* the slot's last pre-armed round has completed (arm()'s TP1 rule); graphs hold it */
+	cap = need * 2;
+	ret = CU(b, cudaHostAlloc(&q, cap, cudaHostAllocDefault));
+	if (ret)
+		return ret;
+	if (b->rlog_h[k])
+		cudaFreeHost(b->rlog_h[k]);
+	b->rlog_h[k] = q;
+	b->rlog_cap[k] = cap;
+	res_graphs_drop(b, k);
+	return 0;
+}
+
+/*
+ * The pre-armed work of @n streams in slot @k, after the wait: the plan
+ * kernel, the gated fold and logits, and at TP1 the leader's copy (a
+ * failure after the first kernel is sticky: a half-enqueued round cannot be
+ * launched again). Return: 0, or the error and *@any whether anything went in.
+ */
+static int res_compute(struct toy_cuda *b, uint32_t n, unsigned int k, bool *any)
+{
+	uint8_t *base = rk_gpu_epoch_device_ptr(b->gep);
+	size_t kl = (size_t)n * sizeof(struct toy_cuda_kstream);
+	struct toy_cuda_kstream *ks = b->din;
+	const uint32_t *tok = (const uint32_t *)((uint8_t *)b->din + kl);
+	int ret;
+
+	*any = false;
+	ret = CU(b, toy_cuda_k_resident_plan(b->stream,
+					     (const uint64_t *)(base + RK_EPOCH_OFF_DESC_EPOCH),
+					     (const uint32_t *)(base + RK_EPOCH_OFF_DESC_LEN),
+					     base + RK_EPOCH_OFF_DESC, b->pred_d[k], n, b->V, ks,
+					     (uint32_t *)tok, b->dgate));
+	if (ret)
+		return ret;
+	*any = true;
+	ret = CU(b, toy_cuda_k_round_gated(b->stream, ks, n, tok, b->dstate, b->dE, b->dh0, b->df,
+					   b->n, b->lo, b->dgate));
+	if (!ret)
+		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, n, b->V, b->n,
+						    b->dgate));
+	if (!ret && b->size == 1)
+		ret = CU(b, cudaMemcpyAsync(b->rlog_h[k], b->dlog, (size_t)n * b->V * sizeof(int32_t),
+					    cudaMemcpyDeviceToHost, b->stream));
+	return ret;
+}
+
+/* The graph of res_compute(@n, @k), captured on first use; NULL: enqueue it eagerly. */
+static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
+{
+	enum cudaStreamCaptureStatus cs;
+	cudaGraph_t graph = NULL;
+	bool any;
+	int ret;
+
+	if (!b->graphs || b->rg_failed[k][n])
+		return NULL;
+	if (b->rg[k][n])
+		return b->rg[k][n];
+	ret = CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+	if (!ret) {
+		ret = res_compute(b, n, k, &any);
+		if (CU(b, cudaStreamEndCapture(b->stream, &graph)) && !ret)
+			ret = -EIO;
+	}
+	if (!ret)
+		ret = CU(b, cudaGraphInstantiate(&b->rg[k][n], graph, 0));
+	if (graph)
+		cudaGraphDestroy(graph);
+	if (ret || cudaStreamIsCapturing(b->stream, &cs) || cs != cudaStreamCaptureStatusNone) {
+		fprintf(stderr, "toy_cuda[r%u]: no graph for pre-armed rounds of %u streams: "
+			"eager\n", b->rank, n);
+		b->rg_failed[k][n] = true;
+		b->rg[k][n] = NULL;
+		return NULL;
+	}
+	b->stats.graph_captures++;
+	return b->rg[k][n];
 }
 
 /*
  * After launch(@r) (round N, on the stream): pre-arm round N+1 as predicted
- * from @r, for the scheduler @s's region. Nothing happens when the backend
- * cannot (RK_RESIDENT not on, NCCL not up, drafts, too many streams); a
- * failure to register or to enqueue is one log line and a counter.
+ * from @r, for the scheduler @s's region: the wait, then one graph (or its
+ * kernels) reading the prediction from slot k's mapped memory, and at TP1
+ * the leader's copy and the mark too, so the round completes with no host
+ * call after the epoch is published. Slots alternate; a slot is reused once
+ * the plan kernel of its last arm has read it (it says so in the slot), and
+ * at TP1 with this round the only one in flight (the logits buffer, the mark).
+ * Nothing happens when the backend cannot (RK_RESIDENT not on, NCCL not up,
+ * drafts, too many streams); a failure to register or to enqueue is one log
+ * line and a counter. Its host time is stats.ns_arm.
  */
 static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_round *r)
 {
 	struct rk_epoch *ep = rk_sched_epoch(s);
-	struct toy_cuda_kstream *ks;
 	uint32_t i, n = r->n_streams;
+	unsigned int k = b->rslot ^ 1;
+	struct toy_cuda_kpredict *pred;
 	struct rk_wire_stream ws;
+	uint64_t t0 = now_ns();
 	const struct entry *e;
-	size_t kl;
-	uint8_t *base;
+	cudaGraphExec_t g;
+	struct job *job = NULL;
+	bool any = false;
 	int ret;
 
 	if (!b->res_on || !ep || b->armed || b->failed || b->wait_head || !n ||
 	    n > TOY_CUDA_PRED_MAX)
+		return;
+	/* TP1: the previous round has completed (its logits slot and mark are free) */
+	if (b->size == 1 && (b->inflight != 1 || b->void_head))
+		return;
+	/* the plan kernel of the slot's last arm has read it */
+	pred = b->pred_h[k];
+	if (pred && __atomic_load_n(&pred->done, __ATOMIC_ACQUIRE) != pred->want)
 		return;
 	for (i = 0; i < n; i++) {
 		rk_wire_round_stream(r, i, &ws);
@@ -778,77 +991,102 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 	} else if (ep != b->ep) {
 		return;			/* another scheduler's rounds: launched */
 	}
-	b->pred.want = r->round_id + 1;
-	b->pred.n = n;
-	b->pred.V = b->V;
 	for (i = 0; i < n; i++) {
 		rk_wire_round_stream(r, i, &ws);
-		e = find(b, ws.stream_id);
-		if (!e)
+		if (!find(b, ws.stream_id))
 			return;		/* the mirror dropped it (a retire): nothing to predict */
-		b->pred.s[i].id = e->id;
-		b->pred.s[i].position = e->pos;
-		b->pred.s[i].slot = e->slot;
-		b->pred.s[i].last_prev = e->last;
-		b->pred.s[i].pad = 0;
 	}
-	kl = (size_t)n * sizeof(*ks);
-	ret = dgrow(b, &b->din, &b->din_cap, kl + (size_t)n * sizeof(uint32_t));
+	ret = res_slots(b, k, n);
+	if (!ret)
+		ret = dgrow(b, &b->din, &b->din_cap,
+			    (size_t)n * (sizeof(struct toy_cuda_kstream) + sizeof(uint32_t)));
 	if (!ret)
 		ret = dgrow(b, (void **)&b->df, &b->df_cap, (size_t)n * b->n * sizeof(int16_t));
 	if (!ret)
 		ret = dgrow(b, (void **)&b->dlog, &b->dlog_cap, (size_t)n * b->V * sizeof(int32_t));
-	/* shut until the plan kernel has seen the predicted round */
-	if (!ret)
-		ret = CU(b, cudaMemsetAsync(b->dgate, 0xff, sizeof(*b->dgate), b->stream));
+	if (!ret && b->size == 1) {
+		job = job_get(b);
+		if (!job)
+			ret = -ENOMEM;
+	}
 	if (ret) {
+		if (job)
+			job_put(b, job);
 		res_fallback(b, "cannot pre-arm", ret);
 		return;
 	}
-	ret = rk_gpu_epoch_wait(b->gep, b->stream, b->pred.want);
+	/* the slot's last reader is done (above): plain stores, the epoch's
+	 * release store orders them before the kernel can run */
+	pred = b->pred_h[k];
+	pred->want = r->round_id + 1;
+	pred->n = n;
+	pred->V = b->V;
+	for (i = 0; i < n; i++) {
+		rk_wire_round_stream(r, i, &ws);
+		e = find(b, ws.stream_id);
+		pred->s[i].id = e->id;
+		pred->s[i].position = e->pos;
+		pred->s[i].slot = e->slot;
+		pred->s[i].last_prev = e->last;
+		pred->s[i].pad = 0;
+	}
+	g = res_graph(b, n, k);		/* captured before the wait: nothing runs */
+	ret = rk_gpu_epoch_wait(b->gep, b->stream, pred->want);
 	if (ret) {
+		if (job)
+			job_put(b, job);
+		pred->done = pred->want;	/* no kernel reads the slot */
 		res_fallback(b, "cuStreamWaitValue64", ret);
 		return;
 	}
 	b->armed = true;	/* the stream waits from here: disarm() if never met */
-	base = rk_gpu_epoch_device_ptr(b->gep);
-	ks = (struct toy_cuda_kstream *)b->din;
-	ret = CU(b, toy_cuda_k_resident_plan(b->stream,
-					     (const uint64_t *)(base + RK_EPOCH_OFF_DESC_EPOCH),
-					     (const uint32_t *)(base + RK_EPOCH_OFF_DESC_LEN),
-					     base + RK_EPOCH_OFF_DESC, &b->pred, ks,
-					     (uint32_t *)((uint8_t *)b->din + kl), b->dgate));
-	if (!ret)
-		ret = CU(b, toy_cuda_k_round_gated(b->stream, ks, n,
-						   (const uint32_t *)((uint8_t *)b->din + kl),
-						   b->dstate, b->dE, b->dh0, b->df, b->n, b->lo,
-						   b->dgate));
-	if (!ret)
-		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, n, b->V, b->n,
-						    b->dgate));
+	b->rslot = k;
+	if (g) {
+		ret = CU(b, cudaGraphLaunch(g, b->stream));
+		any = !ret;	/* a graph launch that failed enqueued nothing */
+	} else {
+		ret = res_compute(b, n, k, &any);
+	}
 	if (ret) {
-		res_fallback(b, "cannot pre-arm the kernels", ret);
-		return;		/* the gate stays shut: launch(N+1) takes the launch path */
+		if (job)
+			job_put(b, job);
+		if (any) {
+			b->failed = ret;	/* half a round is in the stream */
+		} else {
+			pred->done = pred->want;	/* no kernel reads the slot */
+			res_fallback(b, "cannot pre-arm the kernels", ret);
+		}
+		return;		/* not armed_ok: launch(N+1) takes the launch path */
+	}
+	if (job) {
+		/* TP1: the mark too; refused, launch(N+1) enqueues it */
+		job->state = JOB_ARMED;
+		job->logits = b->rlog_h[k];
+		job->marked = !rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+		b->ajob = job;
 	}
 	b->armed_ok = true;
+	b->stats.arms++;
+	b->stats.ns_arm += now_ns() - t0;
 }
 
 /* Round @round is the pre-armed one: the plan kernel decides the same from the region. */
 static bool pred_matches(const struct toy_cuda *b, struct rk_sched *s,
 			 const struct rk_wire_round *round)
 {
+	const struct toy_cuda_kpredict *pred = b->pred_h[b->rslot];
 	int64_t len = rk_wire_round_size(round->n_streams, round->n_tok_total);
 	struct rk_wire_stream ws;
 	uint32_t i;
 
-	if (!b->armed_ok || rk_sched_epoch(s) != b->ep || round->round_id != b->pred.want ||
-	    round->n_streams != b->pred.n || round->n_tok_total != b->pred.n ||
+	if (!b->armed_ok || rk_sched_epoch(s) != b->ep || round->round_id != pred->want ||
+	    round->n_streams != pred->n || round->n_tok_total != pred->n ||
 	    rk_epoch_current(b->ep) != round->round_id || len < 0 ||
 	    (uint64_t)len > rk_epoch_desc_max(b->ep))
 		return false;
 	for (i = 0; i < round->n_streams; i++) {
 		rk_wire_round_stream(round, i, &ws);
-		if (ws.stream_id != b->pred.s[i].id || ws.position != b->pred.s[i].position ||
+		if (ws.stream_id != pred->s[i].id || ws.position != pred->s[i].position ||
 		    ws.n_tokens != 1 || ws.n_draft != 0 || rk_wire_round_token(round, i) >= b->V)
 			return false;
 	}
@@ -857,8 +1095,10 @@ static bool pred_matches(const struct toy_cuda *b, struct rk_sched *s,
 
 /*
  * The pre-armed kernels compute @round (they may be running already): apply
- * it to the mirror as plan() would, and enqueue what follows them. A failure
- * here is sticky: the device has moved on. Return: 0 or -errno.
+ * it to the mirror as plan() would, and enqueue what follows them (TP > 1:
+ * the allreduce, the leader's copy, the mark; TP1: nothing, unless the mark
+ * was refused at arm time). A failure here is sticky: the device has moved
+ * on. Return: 0 or -errno.
  */
 static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 			   const struct rk_wire_round *round)
@@ -872,14 +1112,18 @@ static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 
 	b->armed = false;
 	b->armed_ok = false;
-	job = job_get(b);
+	job = b->ajob ? b->ajob : job_get(b);
+	b->ajob = NULL;
 	if (!job)
 		return b->failed = -ENOMEM;
 	ret = toy_round_copy(&job->r, round, b->V);
-	if (!ret && b->rank == 0)
+	if (!ret && b->rank == 0 && b->size > 1)
 		ret = hgrow(b, (void **)&job->logits_h, &job->logits_cap, nlog * sizeof(int32_t));
 	if (ret) {
-		job_put(b, job);
+		if (job->marked)
+			res_void(b, job);
+		else
+			job_put(b, job);
 		return b->failed = ret;
 	}
 	if (b->rank == 0) {
@@ -891,23 +1135,32 @@ static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 	for (i = 0; i < job->r.n_streams; i++) {
 		e = find(b, job->r.st[i].id);
 		if (!e) {
-			job_put(b, job);
+			if (job->marked)
+				res_void(b, job);
+			else
+				job_put(b, job);
 			return b->failed = -EPROTO;
 		}
 		e->mark = seq;
 		e->pos += 1;
 		e->last = job->r.tok[i];
 	}
+	job->state = JOB_LAUNCHED;
 	job->t_launch = t0;
 	job->status = 0;
 	job->s = s;
 	b->inflight++;
 	if (b->nccl)
 		rk_nccl_busy(b->nccl, true);
-	ret = b->size > 1 ? allreduce(b, nlog) : 0;
-	b->stats.ns_compute += now_ns() - t0;
-	if (!ret)
-		ret = enqueue_tail(b, job, nlog);
+	if (b->size > 1) {
+		ret = allreduce(b, nlog);
+		b->stats.ns_compute += now_ns() - t0;
+		if (!ret)
+			ret = enqueue_tail(b, job, nlog);
+	} else if (!job->marked) {
+		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+		job->marked = !ret;
+	}
 	if (ret) {
 		b->failed = ret;
 		b->inflight--;
@@ -1002,7 +1255,7 @@ static int cuda_token(void *ctx, uint32_t i, uint32_t j, uint32_t *tok)
 		return -EPERM;
 	if (!job || job->status)
 		return -EAGAIN;
-	return toy_round_token(&job->r, job->logits_h, b->V, b->H, i, j, tok);
+	return toy_round_token(&job->r, job->logits, b->V, b->H, i, j, tok);
 }
 
 static void cuda_retire(void *ctx, uint64_t stream_id)
@@ -1175,7 +1428,7 @@ const int32_t *toy_cuda_logits(const struct toy_cuda *b, uint32_t out)
 {
 	if (b->rank != 0 || !b->cur || b->cur->status || out >= b->cur->r.n_out)
 		return NULL;
-	return b->cur->logits_h + (size_t)out * b->V;
+	return b->cur->logits + (size_t)out * b->V;
 }
 
 void toy_cuda_stats(const struct toy_cuda *b, struct toy_cuda_stats *out)
@@ -1187,6 +1440,7 @@ void toy_cuda_stats(const struct toy_cuda *b, struct toy_cuda_stats *out)
 int toy_cuda_destroy(struct toy_cuda *b)
 {
 	struct job *job;
+	unsigned int k;
 	int ret = 0, r;
 
 	if (!b)
@@ -1196,7 +1450,8 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	cudaSetDevice(b->dev);
 	disarm(b);	/* before the stream is synchronised: its wait ends */
 	graphs_drop(b);
-	ret = rk_gpu_notifier_destroy(b->notif, false);
+	/* the marks of pre-armed rounds that were launched instead: not waited for */
+	ret = rk_gpu_notifier_destroy(b->notif, b->void_head != NULL);
 	r = CU(b, cudaStreamSynchronize(b->stream));
 	ret = ret ? ret : r;
 	r = rk_gpu_epoch_unregister(&b->gep);
@@ -1210,6 +1465,16 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	while ((job = b->free_jobs)) {
 		b->free_jobs = job->next;
 		job_free(job);
+	}
+	while ((job = b->void_head)) {
+		b->void_head = job->next;
+		job_free(job);
+	}
+	for (k = 0; k < 2; k++) {
+		if (b->pred_h[k])
+			cudaFreeHost(b->pred_h[k]);
+		if (b->rlog_h[k])
+			cudaFreeHost(b->rlog_h[k]);
 	}
 	cudaFree(b->din);
 	cudaFree(b->df);

@@ -10,6 +10,7 @@
  * cudaError_t and never log (the C caller converts it once).
  */
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "toy_cuda_k.h"
@@ -139,39 +140,53 @@ __device__ static inline uint64_t ld64(const uint8_t *p)
 #define W_HDR 16u
 #define W_STREAM 40u
 
+/*
+ * One block of TOY_CUDA_PRED_MAX threads. @pred is host-mapped pinned memory
+ * the host filled before it pre-armed this kernel (a graph holds its address,
+ * so it is read at run time, never cached: the host reuses the slot two
+ * arms later); @n and @V are fixed for the kernel's graph.
+ */
 __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
-				const uint8_t *desc, toy_cuda_kpredict pred, toy_cuda_kstream *ks,
-				uint32_t *tok, uint32_t *gate)
+				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
+				 toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
 {
+	uint8_t *pp = (uint8_t *)pred;
 	__shared__ int bad;
-	uint32_t i = threadIdx.x, n = pred.n, t;
-	const uint8_t *st;
+	uint32_t i = threadIdx.x, t;
+	uint64_t want;
+	const uint8_t *st, *ps;
 
 	if (i == 0) {
-		bad = *(const volatile uint64_t *)d_epoch != pred.want ||
+		want = ld64(pp + offsetof(toy_cuda_kpredict, want));
+		bad = *(const volatile uint64_t *)d_epoch != want ||
 		      *(const volatile uint32_t *)d_len != W_HDR + n * (W_STREAM + 4) ||
-		      ld64(desc) != pred.want || ld32(desc + 8) != n;
+		      ld64(desc) != want || ld32(desc + 8) != n;
 	}
 	__syncthreads();
 	if (i < n && !bad) {
 		st = desc + W_HDR + i * W_STREAM;
+		ps = pp + offsetof(toy_cuda_kpredict, s) + (size_t)i * sizeof(pred->s[0]);
 		t = ld32(desc + W_HDR + n * W_STREAM + 4 * i);
-		if (ld64(st) != pred.s[i].id || ld32(st + 8) != pred.s[i].position ||
-		    ld32(st + 12) != 1 || ld32(st + 16) != 0 || t >= pred.V)
+		if (ld64(st) != ld64(ps) || ld32(st + 8) != ld32(ps + 8) ||
+		    ld32(st + 12) != 1 || ld32(st + 16) != 0 || t >= V)
 			atomicOr(&bad, 1);
-		ks[i].slot = pred.s[i].slot;
+		ks[i].slot = ld32(ps + 12);
 		ks[i].fresh = 0;
 		ks[i].tok_off = i;
 		ks[i].n_tokens = 1;
 		ks[i].n_draft = 0;
 		ks[i].out_off = i;
-		ks[i].last_prev = pred.s[i].last_prev;
+		ks[i].last_prev = ld32(ps + 16);
 		ks[i].pad = 0;
 		tok[i] = t;
 	}
 	__syncthreads();
-	if (i == 0)
+	if (i == 0) {
 		*gate = bad ? 1u : 0u;
+		/* every read of the slot is done (their values are used above) */
+		*(volatile uint64_t *)(pp + offsetof(toy_cuda_kpredict, done)) = want;
+		__threadfence_system();
+	}
 }
 
 __global__ void k_empty(void)
@@ -233,12 +248,13 @@ extern "C" int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cu
 
 extern "C" int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
 					const uint32_t *d_len, const uint8_t *desc,
-					const struct toy_cuda_kpredict *pred,
+					struct toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
 					struct toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
 {
-	if (!pred->n || pred->n > TOY_CUDA_PRED_MAX)
+	if (!n || n > TOY_CUDA_PRED_MAX)
 		return (int)cudaErrorInvalidValue;
-	k_resident_plan<<<1, TOY_CUDA_PRED_MAX, 0, s>>>(d_epoch, d_len, desc, *pred, ks, tok, gate);
+	k_resident_plan<<<1, TOY_CUDA_PRED_MAX, 0, s>>>(d_epoch, d_len, desc, pred, n, V, ks, tok,
+							 gate);
 	return (int)cudaGetLastError();
 }
 

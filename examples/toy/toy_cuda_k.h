@@ -56,14 +56,18 @@ int toy_cuda_k_logits(struct CUstream_st *s, const int8_t *W, const int16_t *f, 
 
 /*
  * Resident rounds (toy_cuda.c): the round the host predicts after this one
- * (the same streams, one token each, no drafts), by value in the kernel's
- * parameters, so a pre-armed stream needs no upload of its own.
+ * (the same streams, one token each, no drafts). The host writes it into
+ * host-mapped pinned memory before it pre-arms the plan kernel, which reads
+ * it there when it runs: a graph of the pre-armed kernels serves every round
+ * of a shape.
  */
 #define TOY_CUDA_PRED_MAX 64u
 
 struct toy_cuda_kpredict {
 	uint64_t want;		/* its round id: the epoch the stream waited for */
-	uint32_t n;		/* streams, <= TOY_CUDA_PRED_MAX */
+	uint64_t done;		/* the plan kernel stores @want here once it has read
+				 * the slot (the host may then reuse it) */
+	uint32_t n;		/* streams, <= TOY_CUDA_PRED_MAX (the kernel takes its own) */
 	uint32_t V;
 	struct {
 		uint64_t id;
@@ -77,14 +81,17 @@ struct toy_cuda_kpredict {
 /*
  * Read the round's descriptor from the host-mapped epoch region (@d_epoch:
  * the u64 epoch the descriptor belongs to, @d_len its u32 length, @desc the
- * ROUND payload; rk_sched.h's layout) and compare it with @pred. It matches:
- * write the kstreams and tokens (ks, then tok) and *@gate = 0. It does not:
- * *@gate = 1, and the gated kernels after it return at once. One block.
+ * ROUND payload; rk_sched.h's layout) and compare it with *@pred (a device
+ * address of host-mapped memory, read when the kernel runs) for @n streams
+ * and vocabulary @V. It matches: write the kstreams and tokens (ks, then tok)
+ * and *@gate = 0. It does not: *@gate = 1, and the gated kernels after it
+ * return at once. Either way it then stores @pred->want into @pred->done.
+ * One block.
  */
 int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
 			     const uint32_t *d_len, const uint8_t *desc,
-			     const struct toy_cuda_kpredict *pred, struct toy_cuda_kstream *ks,
-			     uint32_t *tok, uint32_t *gate);
+			     struct toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
+			     struct toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate);
 
 /* toy_cuda_k_round() and toy_cuda_k_logits() that return at once when *@gate is not 0. */
 int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
