@@ -120,8 +120,9 @@ void print_notify(const struct server *srv)
 		return;
 	toy_cuda_stats(srv->cuda, &cs);
 	printf("resident r%d: cuda, %" PRIu64 " rounds: resident %" PRIu64 ", mismatched %" PRIu64
-	       ", fallbacks %" PRIu64 ", arms %" PRIu64 " at %.2f us host each\n", srv->rank,
-	       cs.rounds, cs.resident, cs.resident_mismatch, cs.resident_fallbacks, cs.arms,
+	       ", fallbacks %" PRIu64 ", arms %" PRIu64 " (%" PRIu64 " as a graph) at %.2f us "
+	       "host each\n", srv->rank, cs.rounds, cs.resident, cs.resident_mismatch,
+	       cs.resident_fallbacks, cs.arms, cs.arm_graphs,
 	       cs.arms ? (double)cs.ns_arm / (double)cs.arms / 1e3 : 0.0);
 	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
 	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64

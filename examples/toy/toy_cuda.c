@@ -16,14 +16,20 @@
  * Resident rounds (RK_RESIDENT=on; rk_sched.h "Round epochs"). While round N
  * runs, launch(N) pre-arms N+1 on the stream: a wait for the scheduler's
  * epoch to reach N+1 (cuStreamWaitValue64 on the region registered with
- * CUDA, rk_gpu_epoch_wait()), then a plan kernel that reads N+1's descriptor
- * from the mapped region and compares it with the prediction (the same
- * streams, one new token each, no drafts), writing the kstreams and tokens
- * and a gate word, then the fold and logits kernels, which return at once
- * when the gate says the round is not the predicted one. launch(N+1) checks
- * the same facts on the host: a match enqueues only what must follow the
- * kernels (the allreduce, the leader's copy, the mark); a mismatch (counted)
- * leaves the pre-armed kernels to exit and launches the round as usual,
+ * CUDA, rk_gpu_epoch_wait()), then one graph per stream count (or its work
+ * one call at a time without graphs): a plan kernel that reads N+1's
+ * descriptor from the mapped region and compares it with the prediction (the
+ * same streams, one new token each, no drafts), which the host wrote into one
+ * of two alternating host-mapped slots, writing the kstreams and tokens and a
+ * gate word, then the fold and logits kernels, which return at once when the
+ * gate says the round is not the predicted one; at TP1 also the leader's copy
+ * into the slot's logits buffer, and the mark, with a job made ready for the
+ * round. So after the host stores the epoch no host call stands between the
+ * GPU and the round's completion: the arm's calls run while N+1 computes.
+ * launch(N+1) checks the same facts on the host: a match applies the round to
+ * the mirror (TP > 1: and enqueues the allreduce, the leader's copy, the
+ * mark); a mismatch (counted) leaves the pre-armed kernels to exit (at TP1
+ * their job is void: its mark frees it) and launches the round as usual,
  * behind them in stream order. The collective is never pre-armed: it cannot
  * be cancelled, so ranks that disagreed about arming would call it a
  * different number of times. A wait that no round will meet (teardown, an
@@ -932,7 +938,7 @@ static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
 		b->rg[k][n] = NULL;
 		return NULL;
 	}
-	b->stats.graph_captures++;
+	b->stats.arm_captures++;
 	return b->rg[k][n];
 }
 
@@ -996,6 +1002,11 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 		if (!find(b, ws.stream_id))
 			return;		/* the mirror dropped it (a retire): nothing to predict */
 	}
+	/* the plan kernel reads the predicted round's extent of the region, whatever
+	 * was published */
+	if (rk_wire_round_size(n, n) < 0 ||
+	    (uint64_t)rk_wire_round_size(n, n) > rk_epoch_desc_max(ep))
+		return;
 	ret = res_slots(b, k, n);
 	if (!ret)
 		ret = dgrow(b, &b->din, &b->din_cap,
@@ -1044,6 +1055,7 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 	if (g) {
 		ret = CU(b, cudaGraphLaunch(g, b->stream));
 		any = !ret;	/* a graph launch that failed enqueued nothing */
+		b->stats.arm_graphs += any;
 	} else {
 		ret = res_compute(b, n, k, &any);
 	}

@@ -143,40 +143,57 @@ __device__ static inline uint64_t ld64(const uint8_t *p)
 /*
  * One block of TOY_CUDA_PRED_MAX threads. @pred is host-mapped pinned memory
  * the host filled before it pre-armed this kernel (a graph holds its address,
- * so it is read at run time, never cached: the host reuses the slot two
- * arms later); @n and @V are fixed for the kernel's graph.
+ * so it is read at run time, never cached: the host reuses the slot two arms
+ * later); @n and @V are fixed for the kernel's graph. Every load over PCIe is
+ * issued before any of them is compared (bitwise ors, no early exit): one
+ * round trip to host memory, not one per field. The host armed it only with
+ * stream @n's entry inside the region, so a shorter descriptor is read past
+ * its end harmlessly (stale bytes, and the length check fails).
  */
 __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
-				 toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
+				toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
 {
 	uint8_t *pp = (uint8_t *)pred;
 	__shared__ int bad;
-	uint32_t i = threadIdx.x, t;
-	uint64_t want;
+	uint32_t i = threadIdx.x, t = 0, pos = 0, ppos = 0, ntok = 0, ndr = 0, slot = 0, last = 0;
+	uint64_t want = 0, sid = 0, pid = 0, ep = 0, d0 = 0;
+	uint32_t len = 0, dn = 0;
 	const uint8_t *st, *ps;
 
 	if (i == 0) {
 		want = ld64(pp + offsetof(toy_cuda_kpredict, want));
-		bad = *(const volatile uint64_t *)d_epoch != want ||
-		      *(const volatile uint32_t *)d_len != W_HDR + n * (W_STREAM + 4) ||
-		      ld64(desc) != want || ld32(desc + 8) != n;
+		ep = *(const volatile uint64_t *)d_epoch;
+		len = *(const volatile uint32_t *)d_len;
+		d0 = ld64(desc);
+		dn = ld32(desc + 8);
 	}
-	__syncthreads();
-	if (i < n && !bad) {
+	if (i < n) {
 		st = desc + W_HDR + i * W_STREAM;
 		ps = pp + offsetof(toy_cuda_kpredict, s) + (size_t)i * sizeof(pred->s[0]);
+		sid = ld64(st);
+		pos = ld32(st + 8);
+		ntok = ld32(st + 12);
+		ndr = ld32(st + 16);
 		t = ld32(desc + W_HDR + n * W_STREAM + 4 * i);
-		if (ld64(st) != ld64(ps) || ld32(st + 8) != ld32(ps + 8) ||
-		    ld32(st + 12) != 1 || ld32(st + 16) != 0 || t >= V)
+		pid = ld64(ps);
+		ppos = ld32(ps + 8);
+		slot = ld32(ps + 12);
+		last = ld32(ps + 16);
+	}
+	if (i == 0)
+		bad = (ep != want) | (len != W_HDR + n * (W_STREAM + 4)) | (d0 != want) | (dn != n);
+	__syncthreads();
+	if (i < n) {
+		if ((sid != pid) | (pos != ppos) | (ntok != 1) | (ndr != 0) | (t >= V))
 			atomicOr(&bad, 1);
-		ks[i].slot = ld32(ps + 12);
+		ks[i].slot = slot;
 		ks[i].fresh = 0;
 		ks[i].tok_off = i;
 		ks[i].n_tokens = 1;
 		ks[i].n_draft = 0;
 		ks[i].out_off = i;
-		ks[i].last_prev = ld32(ps + 16);
+		ks[i].last_prev = last;
 		ks[i].pad = 0;
 		tok[i] = t;
 	}

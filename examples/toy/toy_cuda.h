@@ -53,6 +53,9 @@ struct toy_cuda_stats {
 	uint64_t arms;			/* rounds pre-armed (TP1: wait, graph, copy, mark) */
 	uint64_t ns_arm;		/* host time of those arms, summed (off the round's
 					 * critical path: after its launch) */
+	uint64_t arm_captures;		/* graphs of pre-armed work captured (per stream
+					 * count, two slots) */
+	uint64_t arm_graphs;		/* arms whose work was one graph launch */
 	struct rk_gpu_notifier_stats notify;
 };
 
