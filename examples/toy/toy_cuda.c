@@ -949,7 +949,7 @@ static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
  * the leader's copy and the mark too, so the round completes with no host
  * call after the epoch is published. Slots alternate; a slot is reused once
  * the plan kernel of its last arm has read it (it says so in the slot), and
- * at TP1 with this round the only one in flight (the logits buffer, the mark).
+ * at TP1 with this round the only one in flight (the logits buffer).
  * Nothing happens when the backend cannot (RK_RESIDENT not on, NCCL not up,
  * drafts, too many streams); a failure to register or to enqueue is one log
  * line and a counter. Its host time is stats.ns_arm.
@@ -971,8 +971,9 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 	if (!b->res_on || !ep || b->armed || b->failed || b->wait_head || !n ||
 	    n > TOY_CUDA_PRED_MAX)
 		return;
-	/* TP1: the previous round has completed (its logits slot and mark are free) */
-	if (b->size == 1 && (b->inflight != 1 || b->void_head))
+	/* TP1: the previous round has completed, so the slot's logits buffer is
+	 * free (a void job uses the other slot: its mark comes first, in order) */
+	if (b->size == 1 && b->inflight != 1)
 		return;
 	/* the plan kernel of the slot's last arm has read it */
 	pred = b->pred_h[k];

@@ -203,7 +203,9 @@ if want check_gpu; then
 glog=$OUT/check_gpu.log
 : >"$glog"
 step check_gpu "${CHECK_GPU_S:-300}" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 \
-	sh -c 'tests/check_gpu; r=$?; tests/check_toy_cuda || r=$?; exit $r'
+	sh -c 'tests/check_gpu; r=$?; tests/check_toy_cuda || r=$?
+	       echo "check_toy_cuda: again with CHECK_GPU_GRAPHS=1 (resident rounds as graphs)"
+	       CHECK_GPU_GRAPHS=1 tests/check_toy_cuda || r=$?; exit $r'
 grc=$?
 grep -E '^(check_gpu|check_toy_cuda|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 60
 grep -E '^[0-9]+%' "$glog" >>"$summary"
