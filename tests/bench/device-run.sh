@@ -38,7 +38,8 @@
 #                   receipt and the CPU backend at TP2 and TP4, RK_RESIDENT=off
 #                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
 #                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
-#                   resident.txt)
+#                   resident.txt; then TP2 again under RK_WAIT=block, RESIDENT_BLOCK_S
+#                   (60): resident-block.txt)
 #                   shm (not by default; issue 17's same-host receipts, shared
 #                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
 #                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
@@ -182,6 +183,17 @@ if want resident; then
 		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on run=1 )' "$rlog" |
+		tee -a "$summary"
+	# issue 18 item 4: can a follower block through decode? TP2 again, every rank under
+	# RK_WAIT=block (the lines above ran under the default, adaptive)
+	blog=$OUT/resident-block.txt
+	: >"$blog"
+	rlim=$(($(left) / 4))
+	[ "$rlim" -gt "${RESIDENT_BLOCK_S:-60}" ] && rlim=${RESIDENT_BLOCK_S:-60}
+	step resident-cpu-block "$rlim" "$blog" env RK_WAIT=block BACKEND=cpu TPS=2 TIMEOUT=45 \
+		ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
+		builddir=. sh tests/bench/bench-resident.sh
+	grep -E '^(SUMMARY|FAIL|PATH .*mode=on run=1 )' "$blog" | sed 's/^/RK_WAIT=block /' |
 		tee -a "$summary"
 fi
 
