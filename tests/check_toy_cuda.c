@@ -512,14 +512,22 @@ START_TEST(test_toy_sched)
 			ck_assert_uint_eq(st->resident + st->resident_mismatch, 0);
 		else if (!gw->draft_k)
 			ck_assert_uint_gt(st->resident, 0);	/* plain decode is predicted */
+		/* every resident round was pre-armed; at TP1 its work was queued whole
+		 * before the publication: launch() enqueued nothing for it */
+		ck_assert_uint_ge(st->arms, st->resident);
+		if (gw->size == 1)
+			ck_assert_uint_eq(st->enqueues + st->resident, st->rounds);
 	}
 	if (getenv("CHECK_GPU_VERBOSE"))
 		printf("toy %d: TP%d %d streams draft %u %s resident %s: %llu rounds (%llu "
-		       "resident, %llu mismatched), poll %llu wake %llu\n",
+		       "resident, %llu mismatched, %llu arms, %llu as a graph), poll %llu "
+		       "wake %llu\n",
 		       _i, gw->size, gw->nstreams, gw->draft_k, rk_gpu_notify_mode_name(gw->mode),
 		       (_i & 16) ? "on" : "auto", (unsigned long long)gw->r[0].stats.rounds,
 		       (unsigned long long)gw->r[0].stats.resident,
 		       (unsigned long long)gw->r[0].stats.resident_mismatch,
+		       (unsigned long long)gw->r[0].stats.arms,
+		       (unsigned long long)gw->r[0].stats.arm_graphs,
 		       (unsigned long long)gw->r[0].stats.notify.via_poll,
 		       (unsigned long long)gw->r[0].stats.notify.via_wake);
 	free(gw);

@@ -904,7 +904,8 @@ static int res_compute(struct toy_cuda *b, uint32_t n, unsigned int k, bool *any
 		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, n, b->V, b->n,
 						    b->dgate));
 	if (!ret && b->size == 1)
-		ret = CU(b, cudaMemcpyAsync(b->rlog_h[k], b->dlog, (size_t)n * b->V * sizeof(int32_t),
+		ret = CU(b, cudaMemcpyAsync(b->rlog_h[k], b->dlog,
+					    (size_t)n * b->V * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
 	return ret;
 }

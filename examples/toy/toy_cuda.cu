@@ -151,8 +151,8 @@ __device__ static inline uint64_t ld64(const uint8_t *p)
  * its end harmlessly (stale bytes, and the length check fails).
  */
 __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
-				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
-				toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
+				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n,
+				uint32_t V, toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
 {
 	uint8_t *pp = (uint8_t *)pred;
 	__shared__ int bad;
