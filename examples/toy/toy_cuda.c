@@ -1339,7 +1339,7 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	ret = CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
 	if (ret)
 		goto err_free;
-	/* auto: the launch path until the H200 receipts say otherwise (README "Knobs") */
+	/* auto: the launch path, which measured faster on the H200 (docs/BENCH.md) */
 	b->res_on = rk_loop_config(b->loop)->resident == RK_RESIDENT_ON;
 	ret = CU(b, cudaMalloc((void **)&b->dgate, sizeof(*b->dgate)));
 	if (!ret)
