@@ -1193,8 +1193,9 @@ static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resid
 			ck_assert_uint_ge(t->stats.posted, 1);
 			ck_assert_uint_eq(t->stats.posted, 1 + t->stats.resident_mismatch);
 			ck_assert_uint_gt(t->stats.resident, 0);
-			/* RK_WAIT=block: the worker never spins, so it slept for some */
-			ck_assert_uint_gt(t->stats.resident_sleeps, 0);
+			/* whether the worker slept for a round depends on who ran first
+			 * (under load every epoch can be out before it looks): only the
+			 * bound above, sleeps <= resident rounds, is behaviour */
 		}
 		/* a follower sends its partial logits each round, and nothing for a
 		 * round that succeeded (no ROUND_DONE): HELLO, the same-host upgrade's
