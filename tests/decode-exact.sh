@@ -51,12 +51,7 @@ start()
 stop()
 {
 	kill -TERM "$p0"
-	i=0
-	while kill -0 "$lpid" 2>/dev/null; do
-		[ $i -ge 200 ] && fail "$1: still running 20 s after SIGTERM"
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_gone "$lpid" 20 || fail "$1: still running 20 s after SIGTERM"
 	wait "$lpid"
 	rc=$?
 	lpid=

@@ -51,12 +51,7 @@ busy()
 # finish SECONDS: rk-launch ends within SECONDS; rc is its status
 finish()
 {
-	i=0
-	while kill -0 "$lpid" 2>/dev/null; do
-		[ $i -ge $(($1 * 10)) ] && fail "rk-launch still running after $1 s"
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_gone "$lpid" "$1" || fail "rk-launch still running after $1 s"
 	wait "$lpid"
 	rc=$?
 	lpid=
@@ -65,12 +60,7 @@ finish()
 # client: the background rk-load ends within 20 s; crc is its status
 client()
 {
-	i=0
-	while kill -0 "$cpid" 2>/dev/null; do
-		[ $i -ge 200 ] && fail "rk-load still running 20 s after the server went"
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_gone "$cpid" 20 || fail "rk-load still running 20 s after the server went"
 	wait "$cpid"
 	crc=$?
 	cpid=

@@ -137,12 +137,7 @@ grep 'rk-serve\[r0\] info: cmpl-' "$tmp/serve.err" | head -n 1
 [ "$lines" -ge $((4 * N + 10)) ] || fail "$lines request lines in the log"
 
 kill -TERM "$p0"
-i=0
-while kill -0 "$lpid" 2>/dev/null; do
-	[ $i -ge 200 ] && fail "still running 20 s after SIGTERM"
-	sleep 0.1
-	i=$((i + 1))
-done
+wait_gone "$lpid" 20 || fail "still running 20 s after SIGTERM"
 wait "$lpid"
 rc=$?
 lpid=

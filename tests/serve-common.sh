@@ -8,7 +8,9 @@
 # PR_SET_PDEATHSIG).
 # fail MSG... says why, shows the end of each file in $tmp and exits 1;
 # wait_url FILE PID PREFIX sets $url (and $port) from the "listening on" line
-# that PREFIX begins in FILE, or fails when PID exits first or after 30 s.
+# that PREFIX begins in FILE, or fails when PID exits first or after 30 s;
+# wait_gone PID SECONDS returns 0 once PID has exited, 1 after SECONDS (a
+# hang guard, not a figure).
 b=${builddir:-.}
 launch=$b/examples/launch/rk-launch
 serve=$b/examples/serve/rk-serve
@@ -53,4 +55,15 @@ wait_url()
 		url=$(sed -n "s/^$3 .* listening on \(http:[^ ]*\)\$/\1/p" "$1")
 	done
 	port=${url##*:}
+}
+
+wait_gone()
+{
+	i=0
+	while kill -0 "$1" 2>/dev/null; do
+		[ $i -ge $(($2 * 10)) ] && return 1
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 0
 }

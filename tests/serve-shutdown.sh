@@ -21,18 +21,6 @@ trials=${SHUTDOWN_TRIALS:-3}
 kinds=${SHUTDOWN_KINDS:-follower,leader,launch,timeout,repeat}
 tmo=${SHUTDOWN_TIMEOUT:-5}
 
-# wait_gone PID SECONDS: until PID has exited (the harness's bound, not a figure)
-wait_gone()
-{
-	i=0
-	while kill -0 "$1" 2>/dev/null; do
-		[ $i -ge $(($2 * 10)) ] && return 1
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 0
-}
-
 # count PATTERN FILE: matching lines (0 when none)
 count()
 {
