@@ -1117,7 +1117,7 @@ static void tr_pump(struct trank *r)
 
 #define TR_PUMP_UNTIL(r, cond)								\
 	do {										\
-		uint64_t dl_ = rk_test_now_ns() + 10000000000ull;			\
+		uint64_t dl_ = rk_test_deadline_ms(10000);			\
 		while (!(cond)) {							\
 			ck_assert_msg(rk_test_now_ns() < dl_, "timed out: %s", #cond);	\
 			tr_pump(r);							\
@@ -1126,7 +1126,7 @@ static void tr_pump(struct trank *r)
 
 static void tr_start(struct trank *r)
 {
-	uint64_t deadline = rk_test_now_ns() + 10000000000ull;
+	uint64_t deadline = rk_test_deadline_ms(10000);
 	struct rk_sched_config sc;
 	atomic_int port = 0;
 	struct rk_config c;

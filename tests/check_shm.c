@@ -265,7 +265,7 @@ static void pump(struct rank **rs, size_t n)
 #define PUMP_UNTIL(ms, cond, ...)						\
 	({									\
 		struct rank *rs_[] = { __VA_ARGS__ };				\
-		uint64_t dl_ = rk_test_now_ns() + (uint64_t)(ms) * MS;		\
+		uint64_t dl_ = rk_test_deadline_ms(ms);		\
 		while (!(cond) && rk_test_now_ns() < dl_)			\
 			pump(rs_, ARRAY_SIZE(rs_));				\
 		(bool)(cond);							\
@@ -294,7 +294,7 @@ static void start(struct rank *r, int n, const enum rk_shm_mode *shm)
 {
 	struct rank *rs[MAXN] = { 0 };
 	struct rk_config c;
-	uint64_t dl = rk_test_now_ns() + 10000 * MS;
+	uint64_t dl = rk_test_deadline_ms(10000);
 	bool all;
 	int i, port;
 
@@ -739,7 +739,7 @@ static void *ping_thread(void *arg)
 	struct trank *t = arg;
 	struct rank *r = &t->r;
 	struct rk_config c;
-	uint64_t dl = rk_test_now_ns() + 30000 * MS;
+	uint64_t dl = rk_test_deadline_ms(30000);
 	unsigned int i;
 	int ret;
 
@@ -929,7 +929,7 @@ static int child_main(int port, int hold)
 {
 	struct rank r = { 0 };
 	struct rk_config c;
-	uint64_t dl = rk_test_now_ns() + 20000 * MS;
+	uint64_t dl = rk_test_deadline_ms(20000);
 	pid_t g;
 
 	cfg_base(&c, 1, 2);

@@ -1057,7 +1057,7 @@ static void *rank_thread(void *arg)
 	struct tworld *tw = t->tw;
 	struct toy_params p;
 	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K };
-	uint64_t deadline = rk_test_now_ns() + 40000 * MS;
+	uint64_t deadline = rk_test_deadline_ms(40000);
 	uint8_t quit[8];
 	int ret;
 
@@ -1106,7 +1106,7 @@ static void *rank_thread(void *arg)
 	}
 out:
 	if (t->b) {
-		RUN_UNTIL(t, rk_test_now_ns() + 5000 * MS, !toy_cpu_busy(t->b));
+		RUN_UNTIL(t, rk_test_deadline_ms(5000), !toy_cpu_busy(t->b));
 		toy_cpu_stats(t->b, &t->stats);
 		ret = toy_cpu_destroy(t->b);
 		if (ret && !t->line) {
@@ -1325,7 +1325,7 @@ START_TEST(test_backend_resident_mismatch)
 	struct trank *t = &tw->r[0];
 	struct rk_sched_config sc = { .max_batch = 8 };
 	struct mm *m = calloc(1, sizeof(*m));
-	uint64_t deadline = rk_test_now_ns() + 30000 * MS;
+	uint64_t deadline = rk_test_deadline_ms(30000);
 	struct toy_params p;
 
 	tw->size = 1;
@@ -1382,7 +1382,7 @@ START_TEST(test_backend_errors)
 	struct rk_wire_round view;
 	struct rk_wire_hdr h = { .type = RK_FRAME_USER };
 	uint8_t user[8 + 16];
-	uint64_t deadline = rk_test_now_ns() + 10000 * MS;
+	uint64_t deadline = rk_test_deadline_ms(10000);
 	int64_t len;
 
 	tw->size = 1;

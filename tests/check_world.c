@@ -260,30 +260,6 @@ static size_t count_tag(const struct node *n, uint32_t tag)
 	return c;
 }
 
-/*
- * The multiplier of every wait below that ends when something happens (the
- * bound only stops a hung test) and of cfg_base()'s handshake and peer
- * timeouts: CK_TIMEOUT_MULTIPLIER, Check's own knob for slow machines, which
- * scales the tcase timeouts too (the Soft-RoCE guest, emulated, sets 10).
- */
-static uint64_t slow(void)
-{
-	static uint64_t m;
-	const char *e;
-
-	if (!m) {
-		e = getenv("CK_TIMEOUT_MULTIPLIER");
-		m = e && strtoull(e, NULL, 10) > 1 ? strtoull(e, NULL, 10) : 1;
-	}
-	return m;
-}
-
-/* A deadline @ms from now, for a wait that ends when something happens. */
-static uint64_t deadline_in(uint64_t ms)
-{
-	return rk_test_now_ns() + ms * slow() * MS;
-}
-
 static void cfg_base(struct rk_config *c, int rank, int size, int port)
 {
 	rk_config_init(c);
@@ -292,8 +268,8 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:%d", port);
 	c->session_id = SESSION;
 	c->heartbeat_ns = 20 * MS;
-	c->peer_timeout_ns = 200 * MS * slow();
-	c->handshake_timeout_ns = 300 * MS * slow();
+	c->peer_timeout_ns = 200 * MS * rk_test_slow();
+	c->handshake_timeout_ns = 300 * MS * rk_test_slow();
 	c->connect_timeout_ns = 5000 * MS;
 	c->max_frame = 4u << 20;
 	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
@@ -435,7 +411,7 @@ static void pump_once(struct node **ns, size_t nn)
 #define PUMP_UNTIL(ms, cond, ...)						\
 	({									\
 		struct node *ns_[] = { __VA_ARGS__ };				\
-		uint64_t dl_ = deadline_in(ms);					\
+		uint64_t dl_ = rk_test_deadline_ms(ms);					\
 		while (!(cond) && rk_test_now_ns() < dl_)				\
 			pump_once(ns_, ARRAY_SIZE(ns_));			\
 		(bool)(cond);							\
@@ -452,7 +428,7 @@ static int start_world(struct node *n, int nreal, const struct rk_config *tmpl)
 {
 	struct node *ns[8];
 	struct rk_config c = *tmpl;
-	uint64_t deadline = deadline_in(5000);
+	uint64_t deadline = rk_test_deadline_ms(5000);
 	int i, port, all;
 
 	ck_assert_int_le(nreal, 8);
@@ -650,7 +626,7 @@ static int raw_pop(struct raw *r, struct rk_wire_hdr *h, uint8_t *pl, size_t cap
 static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 		    struct rk_wire_hdr *h, uint8_t *pl, size_t cap)
 {
-	uint64_t deadline = deadline_in(ms);
+	uint64_t deadline = rk_test_deadline_ms(ms);
 
 	for (;;) {
 		if (raw_pop(r, h, pl, cap)) {
@@ -668,7 +644,7 @@ static int raw_next(struct raw *r, struct node **ns, size_t nn, unsigned int ms,
 /* Pump until the leader closes @r (discarding what arrives). Return the ms it took. */
 static uint64_t raw_wait_eof(struct raw *r, struct node **ns, size_t nn, unsigned int ms)
 {
-	uint64_t t0 = rk_test_now_ns(), deadline = deadline_in(ms);
+	uint64_t t0 = rk_test_now_ns(), deadline = rk_test_deadline_ms(ms);
 
 	for (;;) {
 		raw_poll(r);
@@ -1016,7 +992,7 @@ START_TEST(test_flush_now)
 	c.heartbeat_ns = 60000 * MS;
 	c.peer_timeout_ns = 120000 * MS;
 	start_world(n, 2, &c);
-	deadline = deadline_in(5000);
+	deadline = rk_test_deadline_ms(5000);
 	do {
 		ck_assert_msg(rk_test_now_ns() < deadline, "rank 0's loop never went idle");
 		rk_loop_stats(n[0].loop, &a);
@@ -1242,7 +1218,7 @@ static void *rank_thread(void *arg)
 	struct trank *t = arg;
 	struct node *n = &t->n;
 	struct rk_config c;
-	uint64_t deadline = deadline_in(15000);
+	uint64_t deadline = rk_test_deadline_ms(15000);
 	int ret, port, i;
 
 	cfg_base(&c, t->rank, 4, 0);
@@ -1439,7 +1415,7 @@ static int child_main(int rank, int size, int port, uint64_t peer_timeout)
 	struct rk_config c;
 	int ret;
 
-	alarm((unsigned int)(20 * slow()));	/* never outlive a failed test */
+	alarm((unsigned int)(20 * rk_test_slow()));	/* never outlive a failed test */
 	cfg_base(&c, rank, size, port);
 	c.peer_timeout_ns = peer_timeout;
 	ret = child_run(&n, &c);
@@ -1478,7 +1454,7 @@ static void give_port(int fd, int port)
 /* Pump until @pid exits; its wait status. */
 static int reap_child(pid_t pid, struct node **ns, size_t nn, unsigned int ms)
 {
-	uint64_t deadline = deadline_in(ms);
+	uint64_t deadline = rk_test_deadline_ms(ms);
 	int st;
 	pid_t r;
 
@@ -1639,13 +1615,13 @@ START_TEST(test_peer_silent)
 	give_port(fd, rk_world_port(n.w));
 	ck_assert(PUMP_UNTIL(5000, n.ready, &n));
 	/* heartbeats keep an idle link alive well past peer_timeout */
-	deadline = deadline_in(500);
+	deadline = rk_test_deadline_ms(500);
 	while (rk_test_now_ns() < deadline)
 		pump_track_rx(&n, 1, &rx, &t_last);
 	ck_assert_int_eq(n.nerr, 0);
 
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
-	deadline = deadline_in(10000);
+	deadline = rk_test_deadline_ms(10000);
 	while (!n.nerr) {
 		ck_assert_msg(rk_test_now_ns() < deadline, "not declared dead after 10 s");
 		pump_track_rx(&n, 1, &rx, &t_last);
@@ -2387,7 +2363,7 @@ static void fake_leader_accept(struct fake_leader *f, struct node *n, uint8_t *h
 {
 	uint8_t pl[RK_WIRE_HELLO_LEN];
 	struct rk_wire_hdr h;
-	uint64_t dl = deadline_in(3000);
+	uint64_t dl = rk_test_deadline_ms(3000);
 	int fd;
 
 	memset(&f->r, 0, sizeof(f->r));

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +20,29 @@
 static inline uint64_t rk_test_now_ns(void)
 {
 	return rk__now_ns();
+}
+
+/*
+ * The multiplier of every wait that ends when something happens (the bound only
+ * stops a hung test): CK_TIMEOUT_MULTIPLIER, Check's own knob for slow machines,
+ * which scales the tcase timeouts too (the Soft-RoCE guest, emulated, sets 10).
+ */
+static inline uint64_t rk_test_slow(void)
+{
+	static uint64_t m;
+	const char *e;
+
+	if (!m) {
+		e = getenv("CK_TIMEOUT_MULTIPLIER");
+		m = e && strtoull(e, NULL, 10) > 1 ? strtoull(e, NULL, 10) : 1;
+	}
+	return m;
+}
+
+/* A deadline @ms from now, for a wait that ends when something happens. */
+static inline uint64_t rk_test_deadline_ms(uint64_t ms)
+{
+	return rk_test_now_ns() + ms * rk_test_slow() * 1000000ull;
 }
 
 /* A TCP port on 127.0.0.1 that was free a moment ago; or -errno. */
