@@ -4,12 +4,16 @@
 set -e
 pkgs="build-essential autoconf automake libtool pkg-config liburing-dev check libsubunit-dev
 libibverbs-dev librdmacm-dev libssl-dev iproute2 procps util-linux openmpi-bin
-libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev nodejs npm prometheus"
+libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev prometheus"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 		missing="$missing $p"
 done
+# Node.js and npm by command, not by package: NodeSource's nodejs bundles npm and
+# Conflicts with Debian's npm package, so ask for Debian's only where one is missing.
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 [ -z "$missing" ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
