@@ -11,6 +11,7 @@
  * wakeup shows as a hang that the TCase timeout turns into a failure.
  */
 #include "loop_test.h"
+#include "rk_test.h"
 
 /* ---- the wait policy, with an injected clock ---------------------------------------- */
 
@@ -407,6 +408,21 @@ START_TEST(test_source_poll_spin)
 }
 END_TEST
 
+/*
+ * Every 5 ms: stop the loop once it has blocked at least once (or at the hang
+ * guard). A one-shot timer could expire while a loaded machine keeps the test
+ * off the CPU, and the loop would then run it without ever blocking.
+ */
+static uint64_t blocked_guard_ns;
+
+static enum rk_activity stop_once_blocked_cb(struct rk_timer *t, uint64_t now)
+{
+	(void)now;
+	if (stats_of(t->data).blocks >= 1 || rk_test_now_ns() > blocked_guard_ns)
+		rk_loop_stop(t->data);
+	return RK_IDLE;
+}
+
 /* arm() is called before every wait; a pending report (> 0) keeps the loop from blocking. */
 START_TEST(test_source_arm)
 {
@@ -433,9 +449,11 @@ START_TEST(test_source_arm)
 	{
 		struct rk_timer t;
 
-		rk_timer_init(&t, stop_cb, cs.loop);
-		ck_assert_int_eq(rk_timer_start(cs.loop, &t, 5 * MS, 0), 0);
+		blocked_guard_ns = rk_test_deadline_ms(10000);
+		rk_timer_init(&t, stop_once_blocked_cb, cs.loop);
+		ck_assert_int_eq(rk_timer_start(cs.loop, &t, 5 * MS, 5 * MS), 0);
 		ck_assert_int_eq(rk_loop_run(cs.loop, RK_RUN_DEFAULT), 0);
+		rk_timer_stop(&t);
 	}
 	s = stats_of(cs.loop);
 	ck_assert_uint_ge(s.blocks, 1);

@@ -141,10 +141,10 @@ send_lat()
 	local name=$1 i spid rc t
 
 	for i in 1 2 3; do
-		timeout 90 ib_send_lat -d "$2" -x "$3" -n 3000 -F -p 18515 >/tmp/isl.srv 2>&1 &
+		timeout 150 ib_send_lat -d "$2" -x "$3" -n 1000 -F -p 18515 >/tmp/isl.srv 2>&1 &
 		spid=$!
 		sleep 1
-		timeout 90 ib_send_lat -d "$4" -x "$5" -n 3000 -F -p 18515 "$6" >/tmp/isl.cli 2>&1
+		timeout 150 ib_send_lat -d "$4" -x "$5" -n 1000 -F -p 18515 "$6" >/tmp/isl.cli 2>&1
 		rc=$?
 		wait $spid || rc=${rc:-1}
 		send_lat_verdict "$name" $rc /tmp/isl.cli && return
@@ -232,7 +232,7 @@ else
 		RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS >/tmp/r0 2>&1
 		pp_verdict "2node-tcp@$me" 0 $? /tmp/r0
 		barrier
-		timeout 90 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 3000 -F -p 18516 \
+		timeout 150 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 1000 -F -p 18516 \
 			>/tmp/isl 2>&1
 		rc=$?
 		tail -n 3 /tmp/isl
@@ -251,7 +251,7 @@ else
 		barrier
 		for i in 1 2 3 4 5 6; do	# until node 0's server listens
 			sleep 1
-			timeout 90 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 3000 -F \
+			timeout 150 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 1000 -F \
 				-p 18516 "$SOFTROCE_PEER_IP" >/tmp/isl 2>&1
 			rc=$?
 			grep -q "Couldn't connect" /tmp/isl || break
