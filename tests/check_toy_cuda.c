@@ -523,8 +523,12 @@ START_TEST(test_toy_sched)
 				ck_assert_uint_gt(st->arm_drafted, 0);
 			else
 				ck_assert_uint_eq(st->arm_drafted, 0);
-			/* every resident round's plan kernel left its stamps */
-			ck_assert_uint_eq(st->n_gpu, st->resident);
+			/* every resident round's plan kernel left its stamps (a
+			 * follower's lazy marks may come after its slot was armed again) */
+			if (i == 0)
+				ck_assert_uint_eq(st->n_gpu, st->resident);
+			else
+				ck_assert_uint_le(st->n_gpu, st->resident);
 			if (gw->res_wait == TOY_CUDA_WAIT_STREAM)
 				ck_assert_uint_eq(st->polls, 0);	/* the stream waited */
 		}

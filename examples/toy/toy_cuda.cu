@@ -393,6 +393,28 @@ __global__ void k_flag(uint64_t *flag, uint64_t v)
 	__threadfence_system();
 }
 
+__global__ void k_poll_flag(const uint64_t *d_epoch, uint64_t want, uint64_t *flag, uint64_t v)
+{
+	uint32_t polls = 0, nap = 0;
+
+	while ((int64_t)(ld_acquire64(d_epoch) - want) < 0) {
+		if (++polls > TOY_CUDA_POLL_FAST) {
+			nap = nap ? (nap * 2 > TOY_CUDA_POLL_SLEEP_MAX ? TOY_CUDA_POLL_SLEEP_MAX
+								       : nap * 2) : 64;
+			__nanosleep(nap);
+		}
+	}
+	*(volatile uint64_t *)flag = v;
+	__threadfence_system();
+}
+
+extern "C" int toy_cuda_k_poll_flag(struct CUstream_st *s, const uint64_t *d_epoch,
+				    uint64_t want, uint64_t *flag, uint64_t v)
+{
+	k_poll_flag<<<1, 1, 0, s>>>(d_epoch, want, flag, v);
+	return (int)cudaGetLastError();
+}
+
 extern "C" int toy_cuda_k_flag(struct CUstream_st *s, uint64_t *flag, uint64_t v)
 {
 	k_flag<<<1, 1, 0, s>>>(flag, v);

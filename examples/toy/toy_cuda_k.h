@@ -125,6 +125,10 @@ int toy_cuda_k_empty(struct CUstream_st *s);
 /* Benchmarks: one thread stores @v into host-mapped *@flag (a system-scope store). */
 int toy_cuda_k_flag(struct CUstream_st *s, uint64_t *flag, uint64_t v);
 int toy_cuda_k_sleep(struct CUstream_st *s, uint64_t ns);
+/* Benchmarks: one thread polls the u64 at host-mapped @d_epoch as the plan
+ * kernel does until it reaches @want, then stores @v into *@flag. */
+int toy_cuda_k_poll_flag(struct CUstream_st *s, const uint64_t *d_epoch, uint64_t want,
+			 uint64_t *flag, uint64_t v);
 
 #ifdef __cplusplus
 }
