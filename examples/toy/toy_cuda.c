@@ -151,6 +151,8 @@ struct toy_cuda {
 	enum toy_cuda_res_wait res_wait;	/* how a pre-armed round waits */
 	uint32_t res_dmax;			/* drafts a stream may carry: the most seen */
 	uint32_t arm_dmax;			/* ...when the armed round was armed */
+	bool res_pdl;				/* the fold kernel launched early behind the
+						 * plan kernel (TOY_CUDA_PDL=0: not) */
 	bool res_logged;
 	struct rk_epoch *ep;			/* the region registered (gep holds it) */
 	struct rk_gpu_epoch *gep;
@@ -963,7 +965,7 @@ static int res_compute(struct toy_cuda *b, uint32_t n, uint32_t dmax, unsigned i
 		return ret;
 	*any = true;
 	ret = CU(b, toy_cuda_k_round_gated(b->stream, ks, n, tok, b->dstate, b->dE, b->dh0, b->df,
-					   b->n, b->lo, b->dgate));
+					   b->n, b->lo, b->dgate, b->res_pdl));
 	if (!ret)
 		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, nout, b->V,
 						    b->n, b->dgate));
@@ -1460,6 +1462,8 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	if (ret)
 		goto err_free;
 	b->res_on = toy_resident_on(TOY_BACKEND_CUDA, rk_loop_config(b->loop)->resident);
+	/* a debugging switch, not a knob: docs/GPU.md */
+	b->res_pdl = !getenv("TOY_CUDA_PDL") || strcmp(getenv("TOY_CUDA_PDL"), "0");
 	ret = CU(b, cudaMalloc((void **)&b->dgate, 2 * sizeof(*b->dgate)));
 	if (!ret)
 		ret = CU(b, cudaMalloc((void **)&b->dE, vn * sizeof(*b->dE)));

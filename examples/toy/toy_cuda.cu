@@ -75,6 +75,10 @@ __global__ void k_round(const toy_cuda_kstream *ks, uint32_t n_streams, const ui
 {
 	uint32_t k = blockIdx.x * blockDim.x + threadIdx.x, y, j, t, last, h, hd;
 
+	/* launched early behind the plan kernel (programmatic dependent launch):
+	 * wait for all of its work, memory included; without one, a no-op */
+	if (gate)
+		asm volatile("griddepcontrol.wait;" ::: "memory");
 	if (k >= n || (gate && *gate))
 		return;
 	for (y = blockIdx.y; y < n_streams; y += gridDim.y) {
@@ -192,6 +196,9 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 	uint64_t want, sid = 0, pid = 0, ep, d0 = 0, t0;
 	const uint8_t *st, *ps;
 
+	/* the fold kernel may be launched now: it waits for this grid's end
+	 * (griddepcontrol.wait), so it is resident when the round comes */
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	if (i == 0) {
 		t0 = gtimer();
 		want = ld64(pp + offsetof(toy_cuda_kpredict, want));
@@ -341,12 +348,31 @@ extern "C" int toy_cuda_k_round(struct CUstream_st *s, const struct toy_cuda_kst
 extern "C" int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
 				      uint32_t n_streams, const uint32_t *tok, uint32_t *state,
 				      const uint16_t *E, const uint32_t *h0, int16_t *f,
-				      uint32_t n, uint32_t lo, const uint32_t *gate)
+				      uint32_t n, uint32_t lo, const uint32_t *gate, int pdl)
 {
 	dim3 grid((n + 127) / 128, min_u(n_streams, MAX_GRID_Y));
+	cudaLaunchAttribute at = {};
+	cudaLaunchConfig_t cfg = {};
+	cudaError_t e;
 
 	if (!n_streams)
 		return 0;
+	if (pdl) {
+		at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at.val.programmaticStreamSerializationAllowed = 1;
+		cfg.gridDim = grid;
+		cfg.blockDim = dim3(128);
+		cfg.stream = s;
+		cfg.attrs = &at;
+		cfg.numAttrs = 1;
+		e = cudaLaunchKernelEx(&cfg, k_round, ks, n_streams, tok, state, E, h0, f, n, lo,
+				       gate);
+		if (e == cudaSuccess)
+			return 0;
+		(void)cudaGetLastError();	/* not sticky: launch it the plain way */
+		if (e == cudaErrorStreamCaptureInvalidated || e == cudaErrorStreamCaptureUnsupported)
+			return (int)e;	/* a capture that failed stays failed */
+	}
 	k_round<<<grid, 128, 0, s>>>(ks, n_streams, tok, state, E, h0, f, n, lo, gate);
 	return (int)cudaGetLastError();
 }

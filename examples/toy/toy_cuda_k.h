@@ -110,12 +110,17 @@ int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
 /*
  * toy_cuda_k_round() and toy_cuda_k_logits() that return at once when gate[0]
  * is not 0; the logits kernel's grid covers @n_out outputs, and it computes
- * the first gate[1] of them (the plan kernel's count).
+ * the first gate[1] of them (the plan kernel's count). @pdl: launch the fold
+ * kernel as a programmatic dependent of the kernel before it (the plan
+ * kernel, which lets it launch at its start): its blocks are resident and
+ * wait (griddepcontrol.wait) for the plan kernel's end, memory included,
+ * instead of being launched after it; a launch that refuses the attribute
+ * is made the plain way (inside a stream capture that failed, the error).
  */
 int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
 			   uint32_t n_streams, const uint32_t *tok, uint32_t *state,
 			   const uint16_t *E, const uint32_t *h0, int16_t *f, uint32_t n,
-			   uint32_t lo, const uint32_t *gate);
+			   uint32_t lo, const uint32_t *gate, int pdl);
 int toy_cuda_k_logits_gated(struct CUstream_st *s, const int8_t *W, const int16_t *f,
 			    int32_t *out, uint32_t n_out, uint32_t V, uint32_t n,
 			    const uint32_t *gate);

@@ -156,6 +156,6 @@ END {
 }' "$out/cells" | sort | tee "$out/summary"
 grep -q 'HASHES DIFFER' "$out/summary" && rc=1
 echo "== paths (RK_RESIDENT=on, run 1)"
-grep -E 'mode=on(-stream)? run=1 ' "$out/paths" 2>/dev/null
+grep -E 'mode=on(-stream)? run=1 |mode=off run=1 phases' "$out/paths" 2>/dev/null
 echo "bench-resident.sh: rc=$rc, $(($(date +%s) - start)) s"
 exit $rc

@@ -189,7 +189,7 @@ if want resident; then
 	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=30 ITERS=5000 \
 		DEADLINE=$((rlim > 60 ? rlim - 45 : 15)) DRAFTS=plain RUNS="${RESIDENT_RUNS:-3}" \
 		REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on(-stream)? run=1 )' \
+	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*(mode=on(-stream)? run=1 |run=1 phases))' \
 		"$rlog" | tee -a "$summary"
 	# issue 18 item 4: can a follower block through decode? TP2 again, every rank under
 	# RK_WAIT=block (the lines above ran under the default, adaptive)
