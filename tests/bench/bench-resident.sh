@@ -16,7 +16,9 @@
 #    where their time went (the "resident rN:" and "phases rN:" lines), and
 #    whether every token hash agreed (decode-exact every way).
 # Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
-# MODES (cuda: "off on on-stream"; cpu: "off on"), DRAFTS ("plain,drafted"),
+# MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
+# runs every rank under RK_WAIT=block, e.g. on-block), BASE (the mode the
+# ratios divide by, off), DRAFTS ("plain,drafted"),
 # TPS (cuda: "1"; cpu: "2 4"), RUNS (3), REQUESTS (32), TOKENS (64),
 # STREAMS (1,4,8), SIZES ("name:rk-serve options;...", default cuda: small
 # "--vocab 256 --hidden 1024", large "--vocab 4096 --hidden 32768"; cpu:
@@ -68,14 +70,16 @@ job()
 		hosts=$hosts,localhost
 		i=$((i + 1))
 	done
-	rmode=$4
+	rmode=${4%-block}
+	wenv=
+	[ "$rmode" != "$4" ] && wenv=RK_WAIT=block
 	extra=
-	if [ "$4" = on-stream ]; then
+	if [ "$rmode" = on-stream ]; then
 		rmode=on
 		extra=--cuda-resident-wait=stream
 	fi
 	# shellcheck disable=SC2086
-	RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
+	env $wenv RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
 		"$serve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
 		--bench-modes greedy --bench-draft "${DRAFTS:-plain,drafted}" \
 		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" $extra \
@@ -121,8 +125,9 @@ done
 [ -f "$out/cells" ] || { echo "no cells"; exit 1; }
 
 # CELL tp= size= mode= run= STREAMS MODE DRAFT TOKENS TOK/S ROUNDS ACCEPT HASH CPU_R0 [CPU_R1..]
-echo "== summary (medians over runs; ratio = mode / off)"
-awk '
+base=${BASE:-off}
+echo "== summary (medians over runs; ratio = mode / $base)"
+awk -v base="$base" '
 function med(s,   n, a, i, j, t) {
 	n = split(s, a, " ")
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -140,15 +145,15 @@ function med(s,   n, a, i, j, t) {
 END {
 	for (k in keys) {
 		split(k, f, " ")
-		off = med(tps[k, "off"])
+		off = med(tps[k, base])
 		for (m in ms) {
-			if (m == "off" || tps[k, m] == "")
+			if (m == base || tps[k, m] == "")
 				continue
 			on = med(tps[k, m])
-			line = sprintf("SUMMARY tp=%s %-5s streams=%s %-7s %-9s: tok/s off %.1f %s %.1f (x%.3f); cpu_s", f[1], f[2], f[3], f[4], m, off, m, on, off ? on / off : 0)
+			line = sprintf("SUMMARY tp=%s %-5s streams=%s %-7s %-9s: tok/s %s %.1f %s %.1f (x%.3f); cpu_s", f[1], f[2], f[3], f[4], m, base, off, m, on, off ? on / off : 0)
 			for (r = 0; r < nr[k]; r++) {
-				co = med(cpu[k, "off", r]); cn = med(cpu[k, m, r])
-				line = line sprintf(" r%d off %.4f %s %.4f (x%.2f)", r, co, m, cn, co ? cn / co : 0)
+				co = med(cpu[k, base, r]); cn = med(cpu[k, m, r])
+				line = line sprintf(" r%d %s %.4f %s %.4f (x%.2f)", r, base, co, m, cn, co ? cn / co : 0)
 			}
 			print line (bad[k] ? "; HASHES DIFFER" : "; hashes agree")
 		}
@@ -156,6 +161,6 @@ END {
 }' "$out/cells" | sort | tee "$out/summary"
 grep -q 'HASHES DIFFER' "$out/summary" && rc=1
 echo "== paths (RK_RESIDENT=on, run 1)"
-grep -E 'mode=on(-stream)? run=1 |mode=off run=1 phases' "$out/paths" 2>/dev/null
+grep -E 'mode=on[a-z-]* run=1 |mode=off run=1 phases' "$out/paths" 2>/dev/null
 echo "bench-resident.sh: rc=$rc, $(($(date +%s) - start)) s"
 exit $rc

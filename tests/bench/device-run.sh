@@ -38,8 +38,8 @@
 #                   receipt and the CPU backend at TP2 and TP4, RK_RESIDENT=off
 #                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
 #                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
-#                   resident.txt; then TP2 again under RK_WAIT=block, RESIDENT_BLOCK_S
-#                   (60): resident-block.txt; with check_gpu named too, CHECK_GPU_S is
+#                   resident.txt; then TP2 again, resident rounds under RK_WAIT=block
+#                   against adaptive, RESIDENT_BLOCK_S (60): resident-block.txt; with check_gpu named too, CHECK_GPU_S is
 #                   kept for it)
 #                   shm (not by default; issue 17's same-host receipts, shared
 #                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
@@ -191,16 +191,18 @@ if want resident; then
 		REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*(mode=on(-stream)? run=1 |run=1 phases))' \
 		"$rlog" | tee -a "$summary"
-	# issue 18 item 4: can a follower block through decode? TP2 again, every rank under
-	# RK_WAIT=block (the lines above ran under the default, adaptive)
+	# issue 18 item 4: can a follower block through decode? TP2 again, resident rounds
+	# with every rank under RK_WAIT=block against the default (adaptive), interleaved,
+	# and the posted worker blocking too
 	blog=$OUT/resident-block.txt
 	: >"$blog"
 	rlim=$((($(left) - reserve) / 4))
 	[ "$rlim" -gt "${RESIDENT_BLOCK_S:-60}" ] && rlim=${RESIDENT_BLOCK_S:-60}
-	step resident-cpu-block "$rlim" "$blog" env RK_WAIT=block BACKEND=cpu TPS=2 TIMEOUT=30 \
-		DEADLINE=$((rlim > 60 ? rlim - 40 : 15)) DRAFTS=plain ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" \
-		REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(SUMMARY|FAIL|PATH .*mode=on run=1 )' "$blog" | sed 's/^/RK_WAIT=block /' |
+	step resident-cpu-block "$rlim" "$blog" env MODES="on on-block off-block" BASE=on \
+		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 60 ? rlim - 40 : 15)) DRAFTS=plain \
+		ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
+		builddir=. sh tests/bench/bench-resident.sh
+	grep -E '^(SUMMARY|FAIL|PATH .*mode=on-block run=1 )' "$blog" | sed 's/^/BLOCK /' |
 		tee -a "$summary"
 fi
 
