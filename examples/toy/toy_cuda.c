@@ -14,24 +14,27 @@
  * cudaMallocAsync/cudaFreeAsync.
  *
  * Resident rounds (RK_RESIDENT=on; rk_sched.h "Round epochs"). While round N
- * runs, launch(N) pre-arms N+1 on the stream: a wait for the scheduler's
- * epoch to reach N+1 (cuStreamWaitValue64 on the region registered with
- * CUDA, rk_gpu_epoch_wait()), then one graph per stream count (or its work
- * one call at a time without graphs): a plan kernel that reads N+1's
+ * runs, launch(N) pre-arms N+1 on the stream: one graph per shape (stream
+ * count, draft bound) and slot (or its work one call at a time without
+ * graphs): a plan kernel that waits for the scheduler's epoch to reach N+1
+ * by polling the region registered with CUDA (or, TOY_CUDA_WAIT_STREAM,
+ * behind a cuStreamWaitValue64 on it, rk_gpu_epoch_wait()), reads N+1's
  * descriptor from the mapped region and compares it with the prediction (the
- * same streams, one new token each, no drafts), which the host wrote into one
- * of two alternating host-mapped slots, writing the kstreams and tokens and a
- * gate word, then the fold and logits kernels, which return at once when the
- * gate says the round is not the predicted one; at TP1 also the leader's copy
- * into the slot's logits buffer, and the mark, with a job made ready for the
- * round. So after the host stores the epoch no host call stands between the
- * GPU and the round's completion: the arm's calls run while N+1 computes.
- * launch(N+1) checks the same facts on the host: a match applies the round to
- * the mirror (TP > 1: and enqueues the allreduce, the leader's copy, the
- * mark); a mismatch (counted) leaves the pre-armed kernels to exit (at TP1
- * their job is void: its mark frees it) and launches the round as usual,
- * behind them in stream order. The collective is never pre-armed: it cannot
- * be cancelled, so ranks that disagreed about arming would call it a
+ * same streams at their next positions, each with 1 to 1 + its drafts in N
+ * inputs and at most the most drafts seen), which the host wrote into one of
+ * two alternating host-mapped slots, writing the kstreams, tokens, output
+ * count and a gate word, then the fold kernel (launched early behind it,
+ * programmatic dependent launch) and the logits kernel, which return at once
+ * when the gate says the round is not the predicted one; at TP1 also the
+ * leader's copy into the slot's logits buffer, and the mark, with a job made
+ * ready for the round. So after the host stores the epoch no host call stands
+ * between the GPU and the round's completion: the arm's calls run while N+1
+ * computes. launch(N+1) checks the same facts on the host: a match applies
+ * the round to the mirror (TP > 1: and enqueues the allreduce, the leader's
+ * copy, the mark); a mismatch (counted) leaves the pre-armed kernels to exit
+ * (at TP1 their job is void: its mark frees it) and launches the round as
+ * usual, behind them in stream order. The collective is never pre-armed: it
+ * cannot be cancelled, so ranks that disagreed about arming would call it a
  * different number of times. A wait that no round will meet (teardown, an
  * abort, a launch from elsewhere) is released with rk_epoch_close().
  */
@@ -716,9 +719,7 @@ static void res_stamps(struct toy_cuda *b, const struct job *job)
 static void finish(struct toy_cuda *b, struct job *job, int status)
 {
 	struct rk_sched *s = job->s;
-	uint64_t id = job->r.round_id;
-
-	uint64_t t = now_ns();
+	uint64_t id = job->r.round_id, t = now_ns();
 
 	b->inflight--;
 	if (b->nccl && !b->inflight)

@@ -62,7 +62,7 @@ struct toy_cuda_stats {
 	uint64_t resident_mismatch;	/* pre-armed, but the round was not the predicted one:
 					 * the kernels exited, the round was launched */
 	uint64_t resident_fallbacks;	/* registering or pre-arming failed: launched */
-	uint64_t arms;			/* rounds pre-armed (TP1: wait, graph, copy, mark) */
+	uint64_t arms;			/* rounds pre-armed (one graph; TP1: copy and mark too) */
 	uint64_t ns_arm;		/* host time of those arms, summed (off the round's
 					 * critical path: after its launch) */
 	uint64_t arm_captures;		/* graphs of pre-armed work captured (per stream
