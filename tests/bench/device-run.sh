@@ -181,13 +181,13 @@ if want resident; then
 	# no job starts when it could not end inside the step (the summary is printed last);
 	# TP1 CUDA: off, on (the plan kernel polls the epoch), on-stream (cuStreamWaitValue64),
 	# plain and drafted
-	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 DEADLINE=$((rlim > 60 ? rlim - 45 : 15)) \
+	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) \
 		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	rlim=$((($(left) - reserve) / 3))
 	[ "$rlim" -gt "${RESIDENT_CPU_S:-100}" ] && rlim=${RESIDENT_CPU_S:-100}
 	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=30 ITERS=5000 \
-		DEADLINE=$((rlim > 60 ? rlim - 45 : 15)) DRAFTS=plain RUNS="${RESIDENT_RUNS:-3}" \
+		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain RUNS="${RESIDENT_RUNS:-3}" \
 		REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*(mode=on(-stream)? run=1 |run=1 phases))' \
 		"$rlog" | tee -a "$summary"
@@ -199,7 +199,7 @@ if want resident; then
 	rlim=$((($(left) - reserve) / 4))
 	[ "$rlim" -gt "${RESIDENT_BLOCK_S:-60}" ] && rlim=${RESIDENT_BLOCK_S:-60}
 	step resident-cpu-block "$rlim" "$blog" env MODES="on on-block off-block" BASE=on \
-		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 60 ? rlim - 40 : 15)) DRAFTS=plain \
+		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain \
 		ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(SUMMARY|FAIL|PATH .*mode=on-block run=1 )' "$blog" | sed 's/^/BLOCK /' |
