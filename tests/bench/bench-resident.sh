@@ -86,7 +86,8 @@ job()
 		${ARGS:-} </dev/null >"$out/job.out" 2>&1
 	jrc=$?
 	sed -n "s/^\[r0\] cell /CELL tp=$1 size=$2 mode=$4 run=$5 /p" "$out/job.out" | tee -a "$out/cells"
-	sed -n "s/^\[r[0-9]*\] \(\(resident\|phases\) r[0-9]*:.*\)/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
+	pat='^\[r[0-9]*\] \(\(resident\|phases\) r[0-9]*:.*\)'
+	sed -n "s/$pat/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
 		"$out/job.out" | tee -a "$out/paths"
 	if [ $jrc != 0 ]; then
 		echo "FAIL tp=$1 size=$2 mode=$4 run=$5: exit $jrc"

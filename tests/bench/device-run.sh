@@ -39,8 +39,8 @@
 #                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
 #                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
 #                   resident.txt; then TP2 again, resident rounds under RK_WAIT=block
-#                   against adaptive, RESIDENT_BLOCK_S (60): resident-block.txt; with check_gpu named too, CHECK_GPU_S is
-#                   kept for it)
+#                   against adaptive, RESIDENT_BLOCK_S (60): resident-block.txt; with
+#                   check_gpu named too, CHECK_GPU_S is kept for it)
 #                   shm (not by default; issue 17's same-host receipts, shared
 #                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
 #                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
@@ -181,16 +181,17 @@ if want resident; then
 	# no job starts when it could not end inside the step (the summary is printed last);
 	# TP1 CUDA: off, on (the plan kernel polls the epoch), on-stream (cuStreamWaitValue64),
 	# plain and drafted
-	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) \
-		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
-		builddir=. sh tests/bench/bench-resident.sh
+	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 \
+		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) RUNS="${RESIDENT_RUNS:-3}" \
+		REQUESTS="${RESIDENT_REQUESTS:-32}" builddir=. sh tests/bench/bench-resident.sh
 	rlim=$((($(left) - reserve) / 3))
 	[ "$rlim" -gt "${RESIDENT_CPU_S:-100}" ] && rlim=${RESIDENT_CPU_S:-100}
 	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=30 ITERS=5000 \
-		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain RUNS="${RESIDENT_RUNS:-3}" \
-		REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*(mode=on(-stream)? run=1 |run=1 phases))' \
-		"$rlog" | tee -a "$summary"
+		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain \
+		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
+		builddir=. sh tests/bench/bench-resident.sh
+	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP)' "$rlog" | tee -a "$summary"
+	grep -E '^PATH .*(mode=on(-stream)? run=1 |run=1 phases)' "$rlog" | tee -a "$summary"
 	# issue 18 item 4: can a follower block through decode? TP2 again, resident rounds
 	# with every rank under RK_WAIT=block against the default (adaptive), interleaved,
 	# and the posted worker blocking too
@@ -199,8 +200,8 @@ if want resident; then
 	rlim=$((($(left) - reserve) / 4))
 	[ "$rlim" -gt "${RESIDENT_BLOCK_S:-60}" ] && rlim=${RESIDENT_BLOCK_S:-60}
 	step resident-cpu-block "$rlim" "$blog" env MODES="on on-block off-block" BASE=on \
-		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain \
-		ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
+		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) \
+		DRAFTS=plain ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(SUMMARY|FAIL|PATH .*mode=on-block run=1 )' "$blog" | sed 's/^/BLOCK /' |
 		tee -a "$summary"
