@@ -1250,6 +1250,19 @@ START_TEST(test_backend_sched)
 }
 END_TEST
 
+/* On and off are what they say on both backends; auto is toy.c's table (not
+ * asserted here, so that flipping it stays a one-line change), never true for
+ * a backend the table does not know. */
+START_TEST(test_resident_auto)
+{
+	ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON));
+	ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON));
+	ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF));
+	ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF));
+	ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO));
+}
+END_TEST
+
 /* The same tokens with resident rounds forced on and off, TP1, TP2, TP4. */
 START_TEST(test_backend_resident)
 {
@@ -1487,6 +1500,7 @@ static Suite *toy_suite(void)
 	tcase_add_loop_test(tc, test_backend_rounds, 0, 3);
 	tcase_add_loop_test(tc, test_backend_sched, 0, 3);
 	tcase_add_loop_test(tc, test_backend_resident, 0, 6);
+	tcase_add_test(tc, test_resident_auto);
 	tcase_add_test(tc, test_backend_resident_mismatch);
 	tcase_add_test(tc, test_backend_errors);
 	suite_add_tcase(s, tc);

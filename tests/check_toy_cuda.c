@@ -269,6 +269,7 @@ static void *toy_rank(void *arg)
 	ret = toy_cuda_create(t->w, &gw->p, -1, gw->mode, &t->b);
 	if (ret)
 		T_FAIL(t, ret);
+	toy_cuda_set_resident_wait(t->b, (enum toy_cuda_res_wait)gw->res_wait);
 	/* CHECK_GPU_GRAPHS=1: these rounds as CUDA graphs too (rk-serve's default) */
 	if (getenv("CHECK_GPU_GRAPHS") && !strcmp(getenv("CHECK_GPU_GRAPHS"), "1"))
 		toy_cuda_set_graphs(t->b, true);
@@ -446,22 +447,25 @@ START_TEST(test_toy_sched)
 #endif
 	};
 	const struct toy_sampling sampled = { 40, 0.8f, 0.95f, 1234 };
+	/* 32..47: 0..15 with RK_RESIDENT=on, the stream waiting (cuStreamWaitValue64) */
+	const int v = _i < 32 ? _i : ((_i - 32) | 16);
 	struct gworld *gw;
 	uint64_t rs = 7 + (uint64_t)_i;
 	char hex[17];
 	int i;
 	uint32_t j;
 
-	if ((_i & 1) && g_ndev < 2) {
+	if ((v & 1) && g_ndev < 2) {
 		printf("test_toy_sched %d: TP2 skipped (%d GPU)\n", _i, g_ndev);
 		return;
 	}
 	gw = calloc(1, sizeof(*gw));
-	gw->size = (_i & 1) ? 2 : 1;
-	gw->nstreams = (_i & 2) ? 8 : 1;
-	gw->draft_k = (_i & 4) ? 3 : 0;
+	gw->size = (v & 1) ? 2 : 1;
+	gw->nstreams = (v & 2) ? 8 : 1;
+	gw->draft_k = (v & 4) ? 3 : 0;
 	gw->mode = (enum rk_gpu_notify_mode)(_i % 3);
-	gw->resident = (_i & 16) ? RK_RESIDENT_ON : RK_RESIDENT_AUTO;
+	gw->resident = (v & 16) ? RK_RESIDENT_ON : RK_RESIDENT_AUTO;
+	gw->res_wait = _i >= 32 ? TOY_CUDA_WAIT_STREAM : TOY_CUDA_WAIT_KERNEL;
 	toy_params_init(&gw->p);		/* V 256, H 1024, seed 1 */
 	for (i = 0; i < gw->nstreams; i++) {
 		struct gstream *s = &gw->s[i];
@@ -471,7 +475,7 @@ START_TEST(test_toy_sched)
 				s->prompt[j] = j + 1;
 			s->n_prompt = 8;
 			s->n_gen = 32;
-			if (_i & 8)
+			if (v & 8)
 				s->s = sampled;
 		} else {
 			s->n_prompt = 1 + (uint32_t)(rng_next(&rs) % 8);
@@ -496,7 +500,7 @@ START_TEST(test_toy_sched)
 		ck_assert_msg(!memcmp(s->got, s->ref, s->n_gen * 4), "stream %d differs", i);
 	}
 	ck_assert_int_eq(toy_hash_tokens(gw->s[0].got, gw->s[0].n_got, hex), 0);
-	ck_assert_str_eq(hex, golden[(_i & 8) ? 1 : 0]);
+	ck_assert_str_eq(hex, golden[(v & 8) ? 1 : 0]);
 	ck_assert_uint_gt(gw->r[0].stats.rounds, 0);
 	if (gw->size > 1)
 		ck_assert_uint_eq(gw->r[1].stats.rounds, gw->r[0].stats.rounds);
@@ -508,10 +512,26 @@ START_TEST(test_toy_sched)
 		/* which path ran: auto is the launch path on this backend */
 		ck_assert_uint_eq(st->resident_fallbacks, 0);
 		ck_assert_uint_le(st->resident + st->resident_mismatch, st->rounds);
-		if (!(_i & 16))
+		if (!(v & 16)) {
 			ck_assert_uint_eq(st->resident + st->resident_mismatch, 0);
-		else if (!gw->draft_k)
-			ck_assert_uint_gt(st->resident, 0);	/* plain decode is predicted */
+			ck_assert_uint_eq(st->arms, 0);
+		} else {
+			/* decode is predicted, plain and drafted */
+			ck_assert_uint_gt(st->resident, 0);
+			/* a round after one that drafted is armed for drafts too */
+			if (gw->draft_k)
+				ck_assert_uint_gt(st->arm_drafted, 0);
+			else
+				ck_assert_uint_eq(st->arm_drafted, 0);
+			/* every resident round's plan kernel left its stamps (a
+			 * follower's lazy marks may come after its slot was armed again) */
+			if (i == 0)
+				ck_assert_uint_eq(st->n_gpu, st->resident);
+			else
+				ck_assert_uint_le(st->n_gpu, st->resident);
+			if (gw->res_wait == TOY_CUDA_WAIT_STREAM)
+				ck_assert_uint_eq(st->polls, 0);	/* the stream waited */
+		}
 		/* every resident round was pre-armed; at TP1 its work was queued whole
 		 * before the publication: launch() enqueued nothing for it */
 		ck_assert_uint_ge(st->arms, st->resident);
@@ -523,7 +543,7 @@ START_TEST(test_toy_sched)
 		       "resident, %llu mismatched, %llu arms, %llu as a graph), poll %llu "
 		       "wake %llu\n",
 		       _i, gw->size, gw->nstreams, gw->draft_k, rk_gpu_notify_mode_name(gw->mode),
-		       (_i & 16) ? "on" : "auto", (unsigned long long)gw->r[0].stats.rounds,
+		       !(v & 16) ? "auto" : _i >= 32 ? "on (stream wait)" : "on (kernel wait)", (unsigned long long)gw->r[0].stats.rounds,
 		       (unsigned long long)gw->r[0].stats.resident,
 		       (unsigned long long)gw->r[0].stats.resident_mismatch,
 		       (unsigned long long)gw->r[0].stats.arms,
@@ -544,7 +564,7 @@ static Suite *toy_cuda_suite(void)
 	tc = tcase_create("toy");
 	tcase_set_timeout(tc, 180);
 	tcase_add_loop_test(tc, test_toy_logits, 0, 2);
-	tcase_add_loop_test(tc, test_toy_sched, 0, 32);
+	tcase_add_loop_test(tc, test_toy_sched, 0, 48);
 	tcase_add_test(tc, test_toy_abort_graphs);
 	suite_add_tcase(s, tc);
 	return s;

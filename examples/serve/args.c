@@ -117,6 +117,10 @@ static void usage(FILE *f)
 		"                     while it spins) or wake (a CUDA host function wakes it)\n"
 		"  --cuda-graphs=on|off  cuda: run each round's kernels and allreduce as one\n"
 		"                     CUDA graph per round shape (default on)\n"
+		"  --cuda-resident-wait=kernel|stream  cuda, RK_RESIDENT=on: a pre-armed\n"
+		"                     round's first kernel polls the round epoch (kernel,\n"
+		"                     default), or the stream waits on it first (stream:\n"
+		"                     cuStreamWaitValue64)\n"
 		"  --device=N         cuda: the GPU (default: rank %% the GPU count)\n"
 		"  --vocab=V          vocabulary size (default %u; 1..%u)\n"
 		"  --hidden=H         hidden size: the work per output (default %u; 1..%u,\n"
@@ -235,6 +239,7 @@ enum {
 	OPT_BACKEND = 256,
 	OPT_NOTIFY,
 	OPT_GRAPHS,
+	OPT_RES_WAIT,
 	OPT_DEVICE,
 	OPT_BENCH,
 	OPT_B_STREAMS,
@@ -269,6 +274,7 @@ int parse_args(int argc, char **argv, struct options *o)
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
 		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
+		{ "cuda-resident-wait", required_argument, NULL, OPT_RES_WAIT },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "bench", no_argument, NULL, OPT_BENCH },
 		{ "bench-streams", required_argument, NULL, OPT_B_STREAMS },
@@ -412,6 +418,15 @@ int parse_args(int argc, char **argv, struct options *o)
 			o->graphs = !strcmp(optarg, "on");
 			o->graphs_set = true;
 			break;
+		case OPT_RES_WAIT:
+			if (strcmp(optarg, "kernel") && strcmp(optarg, "stream")) {
+				fprintf(stderr, PROG ": --cuda-resident-wait='%s': expected kernel "
+					"or stream\n", optarg);
+				return 2;
+			}
+			o->res_stream = !strcmp(optarg, "stream");
+			o->res_wait_set = true;
+			break;
 		case OPT_DEVICE:
 			if (cli_u32(PROG, "device", optarg, 0, 1023, &dev))
 				return 2;
@@ -512,7 +527,8 @@ int parse_args(int argc, char **argv, struct options *o)
 			"policies switch the notifier's mode)\n");
 		return 2;
 	}
-	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->device >= 0)) {
+	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->res_wait_set ||
+					    o->device >= 0)) {
 		fprintf(stderr, PROG ": --notify, --cuda-graphs and --device apply to "
 			"--backend=cuda only\n");
 		return 2;

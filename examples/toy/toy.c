@@ -951,3 +951,25 @@ uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *s
 		*status = r->last_status;
 	return r->n;
 }
+
+/* ---- RK_RESIDENT=auto (toy.h) ---------------------------------------------------------- */
+
+/*
+ * The rule: auto runs resident rounds on a backend only once docs/BENCH.md's
+ * "Resident rounds" receipt has it at >= 1.00x the launch path's tokens/s in
+ * every decode cell (sizes x 1/4/8 streams) at <= 1.00x its CPU, the same run.
+ * Neither backend has such a receipt yet (the figures are there).
+ */
+static const bool resident_auto[] = {
+	[TOY_BACKEND_CPU] = false,
+	[TOY_BACKEND_CUDA] = false,
+};
+
+bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode)
+{
+	if (mode == RK_RESIDENT_ON)
+		return true;
+	if (mode != RK_RESIDENT_AUTO || (unsigned int)kind > TOY_BACKEND_CUDA)
+		return false;
+	return resident_auto[kind];
+}

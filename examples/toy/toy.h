@@ -231,6 +231,21 @@ struct toy_params {
 	uint64_t seed;		/* model seed */
 };
 
+/*
+ * What RK_RESIDENT=auto picks on each toy backend, in this one place: the
+ * resident path where docs/BENCH.md ("Resident rounds") measured it at least
+ * as fast as the launch (posted) path in every decode cell, at no more CPU;
+ * the launch path otherwise. Flip a value here when a receipt says so.
+ */
+enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
+
+/**
+ * toy_resident_on() - whether a backend of @kind runs resident rounds under
+ * @mode (struct rk_config.resident): on is yes, off is no, auto is the
+ * choice above. Any thread.
+ */
+bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode);
+
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);
 

@@ -804,8 +804,7 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
 	lc = rk_loop_config(b->loop);
-	/* auto: the launch path until a receipt says otherwise (docs/BENCH.md) */
-	b->res_on = lc->resident == RK_RESIDENT_ON;
+	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident);
 	/*
 	 * The armed worker spins on the epoch only under RK_WAIT=spin (a core per
 	 * thread); otherwise it sleeps on the futex at once, as the posted worker

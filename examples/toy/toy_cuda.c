@@ -14,24 +14,27 @@
  * cudaMallocAsync/cudaFreeAsync.
  *
  * Resident rounds (RK_RESIDENT=on; rk_sched.h "Round epochs"). While round N
- * runs, launch(N) pre-arms N+1 on the stream: a wait for the scheduler's
- * epoch to reach N+1 (cuStreamWaitValue64 on the region registered with
- * CUDA, rk_gpu_epoch_wait()), then one graph per stream count (or its work
- * one call at a time without graphs): a plan kernel that reads N+1's
+ * runs, launch(N) pre-arms N+1 on the stream: one graph per shape (stream
+ * count, draft bound) and slot (or its work one call at a time without
+ * graphs): a plan kernel that waits for the scheduler's epoch to reach N+1
+ * by polling the region registered with CUDA (or, TOY_CUDA_WAIT_STREAM,
+ * behind a cuStreamWaitValue64 on it, rk_gpu_epoch_wait()), reads N+1's
  * descriptor from the mapped region and compares it with the prediction (the
- * same streams, one new token each, no drafts), which the host wrote into one
- * of two alternating host-mapped slots, writing the kstreams and tokens and a
- * gate word, then the fold and logits kernels, which return at once when the
- * gate says the round is not the predicted one; at TP1 also the leader's copy
- * into the slot's logits buffer, and the mark, with a job made ready for the
- * round. So after the host stores the epoch no host call stands between the
- * GPU and the round's completion: the arm's calls run while N+1 computes.
- * launch(N+1) checks the same facts on the host: a match applies the round to
- * the mirror (TP > 1: and enqueues the allreduce, the leader's copy, the
- * mark); a mismatch (counted) leaves the pre-armed kernels to exit (at TP1
- * their job is void: its mark frees it) and launches the round as usual,
- * behind them in stream order. The collective is never pre-armed: it cannot
- * be cancelled, so ranks that disagreed about arming would call it a
+ * same streams at their next positions, each with 1 to 1 + its drafts in N
+ * inputs and at most the most drafts seen), which the host wrote into one of
+ * two alternating host-mapped slots, writing the kstreams, tokens, output
+ * count and a gate word, then the fold kernel (launched early behind it,
+ * programmatic dependent launch) and the logits kernel, which return at once
+ * when the gate says the round is not the predicted one; at TP1 also the
+ * leader's copy into the slot's logits buffer, and the mark, with a job made
+ * ready for the round. So after the host stores the epoch no host call stands
+ * between the GPU and the round's completion: the arm's calls run while N+1
+ * computes. launch(N+1) checks the same facts on the host: a match applies
+ * the round to the mirror (TP > 1: and enqueues the allreduce, the leader's
+ * copy, the mark); a mismatch (counted) leaves the pre-armed kernels to exit
+ * (at TP1 their job is void: its mark frees it) and launches the round as
+ * usual, behind them in stream order. The collective is never pre-armed: it
+ * cannot be cancelled, so ranks that disagreed about arming would call it a
  * different number of times. A wait that no round will meet (teardown, an
  * abort, a launch from elsewhere) is released with rk_epoch_close().
  */
@@ -96,6 +99,8 @@ struct job {
 				 * a resident slot's buffer) */
 	enum { JOB_LAUNCHED, JOB_ARMED, JOB_VOID } state;	/* resident rounds */
 	bool marked;		/* its mark is enqueued (before launch when pre-armed) */
+	bool res;		/* it ran on pre-armed kernels (their stamps are in slot rslot) */
+	unsigned int rslot;
 	struct job *next;
 };
 
@@ -146,10 +151,16 @@ struct toy_cuda {
 
 	/* resident rounds (the top of the file) */
 	bool res_on;				/* RK_RESIDENT=on */
+	enum toy_cuda_res_wait res_wait;	/* how a pre-armed round waits */
+	uint32_t res_dmax;			/* drafts a stream may carry: the most seen */
+	uint32_t arm_dmax;			/* ...when the armed round was armed */
+	bool res_pdl;				/* the fold kernel launched early behind the
+						 * plan kernel (TOY_CUDA_PDL=0: not) */
 	bool res_logged;
 	struct rk_epoch *ep;			/* the region registered (gep holds it) */
 	struct rk_gpu_epoch *gep;
-	uint32_t *dgate;			/* 0: the pre-armed round is the predicted one */
+	uint32_t *dgate;			/* [0] 0: the pre-armed round is the predicted
+					 * one; [1] its outputs */
 	bool armed;				/* the stream waits for the next epoch */
 	bool armed_ok;				/* ...and all of its kernels are enqueued */
 	unsigned int rslot;			/* the slot of the last arm (they alternate) */
@@ -160,6 +171,9 @@ struct toy_cuda {
 	cudaGraphExec_t rg[2][TOY_CUDA_PRED_MAX + 1];	/* the pre-armed work, per slot
 							 * and stream count */
 	bool rg_failed[2][TOY_CUDA_PRED_MAX + 1];
+	uint32_t rg_dmax[2][TOY_CUDA_PRED_MAX + 1];	/* the draft bound rg was captured for */
+	uint64_t t_done;			/* the last completion callback (phases) */
+	uint64_t g_last_plan, g_last_round;	/* the last resident round's t_plan, id */
 	struct job *ajob;			/* TP1: the pre-armed round's job, marked */
 	struct job *void_head;			/* pre-marked jobs of rounds launched instead */
 
@@ -656,6 +670,7 @@ static struct job *job_get(struct toy_cuda *b)
 	job->next = NULL;
 	job->state = JOB_LAUNCHED;
 	job->marked = false;
+	job->res = false;
 	job->logits = NULL;
 	return job;
 }
@@ -676,18 +691,52 @@ static void job_free(struct job *job)
 	free(job);
 }
 
+/*
+ * A resident round's GPU phases, from its plan kernel's stamps in slot
+ * job->rslot (written before the slot's done word, which the round's
+ * completion follows; the slot is armed again only after the next launch).
+ */
+static void res_stamps(struct toy_cuda *b, const struct job *job)
+{
+	const struct toy_cuda_kpredict *p = b->pred_h[job->rslot];
+	uint64_t t0 = p->t_start, t1 = p->t_seen, t2 = p->t_plan;
+
+	if (p->want != job->r.round_id || t1 < t0 || t2 < t1)
+		return;
+	b->stats.n_gpu++;
+	b->stats.ns_gpu_wait += t1 - t0;
+	b->stats.ns_gpu_plan += t2 - t1;
+	b->stats.polls += p->polls;
+	if (b->g_last_round && job->r.round_id == b->g_last_round + 1 && t0 >= b->g_last_plan) {
+		b->stats.n_gpu_rest++;
+		b->stats.ns_gpu_rest += t0 - b->g_last_plan;
+	}
+	b->g_last_plan = t2;
+	b->g_last_round = job->r.round_id;
+}
+
 /* The end of a round on this rank: hand it back (loop thread). */
 static void finish(struct toy_cuda *b, struct job *job, int status)
 {
 	struct rk_sched *s = job->s;
-	uint64_t id = job->r.round_id;
+	uint64_t id = job->r.round_id, t = now_ns();
 
 	b->inflight--;
 	if (b->nccl && !b->inflight)
 		rk_nccl_busy(b->nccl, false);	/* report() may launch: busy again */
 	b->stats.rounds++;
 	b->stats.outputs += job->r.n_out;
-	b->stats.ns_round += now_ns() - job->t_launch;
+	b->stats.ns_round += t - job->t_launch;
+	if (job->res) {
+		b->stats.n_round_res++;
+		b->stats.ns_round_res += t - job->t_launch;
+		if (!status)
+			res_stamps(b, job);
+	} else {
+		b->stats.n_round_launch++;
+		b->stats.ns_round_launch += t - job->t_launch;
+	}
+	b->t_done = t;
 	job->status = status;
 	if (b->rank == 0) {
 		if (b->cur)
@@ -840,10 +889,11 @@ static void disarm(struct toy_cuda *b)
 	res_drop_job(b);
 }
 
-/* The slot buffers of resident rounds, once: the predictions (mapped), TP1's logits. */
-static int res_slots(struct toy_cuda *b, unsigned int k, uint32_t n)
+/* The slot buffers of resident rounds, once: the predictions (mapped), TP1's
+ * logits (@nout outputs). */
+static int res_slots(struct toy_cuda *b, unsigned int k, uint32_t nout)
 {
-	size_t need = (size_t)n * b->V * sizeof(int32_t), cap;
+	size_t need = (size_t)nout * b->V * sizeof(int32_t), cap;
 	void *q;
 	int ret;
 
@@ -875,43 +925,59 @@ static int res_slots(struct toy_cuda *b, unsigned int k, uint32_t n)
 	return 0;
 }
 
+/* A pre-armed round of @n streams with at most @dmax drafts each: the tokens
+ * the plan kernel reads (inputs up to 1 + dmax, then dmax drafts), the
+ * outputs its graph computes and copies. */
+static uint32_t res_tokwin(uint32_t n, uint32_t dmax)
+{
+	return n * (2 * dmax + 1);
+}
+
+static uint32_t res_nout(uint32_t n, uint32_t dmax)
+{
+	return n * (dmax + 1);
+}
+
 /*
- * The pre-armed work of @n streams in slot @k, after the wait: the plan
- * kernel, the gated fold and logits, and at TP1 the leader's copy (a
- * failure after the first kernel is sticky: a half-enqueued round cannot be
- * launched again). Return: 0, or the error and *@any whether anything went in.
+ * The pre-armed work of @n streams (at most @dmax drafts each) in slot @k:
+ * the plan kernel (which waits for the epoch itself, or passes at once after
+ * a stream wait), the gated fold and logits, and at TP1 the leader's copy of
+ * the most outputs the shape can have (a failure after the first kernel is
+ * sticky: a half-enqueued round cannot be launched again). Return: 0, or the
+ * error and *@any whether anything went in.
  */
-static int res_compute(struct toy_cuda *b, uint32_t n, unsigned int k, bool *any)
+static int res_compute(struct toy_cuda *b, uint32_t n, uint32_t dmax, unsigned int k, bool *any)
 {
 	uint8_t *base = rk_gpu_epoch_device_ptr(b->gep);
 	size_t kl = (size_t)n * sizeof(struct toy_cuda_kstream);
+	uint32_t nout = res_nout(n, dmax);
 	struct toy_cuda_kstream *ks = b->din;
 	const uint32_t *tok = (const uint32_t *)((uint8_t *)b->din + kl);
 	int ret;
 
 	*any = false;
 	ret = CU(b, toy_cuda_k_resident_plan(b->stream,
-					     (const uint64_t *)(base + RK_EPOCH_OFF_DESC_EPOCH),
+					     (const uint64_t *)(base + RK_EPOCH_OFF_EPOCH),
 					     (const uint32_t *)(base + RK_EPOCH_OFF_DESC_LEN),
-					     base + RK_EPOCH_OFF_DESC, b->pred_d[k], n, b->V, ks,
-					     (uint32_t *)tok, b->dgate));
+					     base + RK_EPOCH_OFF_DESC, b->pred_d[k], n, dmax,
+					     res_tokwin(n, dmax), b->V, ks, (uint32_t *)tok,
+					     b->dgate));
 	if (ret)
 		return ret;
 	*any = true;
 	ret = CU(b, toy_cuda_k_round_gated(b->stream, ks, n, tok, b->dstate, b->dE, b->dh0, b->df,
-					   b->n, b->lo, b->dgate));
+					   b->n, b->lo, b->dgate, b->res_pdl));
 	if (!ret)
-		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, n, b->V, b->n,
-						    b->dgate));
+		ret = CU(b, toy_cuda_k_logits_gated(b->stream, b->dW, b->df, b->dlog, nout, b->V,
+						    b->n, b->dgate));
 	if (!ret && b->size == 1)
-		ret = CU(b, cudaMemcpyAsync(b->rlog_h[k], b->dlog,
-					    (size_t)n * b->V * sizeof(int32_t),
+		ret = CU(b, cudaMemcpyAsync(b->rlog_h[k], b->dlog, (size_t)nout * b->V * sizeof(int32_t),
 					    cudaMemcpyDeviceToHost, b->stream));
 	return ret;
 }
 
-/* The graph of res_compute(@n, @k), captured on first use; NULL: enqueue it eagerly. */
-static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
+/* The graph of res_compute(@n, @dmax, @k), captured on first use; NULL: enqueue it eagerly. */
+static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, uint32_t dmax, unsigned int k)
 {
 	enum cudaStreamCaptureStatus cs;
 	cudaGraph_t graph = NULL;
@@ -920,11 +986,14 @@ static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
 
 	if (!b->graphs || b->rg_failed[k][n])
 		return NULL;
-	if (b->rg[k][n])
+	if (b->rg[k][n] && b->rg_dmax[k][n] == dmax)
 		return b->rg[k][n];
+	if (b->rg[k][n])
+		cudaGraphExecDestroy(b->rg[k][n]);	/* the draft bound grew */
+	b->rg[k][n] = NULL;
 	ret = CU(b, cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
 	if (!ret) {
-		ret = res_compute(b, n, k, &any);
+		ret = res_compute(b, n, dmax, k, &any);
 		if (CU(b, cudaStreamEndCapture(b->stream, &graph)) && !ret)
 			ret = -EIO;
 	}
@@ -939,26 +1008,37 @@ static cudaGraphExec_t res_graph(struct toy_cuda *b, uint32_t n, unsigned int k)
 		b->rg[k][n] = NULL;
 		return NULL;
 	}
+	b->rg_dmax[k][n] = dmax;
 	b->stats.arm_captures++;
 	return b->rg[k][n];
 }
 
+static void arm_skip(struct toy_cuda *b, enum toy_cuda_skip why)
+{
+	b->stats.arm_skipped++;
+	b->stats.arm_skip[why]++;
+}
+
 /*
  * After launch(@r) (round N, on the stream): pre-arm round N+1 as predicted
- * from @r, for the scheduler @s's region: the wait, then one graph (or its
- * kernels) reading the prediction from slot k's mapped memory, and at TP1
- * the leader's copy and the mark too, so the round completes with no host
- * call after the epoch is published. Slots alternate; a slot is reused once
- * the plan kernel of its last arm has read it (it says so in the slot), and
- * at TP1 with this round the only one in flight (the logits buffer).
- * Nothing happens when the backend cannot (RK_RESIDENT not on, NCCL not up,
- * drafts, too many streams); a failure to register or to enqueue is one log
- * line and a counter. Its host time is stats.ns_arm.
+ * from @r, for the scheduler @s's region: the same streams, at the positions
+ * the mirror holds after N, each with 1 to 1 + (its drafts in N) inputs and
+ * at most dmax drafts (the most any round carried so far). In stream order:
+ * at TOY_CUDA_WAIT_STREAM a wait on the epoch; then one graph (or its
+ * kernels) whose plan kernel reads the prediction from slot k's mapped
+ * memory (TOY_CUDA_WAIT_KERNEL: it polls the epoch first), and at TP1 the
+ * leader's copy and the mark too, so the round completes with no host call
+ * after the epoch is published. Slots alternate; a slot is reused once the
+ * plan kernel of its last arm has read it (it says so in the slot), and at
+ * TP1 with this round the only one in flight (the logits buffer). Nothing
+ * happens when the backend cannot (RK_RESIDENT not on, NCCL not up, too many
+ * streams or tokens: counted in arm_skip); a failure to register or to
+ * enqueue is one log line and a counter. Its host time is stats.ns_arm.
  */
-static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_round *r)
+static int arm_try(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_round *r)
 {
 	struct rk_epoch *ep = rk_sched_epoch(s);
-	uint32_t i, n = r->n_streams;
+	uint32_t i, n = r->n_streams, dmax = b->res_dmax;
 	unsigned int k = b->rslot ^ 1;
 	struct toy_cuda_kpredict *pred;
 	struct rk_wire_stream ws;
@@ -967,56 +1047,65 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 	cudaGraphExec_t g;
 	struct job *job = NULL;
 	bool any = false;
+	int64_t ext;
 	int ret;
 
-	if (!b->res_on || !ep || b->armed || b->failed || b->wait_head || !n ||
-	    n > TOY_CUDA_PRED_MAX)
-		return;
+	if (!b->res_on || !ep || b->armed || b->failed)
+		return -1;
+	if (b->wait_head || (b->size > 1 && rk_nccl_state(b->nccl) != 1))
+		return TOY_CUDA_SKIP_OTHER;
+	if (!n || n > TOY_CUDA_PRED_MAX)
+		return TOY_CUDA_SKIP_SHAPE;
+	/* the draft bound: the most drafts a stream carried so far (it only grows) */
+	for (i = 0; i < n; i++) {
+		rk_wire_round_stream(r, i, &ws);
+		if (ws.n_draft > dmax)
+			dmax = ws.n_draft;
+	}
+	if (dmax > (TOY_CUDA_TOKWIN_MAX - 1) / 2 || res_tokwin(n, dmax) > TOY_CUDA_TOKWIN_MAX)
+		return TOY_CUDA_SKIP_SHAPE;
+	b->res_dmax = dmax;
 	/* TP1: the previous round has completed, so the slot's logits buffer is
 	 * free (a void job uses the other slot: its mark comes first, in order) */
 	if (b->size == 1 && b->inflight != 1)
-		return;
+		return TOY_CUDA_SKIP_BUSY;
 	/* the plan kernel of the slot's last arm has read it */
 	pred = b->pred_h[k];
 	if (pred && __atomic_load_n(&pred->done, __ATOMIC_ACQUIRE) != pred->want)
-		return;
-	for (i = 0; i < n; i++) {
-		rk_wire_round_stream(r, i, &ws);
-		if (ws.n_draft)
-			return;	/* drafting streams draft again: not the predicted shape */
-	}
-	if (b->size > 1 && rk_nccl_state(b->nccl) != 1)
-		return;
+		return TOY_CUDA_SKIP_BUSY;
 	if (!b->gep) {
 		if (b->stats.resident_fallbacks)
-			return;		/* registration failed once: the launch path for good */
+			return TOY_CUDA_SKIP_OTHER;	/* the launch path for good */
 		ret = rk_gpu_epoch_register(ep, b->dev, &b->gep);
 		if (ret) {
 			res_fallback(b, "the epoch region cannot be registered with CUDA", ret);
-			return;
+			return TOY_CUDA_SKIP_OTHER;
 		}
 		b->ep = ep;
 	} else if (ep != b->ep) {
-		return;			/* another scheduler's rounds: launched */
+		return TOY_CUDA_SKIP_OTHER;	/* another scheduler's rounds */
 	}
 	for (i = 0; i < n; i++) {
 		rk_wire_round_stream(r, i, &ws);
 		if (!find(b, ws.stream_id))
-			return;		/* the mirror dropped it (a retire): nothing to predict */
+			return TOY_CUDA_SKIP_STREAM;	/* a retire dropped it */
 	}
-	/* the plan kernel reads the predicted round's extent of the region, whatever
-	 * was published */
-	if (rk_wire_round_size(n, n) < 0 ||
-	    (uint64_t)rk_wire_round_size(n, n) > rk_epoch_desc_max(ep))
-		return;
-	ret = res_slots(b, k, n);
+	/* the plan kernel reads the predicted round's largest extent of the region,
+	 * whatever was published */
+	ext = rk_wire_round_size(n, res_tokwin(n, dmax));
+	if (ext < 0 || (uint64_t)ext > rk_epoch_desc_max(ep))
+		return TOY_CUDA_SKIP_REGION;
+	ret = res_slots(b, k, res_nout(n, dmax));
 	if (!ret)
 		ret = dgrow(b, &b->din, &b->din_cap,
-			    (size_t)n * (sizeof(struct toy_cuda_kstream) + sizeof(uint32_t)));
+			    (size_t)n * sizeof(struct toy_cuda_kstream) +
+				    (size_t)res_tokwin(n, dmax) * sizeof(uint32_t));
 	if (!ret)
-		ret = dgrow(b, (void **)&b->df, &b->df_cap, (size_t)n * b->n * sizeof(int16_t));
+		ret = dgrow(b, (void **)&b->df, &b->df_cap,
+			    (size_t)res_nout(n, dmax) * b->n * sizeof(int16_t));
 	if (!ret)
-		ret = dgrow(b, (void **)&b->dlog, &b->dlog_cap, (size_t)n * b->V * sizeof(int32_t));
+		ret = dgrow(b, (void **)&b->dlog, &b->dlog_cap,
+			    (size_t)res_nout(n, dmax) * b->V * sizeof(int32_t));
 	if (!ret && b->size == 1) {
 		job = job_get(b);
 		if (!job)
@@ -1026,14 +1115,17 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 		if (job)
 			job_put(b, job);
 		res_fallback(b, "cannot pre-arm", ret);
-		return;
+		return TOY_CUDA_SKIP_OTHER;
 	}
 	/* the slot's last reader is done (above): plain stores, the epoch's
-	 * release store orders them before the kernel can run */
+	 * release store orders them before the kernel can pass its wait */
 	pred = b->pred_h[k];
 	pred->want = r->round_id + 1;
 	pred->n = n;
 	pred->V = b->V;
+	pred->t_start = pred->t_seen = pred->t_plan = 0;
+	pred->polls = 0;
+	pred->gate = 0;
 	for (i = 0; i < n; i++) {
 		rk_wire_round_stream(r, i, &ws);
 		e = find(b, ws.stream_id);
@@ -1041,26 +1133,31 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 		pred->s[i].position = e->pos;
 		pred->s[i].slot = e->slot;
 		pred->s[i].last_prev = e->last;
-		pred->s[i].pad = 0;
+		pred->s[i].max_tok = ws.n_draft + 1;
 	}
-	g = res_graph(b, n, k);		/* captured before the wait: nothing runs */
-	ret = rk_gpu_epoch_wait(b->gep, b->stream, pred->want);
-	if (ret) {
-		if (job)
-			job_put(b, job);
-		pred->done = pred->want;	/* no kernel reads the slot */
-		res_fallback(b, "cuStreamWaitValue64", ret);
-		return;
+	g = res_graph(b, n, dmax, k);		/* captured before the wait: nothing runs */
+	if (b->res_wait == TOY_CUDA_WAIT_STREAM) {
+		ret = rk_gpu_epoch_wait(b->gep, b->stream, pred->want);
+		if (ret) {
+			if (job)
+				job_put(b, job);
+			pred->done = pred->want;	/* no kernel reads the slot */
+			res_fallback(b, "cuStreamWaitValue64", ret);
+			return TOY_CUDA_SKIP_OTHER;
+		}
+		b->armed = true;	/* the stream waits from here: disarm() if never met */
 	}
-	b->armed = true;	/* the stream waits from here: disarm() if never met */
 	b->rslot = k;
+	b->arm_dmax = dmax;
 	if (g) {
 		ret = CU(b, cudaGraphLaunch(g, b->stream));
 		any = !ret;	/* a graph launch that failed enqueued nothing */
 		b->stats.arm_graphs += any;
 	} else {
-		ret = res_compute(b, n, k, &any);
+		ret = res_compute(b, n, dmax, k, &any);
 	}
+	if (any)
+		b->armed = true;	/* the plan kernel waits: disarm() if never met */
 	if (ret) {
 		if (job)
 			job_put(b, job);
@@ -1069,8 +1166,9 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 		} else {
 			pred->done = pred->want;	/* no kernel reads the slot */
 			res_fallback(b, "cannot pre-arm the kernels", ret);
+			return TOY_CUDA_SKIP_OTHER;
 		}
-		return;		/* not armed_ok: launch(N+1) takes the launch path */
+		return -1;	/* not armed_ok: launch(N+1) takes the launch path */
 	}
 	if (job) {
 		/* TP1: the mark too; refused, launch(N+1) enqueues it */
@@ -1081,7 +1179,18 @@ static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_rou
 	}
 	b->armed_ok = true;
 	b->stats.arms++;
+	b->stats.arm_drafted += dmax > 0;
 	b->stats.ns_arm += now_ns() - t0;
+	return -1;
+}
+
+/* arm_try(), and why it armed nothing (counted), if it says */
+static void arm(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_round *r)
+{
+	int why = arm_try(b, s, r);
+
+	if (why >= 0)
+		arm_skip(b, (enum toy_cuda_skip)why);
 }
 
 /* Round @round is the pre-armed one: the plan kernel decides the same from the region. */
@@ -1090,20 +1199,23 @@ static bool pred_matches(const struct toy_cuda *b, struct rk_sched *s,
 {
 	const struct toy_cuda_kpredict *pred = b->pred_h[b->rslot];
 	int64_t len = rk_wire_round_size(round->n_streams, round->n_tok_total);
+	uint32_t i, dmax = b->arm_dmax;
 	struct rk_wire_stream ws;
-	uint32_t i;
 
 	if (!b->armed_ok || rk_sched_epoch(s) != b->ep || round->round_id != pred->want ||
-	    round->n_streams != pred->n || round->n_tok_total != pred->n ||
+	    round->n_streams != pred->n || round->n_tok_total > res_tokwin(pred->n, dmax) ||
 	    rk_epoch_current(b->ep) != round->round_id || len < 0 ||
 	    (uint64_t)len > rk_epoch_desc_max(b->ep))
 		return false;
 	for (i = 0; i < round->n_streams; i++) {
 		rk_wire_round_stream(round, i, &ws);
 		if (ws.stream_id != pred->s[i].id || ws.position != pred->s[i].position ||
-		    ws.n_tokens != 1 || ws.n_draft != 0 || rk_wire_round_token(round, i) >= b->V)
+		    ws.n_tokens < 1 || ws.n_tokens > pred->s[i].max_tok || ws.n_draft > dmax)
 			return false;
 	}
+	for (i = 0; i < round->n_tok_total; i++)
+		if (rk_wire_round_token(round, i) >= b->V)
+			return false;
 	return true;
 }
 
@@ -1117,10 +1229,11 @@ static bool pred_matches(const struct toy_cuda *b, struct rk_sched *s,
 static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 			   const struct rk_wire_round *round)
 {
-	size_t nlog = (size_t)round->n_streams * b->V;
 	uint64_t seq = b->seq + 1, t0 = now_ns();
+	const struct toy_rstream *rs;
 	struct entry *e;
 	struct job *job;
+	size_t nlog;
 	uint32_t i;
 	int ret;
 
@@ -1131,6 +1244,7 @@ static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 	if (!job)
 		return b->failed = -ENOMEM;
 	ret = toy_round_copy(&job->r, round, b->V);
+	nlog = (size_t)job->r.n_out * b->V;
 	if (!ret && b->rank == 0 && b->size > 1)
 		ret = hgrow(b, (void **)&job->logits_h, &job->logits_cap, nlog * sizeof(int32_t));
 	if (ret) {
@@ -1147,7 +1261,8 @@ static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 	}
 	b->seq = seq;
 	for (i = 0; i < job->r.n_streams; i++) {
-		e = find(b, job->r.st[i].id);
+		rs = &job->r.st[i];
+		e = find(b, rs->id);
 		if (!e) {
 			if (job->marked)
 				res_void(b, job);
@@ -1156,10 +1271,12 @@ static int resident_launch(struct toy_cuda *b, struct rk_sched *s,
 			return b->failed = -EPROTO;
 		}
 		e->mark = seq;
-		e->pos += 1;
-		e->last = job->r.tok[i];
+		e->pos += rs->n_tokens;		/* drafts never commit */
+		e->last = job->r.tok[rs->tok_off + rs->n_tokens - 1];	/* n_tokens >= 1 */
 	}
 	job->state = JOB_LAUNCHED;
+	job->res = true;
+	job->rslot = b->rslot;
 	job->t_launch = t0;
 	job->status = 0;
 	job->s = s;
@@ -1191,10 +1308,12 @@ static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round
 		       unsigned int flags)
 {
 	struct toy_cuda *b = ctx;
+	uint64_t turn = b->t_done ? now_ns() - b->t_done : 0;
 	struct job *job;
 	int ret, st = 1;
 
 	(void)flags;
+	b->t_done = 0;
 	if (b->failed)
 		return b->failed;
 	if (b->size > 1) {
@@ -1204,6 +1323,8 @@ static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round
 	}
 	if (b->armed) {
 		if (pred_matches(b, s, round)) {
+			b->stats.n_turn_res += turn > 0;
+			b->stats.ns_turn_res += turn;
 			ret = resident_launch(b, s, round);
 			if (!ret)
 				arm(b, s, round);
@@ -1214,6 +1335,8 @@ static int cuda_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round
 		b->stats.resident_mismatch++;
 		disarm(b);
 	}
+	b->stats.n_turn_launch += turn > 0;
+	b->stats.ns_turn_launch += turn;
 	job = job_get(b);
 	if (!job)
 		return -ENOMEM;
@@ -1339,9 +1462,10 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	ret = CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
 	if (ret)
 		goto err_free;
-	/* auto: the launch path, which measured faster on the H200 (docs/BENCH.md) */
-	b->res_on = rk_loop_config(b->loop)->resident == RK_RESIDENT_ON;
-	ret = CU(b, cudaMalloc((void **)&b->dgate, sizeof(*b->dgate)));
+	b->res_on = toy_resident_on(TOY_BACKEND_CUDA, rk_loop_config(b->loop)->resident);
+	/* a debugging switch, not a knob: docs/GPU.md */
+	b->res_pdl = !getenv("TOY_CUDA_PDL") || strcmp(getenv("TOY_CUDA_PDL"), "0");
+	ret = CU(b, cudaMalloc((void **)&b->dgate, 2 * sizeof(*b->dgate)));
 	if (!ret)
 		ret = CU(b, cudaMalloc((void **)&b->dE, vn * sizeof(*b->dE)));
 	if (!ret)
@@ -1401,6 +1525,11 @@ void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
 	if (!on)
 		graphs_drop(b);
 	b->graphs = on;
+}
+
+void toy_cuda_set_resident_wait(struct toy_cuda *b, enum toy_cuda_res_wait how)
+{
+	b->res_wait = how;
 }
 
 int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)
@@ -1554,6 +1683,12 @@ void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
 {
 	(void)b;
 	(void)on;
+}
+
+void toy_cuda_set_resident_wait(struct toy_cuda *b, enum toy_cuda_res_wait how)
+{
+	(void)b;
+	(void)how;
 }
 
 int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)

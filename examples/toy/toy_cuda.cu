@@ -75,6 +75,10 @@ __global__ void k_round(const toy_cuda_kstream *ks, uint32_t n_streams, const ui
 {
 	uint32_t k = blockIdx.x * blockDim.x + threadIdx.x, y, j, t, last, h, hd;
 
+	/* launched early behind the plan kernel (programmatic dependent launch):
+	 * wait for all of its work, memory included; without one, a no-op */
+	if (gate)
+		asm volatile("griddepcontrol.wait;" ::: "memory");
 	if (k >= n || (gate && *gate))
 		return;
 	for (y = blockIdx.y; y < n_streams; y += gridDim.y) {
@@ -108,8 +112,13 @@ __global__ void k_logits(const int8_t *W, const int16_t *f, int32_t *out, uint32
 	uint32_t o, k;
 	int32_t acc;
 
-	if (v >= V || (gate && *gate))
-		return;		/* the whole warp: v is per warp, the gate per kernel */
+	if (gate) {
+		if (gate[0])
+			return;	/* the whole block: the gate is per kernel */
+		n_out = min(n_out, gate[1]);
+	}
+	if (v >= V)
+		return;		/* the whole warp: v is per warp */
 	for (o = blockIdx.y; o < n_out; o += gridDim.y) {
 		const int8_t *w = W + (size_t)v * n;
 		const int16_t *fo = f + (size_t)o * n;
@@ -135,35 +144,83 @@ __device__ static inline uint64_t ld64(const uint8_t *p)
 	return *(const volatile uint64_t *)p;
 }
 
+/* The epoch: an acquire at system scope, so the descriptor's loads after it
+ * (in this thread, and after a barrier in the block's) see what the host
+ * stored before it (runtime/epoch.c's release). */
+__device__ static inline uint64_t ld_acquire64(const uint64_t *p)
+{
+	uint64_t v;
+
+	asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline uint64_t gtimer(void)
+{
+	uint64_t t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
 /* ROUND payload (WIRE.md): u64 round_id, u32 n_streams, u32 0, then 40 bytes a
  * stream (u64 id, u32 position, u32 n_tokens, u32 n_draft, ...), then tokens. */
 #define W_HDR 16u
 #define W_STREAM 40u
+#define TOK_PER_THREAD (TOY_CUDA_TOKWIN_MAX / TOY_CUDA_PLAN_THREADS)
 
 /*
- * One block of TOY_CUDA_PRED_MAX threads. @pred is host-mapped pinned memory
- * the host filled before it pre-armed this kernel (a graph holds its address,
- * so it is read at run time, never cached: the host reuses the slot two arms
- * later); @n and @V are fixed for the kernel's graph. Every load over PCIe is
- * issued before any of them is compared (bitwise ors, no early exit): one
- * round trip to host memory, not one per field. The host armed it only with
- * stream @n's entry inside the region, so a shorter descriptor is read past
- * its end harmlessly (stale bytes, and the length check fails).
+ * One block of TOY_CUDA_PLAN_THREADS threads. @pred is host-mapped pinned
+ * memory the host filled before it pre-armed this kernel (a graph holds its
+ * address, so it is read at run time, never cached: the host reuses the slot
+ * two arms later); @n, @dmax, @tokwin and @V are fixed for the kernel's graph.
+ * Thread 0 waits for the epoch; then every load over PCIe is issued before
+ * any of them is compared (bitwise ors, no early exit): one round trip to
+ * host memory, not one per field. The host armed it only with @tokwin tokens
+ * of stream @n's layout inside the region, so a shorter descriptor is read
+ * past its end harmlessly (stale bytes, and the length check fails).
  */
 __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n,
-				uint32_t V, toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
+				uint32_t dmax, uint32_t tokwin, uint32_t V, toy_cuda_kstream *ks,
+				uint32_t *tok, uint32_t *gate)
 {
 	uint8_t *pp = (uint8_t *)pred;
+	__shared__ uint64_t sh_want, sh_ep, sh_t0, sh_t1;
+	__shared__ uint32_t sh_polls, sh_total, sh_nout;
+	__shared__ uint32_t sh_ntok[TOY_CUDA_PRED_MAX], sh_ndr[TOY_CUDA_PRED_MAX];
+	__shared__ uint32_t sh_toff[TOY_CUDA_PRED_MAX], sh_ooff[TOY_CUDA_PRED_MAX];
 	__shared__ int bad;
-	uint32_t i = threadIdx.x, t = 0, pos = 0, ppos = 0, ntok = 0, ndr = 0, slot = 0, last = 0;
-	uint64_t want = 0, sid = 0, pid = 0, ep = 0, d0 = 0;
-	uint32_t len = 0, dn = 0;
+	uint32_t i = threadIdx.x, r, j, pos = 0, ppos = 0, ntok = 0, ndr = 0, slot = 0, last = 0;
+	uint32_t maxtok = 0, len = 0, dn = 0, polls = 0, nap = 0, tv[TOK_PER_THREAD];
+	uint64_t want, sid = 0, pid = 0, ep, d0 = 0, t0;
 	const uint8_t *st, *ps;
 
+	/* the fold kernel may be launched now: it waits for this grid's end
+	 * (griddepcontrol.wait), so it is resident when the round comes */
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	if (i == 0) {
+		t0 = gtimer();
 		want = ld64(pp + offsetof(toy_cuda_kpredict, want));
-		ep = *(const volatile uint64_t *)d_epoch;
+		ep = ld_acquire64(d_epoch);
+		while ((int64_t)(ep - want) < 0) {
+			if (++polls > TOY_CUDA_POLL_FAST) {
+				nap = nap ? (nap * 2 > TOY_CUDA_POLL_SLEEP_MAX ?
+					     TOY_CUDA_POLL_SLEEP_MAX : nap * 2) : 64;
+				__nanosleep(nap);
+			}
+			ep = ld_acquire64(d_epoch);
+		}
+		sh_t1 = gtimer();
+		sh_t0 = t0;
+		sh_want = want;
+		sh_ep = ep;
+		sh_polls = polls;
+		bad = 0;
+	}
+	__syncthreads();
+	want = sh_want;
+	if (i == 0) {
 		len = *(const volatile uint32_t *)d_len;
 		d0 = ld64(desc);
 		dn = ld32(desc + 8);
@@ -175,31 +232,69 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 		pos = ld32(st + 8);
 		ntok = ld32(st + 12);
 		ndr = ld32(st + 16);
-		t = ld32(desc + W_HDR + n * W_STREAM + 4 * i);
 		pid = ld64(ps);
 		ppos = ld32(ps + 8);
 		slot = ld32(ps + 12);
 		last = ld32(ps + 16);
+		maxtok = ld32(ps + 20);
 	}
-	if (i == 0)
-		bad = (ep != want) | (len != W_HDR + n * (W_STREAM + 4)) | (d0 != want) | (dn != n);
-	__syncthreads();
+#pragma unroll
+	for (r = 0; r < TOK_PER_THREAD; r++) {
+		j = i + r * TOY_CUDA_PLAN_THREADS;
+		tv[r] = j < tokwin ? ld32(desc + W_HDR + n * W_STREAM + 4 * j) : 0;
+	}
 	if (i < n) {
-		if ((sid != pid) | (pos != ppos) | (ntok != 1) | (ndr != 0) | (t >= V))
-			atomicOr(&bad, 1);
-		ks[i].slot = slot;
-		ks[i].fresh = 0;
-		ks[i].tok_off = i;
-		ks[i].n_tokens = 1;
-		ks[i].n_draft = 0;
-		ks[i].out_off = i;
-		ks[i].last_prev = last;
-		ks[i].pad = 0;
-		tok[i] = t;
+		sh_ntok[i] = ntok;
+		sh_ndr[i] = ndr;
 	}
 	__syncthreads();
 	if (i == 0) {
-		*gate = bad ? 1u : 0u;
+		uint64_t tot = 0, out = 0;
+
+		for (j = 0; j < n; j++) {
+			sh_toff[j] = (uint32_t)tot;
+			sh_ooff[j] = (uint32_t)out;
+			tot += (uint64_t)sh_ntok[j] + sh_ndr[j];
+			out += (uint64_t)sh_ndr[j] + 1;
+		}
+		sh_total = tot > tokwin ? tokwin : (uint32_t)tot;
+		sh_nout = (uint32_t)(out > 0xffffffffu ? 0xffffffffu : out);
+		bad |= (sh_ep != want) | (tot > tokwin) |
+		       ((uint64_t)len != W_HDR + (uint64_t)n * W_STREAM + 4 * tot) | (d0 != want) |
+		       (dn != n);
+	}
+	__syncthreads();
+	if (i < n) {
+		if ((sid != pid) | (pos != ppos) | (ntok < 1) | (ntok > maxtok) | (ndr > dmax))
+			atomicOr(&bad, 1);
+		ks[i].slot = slot;
+		ks[i].fresh = 0;
+		ks[i].tok_off = sh_toff[i];
+		ks[i].n_tokens = ntok;
+		ks[i].n_draft = ndr;
+		ks[i].out_off = sh_ooff[i];
+		ks[i].last_prev = last;
+		ks[i].pad = 0;
+	}
+#pragma unroll
+	for (r = 0; r < TOK_PER_THREAD; r++) {
+		j = i + r * TOY_CUDA_PLAN_THREADS;
+		if (j < sh_total) {
+			if (tv[r] >= V)
+				atomicOr(&bad, 1);
+			tok[j] = tv[r];
+		}
+	}
+	__syncthreads();
+	if (i == 0) {
+		gate[0] = bad ? 1u : 0u;
+		gate[1] = bad ? 0u : sh_nout;
+		pred->t_start = sh_t0;
+		pred->t_seen = sh_t1;
+		pred->t_plan = gtimer();
+		pred->polls = sh_polls;
+		pred->gate = bad ? 1u : 0u;
+		__threadfence_system();
 		/* every read of the slot is done (their values are used above) */
 		*(volatile uint64_t *)(pp + offsetof(toy_cuda_kpredict, done)) = want;
 		__threadfence_system();
@@ -253,25 +348,45 @@ extern "C" int toy_cuda_k_round(struct CUstream_st *s, const struct toy_cuda_kst
 extern "C" int toy_cuda_k_round_gated(struct CUstream_st *s, const struct toy_cuda_kstream *ks,
 				      uint32_t n_streams, const uint32_t *tok, uint32_t *state,
 				      const uint16_t *E, const uint32_t *h0, int16_t *f,
-				      uint32_t n, uint32_t lo, const uint32_t *gate)
+				      uint32_t n, uint32_t lo, const uint32_t *gate, int pdl)
 {
 	dim3 grid((n + 127) / 128, min_u(n_streams, MAX_GRID_Y));
+	cudaLaunchAttribute at = {};
+	cudaLaunchConfig_t cfg = {};
+	cudaError_t e;
 
 	if (!n_streams)
 		return 0;
+	if (pdl) {
+		at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at.val.programmaticStreamSerializationAllowed = 1;
+		cfg.gridDim = grid;
+		cfg.blockDim = dim3(128);
+		cfg.stream = s;
+		cfg.attrs = &at;
+		cfg.numAttrs = 1;
+		e = cudaLaunchKernelEx(&cfg, k_round, ks, n_streams, tok, state, E, h0, f, n, lo,
+				       gate);
+		if (e == cudaSuccess)
+			return 0;
+		(void)cudaGetLastError();	/* not sticky: launch it the plain way */
+		if (e == cudaErrorStreamCaptureInvalidated || e == cudaErrorStreamCaptureUnsupported)
+			return (int)e;	/* a capture that failed stays failed */
+	}
 	k_round<<<grid, 128, 0, s>>>(ks, n_streams, tok, state, E, h0, f, n, lo, gate);
 	return (int)cudaGetLastError();
 }
 
 extern "C" int toy_cuda_k_resident_plan(struct CUstream_st *s, const uint64_t *d_epoch,
 					const uint32_t *d_len, const uint8_t *desc,
-					struct toy_cuda_kpredict *pred, uint32_t n, uint32_t V,
-					struct toy_cuda_kstream *ks, uint32_t *tok, uint32_t *gate)
+					struct toy_cuda_kpredict *pred, uint32_t n, uint32_t dmax,
+					uint32_t tokwin, uint32_t V, struct toy_cuda_kstream *ks,
+					uint32_t *tok, uint32_t *gate)
 {
-	if (!n || n > TOY_CUDA_PRED_MAX)
+	if (!n || n > TOY_CUDA_PRED_MAX || tokwin > TOY_CUDA_TOKWIN_MAX)
 		return (int)cudaErrorInvalidValue;
-	k_resident_plan<<<1, TOY_CUDA_PRED_MAX, 0, s>>>(d_epoch, d_len, desc, pred, n, V, ks, tok,
-							 gate);
+	k_resident_plan<<<1, TOY_CUDA_PLAN_THREADS, 0, s>>>(d_epoch, d_len, desc, pred, n, dmax,
+							     tokwin, V, ks, tok, gate);
 	return (int)cudaGetLastError();
 }
 
@@ -302,6 +417,28 @@ __global__ void k_flag(uint64_t *flag, uint64_t v)
 {
 	*(volatile uint64_t *)flag = v;
 	__threadfence_system();
+}
+
+__global__ void k_poll_flag(const uint64_t *d_epoch, uint64_t want, uint64_t *flag, uint64_t v)
+{
+	uint32_t polls = 0, nap = 0;
+
+	while ((int64_t)(ld_acquire64(d_epoch) - want) < 0) {
+		if (++polls > TOY_CUDA_POLL_FAST) {
+			nap = nap ? (nap * 2 > TOY_CUDA_POLL_SLEEP_MAX ? TOY_CUDA_POLL_SLEEP_MAX
+								       : nap * 2) : 64;
+			__nanosleep(nap);
+		}
+	}
+	*(volatile uint64_t *)flag = v;
+	__threadfence_system();
+}
+
+extern "C" int toy_cuda_k_poll_flag(struct CUstream_st *s, const uint64_t *d_epoch,
+				    uint64_t want, uint64_t *flag, uint64_t v)
+{
+	k_poll_flag<<<1, 1, 0, s>>>(d_epoch, want, flag, v);
+	return (int)cudaGetLastError();
 }
 
 extern "C" int toy_cuda_k_flag(struct CUstream_st *s, uint64_t *flag, uint64_t v)

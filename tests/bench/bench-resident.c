@@ -20,8 +20,11 @@
  *   a flag into host-mapped memory, spins on the flag. Resident: the stream
  *   was pre-armed (rk_gpu_epoch_wait() on the registered epoch region, then
  *   the same kernel) and left waiting 200 us; the host reads the clock,
- *   publishes the epoch, spins on the flag. Both include the flag's way back,
- *   so their difference is the start's. Also the launch call's host time.
+ *   publishes the epoch, spins on the flag. Resident, kernel wait: the same
+ *   with a kernel already running that polls the epoch through the mapping
+ *   (the toy's plan kernel's wait), then stores the flag. All include the
+ *   flag's way back, so their differences are the start's. Also the launch
+ *   call's host time.
  * Lines start with "PUB", "GPULAT" or "SKIP" (device-run.sh greps them).
  */
 #define _GNU_SOURCE
@@ -182,18 +185,19 @@ static int bench_pub(unsigned int iters)
 static int bench_gpu(unsigned int iters)
 {
 	uint64_t *tl = calloc(iters, sizeof(*tl)), *tr = calloc(iters, sizeof(*tr));
-	uint64_t *tc = calloc(iters, sizeof(*tc)), t0, t1, t2;
+	uint64_t *tc = calloc(iters, sizeof(*tc)), *tk = calloc(iters, sizeof(*tk)), t0, t1, t2;
 	volatile uint64_t *flag_h = NULL;
 	uint64_t *flag_d = NULL, v = 0;
 	struct rk_gpu_epoch *g = NULL;
 	struct rk_epoch *e = NULL;
 	cudaStream_t st;
-	double a50, a99, b50, b99, c50, c99;
+	double a50, a99, b50, b99, c50, c99, k50, k99;
+	uint8_t *dbase;
 	struct timespec pause = { 0, 200000 };
 	unsigned int i;
 	int ret, n = 0;
 
-	if (!tl || !tr || !tc)
+	if (!tl || !tr || !tc || !tk)
 		return 1;
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
 		printf("SKIP gpu: no CUDA device\n");
@@ -214,6 +218,7 @@ static int bench_gpu(unsigned int iters)
 		printf("SKIP gpu: rk_gpu_epoch_register: %s\n", rk_strerror(ret));
 		return 1;
 	}
+	dbase = rk_gpu_epoch_device_ptr(g);
 	/* warm up both paths */
 	for (i = 0; i < 100; i++) {
 		toy_cuda_k_flag(st, flag_d, ++v);
@@ -233,26 +238,43 @@ static int bench_gpu(unsigned int iters)
 		tc[i] = t1 - t0;
 		/* resident path: pre-armed, waiting */
 		v++;
-		if (rk_gpu_epoch_wait(g, st, i + 1) || toy_cuda_k_flag(st, flag_d, v)) {
+		if (rk_gpu_epoch_wait(g, st, 2 * (uint64_t)i + 1) || toy_cuda_k_flag(st, flag_d, v)) {
 			printf("SKIP gpu: pre-arm failed\n");
 			return 1;
 		}
 		nanosleep(&pause, NULL);
 		t0 = now_ns();
-		rk_epoch_publish(e, i + 1, 0, NULL, 0);
+		rk_epoch_publish(e, 2 * (uint64_t)i + 1, 0, NULL, 0);
 		while (*flag_h != v)
 			;
 		t2 = now_ns();
 		tr[i] = t2 - t0;
+		/* resident path, kernel wait: a kernel polls the epoch */
+		v++;
+		if (toy_cuda_k_poll_flag(st, (const uint64_t *)(dbase + RK_EPOCH_OFF_EPOCH),
+					 2 * (uint64_t)i + 2, flag_d, v)) {
+			printf("SKIP gpu: the polling kernel failed\n");
+			return 1;
+		}
+		nanosleep(&pause, NULL);
+		t0 = now_ns();
+		rk_epoch_publish(e, 2 * (uint64_t)i + 2, 0, NULL, 0);
+		while (*flag_h != v)
+			;
+		t2 = now_ns();
+		tk[i] = t2 - t0;
 	}
 	cudaStreamSynchronize(st);
 	pct(tl, iters, &a50, &a99);
 	pct(tr, iters, &b50, &b99);
 	pct(tc, iters, &c50, &c99);
+	pct(tk, iters, &k50, &k99);
 	printf("GPULAT ready->first kernel, launch path:   p50 %.1f us p99 %.1f us (%u)\n", a50,
 	       a99, iters);
 	printf("GPULAT ready->first kernel, resident path: p50 %.1f us p99 %.1f us (%u)\n", b50,
 	       b99, iters);
+	printf("GPULAT ready->first kernel, resident, kernel polls: p50 %.1f us p99 %.1f us "
+	       "(%u)\n", k50, k99, iters);
 	printf("GPULAT the launch call alone (host):       p50 %.1f us p99 %.1f us\n", c50, c99);
 	rk_gpu_epoch_unregister(&g);
 	rk_epoch_release(e);
@@ -261,6 +283,7 @@ static int bench_gpu(unsigned int iters)
 	free(tl);
 	free(tr);
 	free(tc);
+	free(tk);
 	return 0;
 }
 #else

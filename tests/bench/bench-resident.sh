@@ -7,13 +7,18 @@
 #    resident (GPULAT lines).
 # 2. The decode receipt: rk-serve --bench with RK_RESIDENT=off (the launch
 #    path) against RK_RESIDENT=on, the same binary, interleaved run by run
-#    (the order alternates), per TP degree and size, streams 1,4,8, greedy
-#    and plain (the shape the resident path predicts). Every cell line is
-#    printed with its mode, then a summary per cell: the medians of tokens/s
-#    and of each rank's CPU seconds, on/off ratios, which path the rounds
-#    took (the "resident rN:" lines), and whether every token hash agreed
-#    (decode-exact both ways).
+#    (the order rotates), per TP degree and size, streams 1,4,8, greedy,
+#    plain and drafted. On CUDA a third mode, on-stream: RK_RESIDENT=on with
+#    --cuda-resident-wait=stream (cuStreamWaitValue64 instead of the plan
+#    kernel polling the epoch). Every cell line is printed with its mode,
+#    then a summary per cell: the medians of tokens/s and of each rank's CPU
+#    seconds, each mode's ratio to off, which path the rounds took and
+#    where their time went (the "resident rN:" and "phases rN:" lines), and
+#    whether every token hash agreed (decode-exact every way).
 # Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
+# MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
+# runs every rank under RK_WAIT=block, e.g. on-block), BASE (the mode the
+# ratios divide by, off), DRAFTS ("plain,drafted"),
 # TPS (cuda: "1"; cpu: "2 4"), RUNS (3), REQUESTS (32), TOKENS (64),
 # STREAMS (1,4,8), SIZES ("name:rk-serve options;...", default cuda: small
 # "--vocab 256 --hidden 1024", large "--vocab 4096 --hidden 32768"; cpu:
@@ -39,9 +44,11 @@ if [ -z "$backend" ]; then
 fi
 if [ "$backend" = cuda ]; then
 	tps=${TPS:-1}
+	modes=${MODES:-off on on-stream}
 	sizes=${SIZES:-"small:--vocab 256 --hidden 1024;large:--vocab 4096 --hidden 32768"}
 else
 	tps=${TPS:-2 4}
+	modes=${MODES:-off on}
 	sizes=${SIZES:-"small:--hidden 1024;large:--hidden 16384"}
 fi
 runs=${RUNS:-3}
@@ -63,14 +70,24 @@ job()
 		hosts=$hosts,localhost
 		i=$((i + 1))
 	done
+	rmode=${4%-block}
+	wenv=
+	[ "$rmode" != "$4" ] && wenv=RK_WAIT=block
+	extra=
+	if [ "$rmode" = on-stream ]; then
+		rmode=on
+		extra=--cuda-resident-wait=stream
+	fi
 	# shellcheck disable=SC2086
-	RK_RESIDENT=$4 timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
+	env $wenv RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
 		"$serve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
-		--bench-modes greedy --bench-draft plain --bench-requests "${REQUESTS:-32}" \
-		--bench-max-tokens "${TOKENS:-64}" ${ARGS:-} </dev/null >"$out/job.out" 2>&1
+		--bench-modes greedy --bench-draft "${DRAFTS:-plain,drafted}" \
+		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" $extra \
+		${ARGS:-} </dev/null >"$out/job.out" 2>&1
 	jrc=$?
 	sed -n "s/^\[r0\] cell /CELL tp=$1 size=$2 mode=$4 run=$5 /p" "$out/job.out" | tee -a "$out/cells"
-	sed -n "s/^\[r[0-9]*\] \(resident r[0-9]*:.*\)/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
+	pat='^\[r[0-9]*\] \(\(resident\|phases\) r[0-9]*:.*\)'
+	sed -n "s/$pat/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
 		"$out/job.out" | tee -a "$out/paths"
 	if [ $jrc != 0 ]; then
 		echo "FAIL tp=$1 size=$2 mode=$4 run=$5: exit $jrc"
@@ -90,10 +107,18 @@ for tp in $tps; do
 				echo "deadline: no more jobs"
 				break
 			fi
-			# the order alternates run by run
-			if [ $((r % 2)) = 1 ]; then m1=off m2=on; else m1=on m2=off; fi
-			job "$tp" "$name" "$args" $m1 $r
-			job "$tp" "$name" "$args" $m2 $r
+			# the order rotates run by run
+			set -- $modes
+			i=1
+			while [ "$i" -lt "$r" ]; do
+				m=$1
+				shift
+				set -- "$@" "$m"
+				i=$((i + 1))
+			done
+			for m in "$@"; do
+				job "$tp" "$name" "$args" "$m" $r
+			done
 			r=$((r + 1))
 		done
 	done
@@ -101,8 +126,9 @@ done
 [ -f "$out/cells" ] || { echo "no cells"; exit 1; }
 
 # CELL tp= size= mode= run= STREAMS MODE DRAFT TOKENS TOK/S ROUNDS ACCEPT HASH CPU_R0 [CPU_R1..]
-echo "== summary (medians over runs; ratio = on / off)"
-awk '
+base=${BASE:-off}
+echo "== summary (medians over runs; ratio = mode / $base)"
+awk -v base="$base" '
 function med(s,   n, a, i, j, t) {
 	n = split(s, a, " ")
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -110,8 +136,9 @@ function med(s,   n, a, i, j, t) {
 }
 {
 	split($2, x, "="); tp = x[2]; split($3, x, "="); sz = x[2]; split($4, x, "="); m = x[2]
-	k = tp " " sz " " $6
+	k = tp " " sz " " $6 " " $8
 	keys[k] = 1
+	ms[m] = 1
 	tps[k, m] = tps[k, m] " " $10
 	for (c = 14; c <= NF; c++) { cpu[k, m, c - 14] = cpu[k, m, c - 14] " " $c; nr[k] = c - 13 }
 	if (!(k in hash)) hash[k] = $13; else if (hash[k] != $13) bad[k] = 1
@@ -119,17 +146,22 @@ function med(s,   n, a, i, j, t) {
 END {
 	for (k in keys) {
 		split(k, f, " ")
-		off = med(tps[k, "off"]); on = med(tps[k, "on"])
-		line = sprintf("SUMMARY tp=%s %-5s streams=%s: tok/s off %.1f on %.1f (x%.3f); cpu_s", f[1], f[2], f[3], off, on, off ? on / off : 0)
-		for (r = 0; r < nr[k]; r++) {
-			co = med(cpu[k, "off", r]); cn = med(cpu[k, "on", r])
-			line = line sprintf(" r%d off %.4f on %.4f (x%.2f)", r, co, cn, co ? cn / co : 0)
+		off = med(tps[k, base])
+		for (m in ms) {
+			if (m == base || tps[k, m] == "")
+				continue
+			on = med(tps[k, m])
+			line = sprintf("SUMMARY tp=%s %-5s streams=%s %-7s %-9s: tok/s %s %.1f %s %.1f (x%.3f); cpu_s", f[1], f[2], f[3], f[4], m, base, off, m, on, off ? on / off : 0)
+			for (r = 0; r < nr[k]; r++) {
+				co = med(cpu[k, base, r]); cn = med(cpu[k, m, r])
+				line = line sprintf(" r%d %s %.4f %s %.4f (x%.2f)", r, base, co, m, cn, co ? cn / co : 0)
+			}
+			print line (bad[k] ? "; HASHES DIFFER" : "; hashes agree")
 		}
-		print line (bad[k] ? "; HASHES DIFFER" : "; hashes agree")
 	}
 }' "$out/cells" | sort | tee "$out/summary"
 grep -q 'HASHES DIFFER' "$out/summary" && rc=1
 echo "== paths (RK_RESIDENT=on, run 1)"
-grep 'mode=on run=1 ' "$out/paths" 2>/dev/null
+grep -E 'mode=on[a-z-]* run=1 |mode=off run=1 phases' "$out/paths" 2>/dev/null
 echo "bench-resident.sh: rc=$rc, $(($(date +%s) - start)) s"
 exit $rc

@@ -38,8 +38,9 @@
 #                   receipt and the CPU backend at TP2 and TP4, RK_RESIDENT=off
 #                   against on; RESIDENT_RUNS (3), RESIDENT_REQUESTS (32),
 #                   RESIDENT_CPU_REQUESTS (16), RESIDENT_S (200), RESIDENT_CPU_S (100):
-#                   resident.txt; then TP2 again under RK_WAIT=block, RESIDENT_BLOCK_S
-#                   (60): resident-block.txt)
+#                   resident.txt; then TP2 again, resident rounds under RK_WAIT=block
+#                   against adaptive, RESIDENT_BLOCK_S (60): resident-block.txt; with
+#                   check_gpu named too, CHECK_GPU_S is kept for it)
 #                   shm (not by default; issue 17's same-host receipts, shared
 #                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
 #                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
@@ -172,28 +173,37 @@ fi
 if want resident; then
 	rlog=$OUT/resident.txt
 	: >"$rlog"
-	rlim=$(($(left) / 2))
+	# the GPU suites (check_gpu, named too) keep their time: they test these kernels
+	reserve=0
+	want check_gpu && reserve=${CHECK_GPU_S:-300}
+	rlim=$((($(left) - reserve) / 2))
 	[ "$rlim" -gt "${RESIDENT_S:-200}" ] && rlim=${RESIDENT_S:-200}
-	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=45 \
-		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_REQUESTS:-32}" \
-		builddir=. sh tests/bench/bench-resident.sh
-	rlim=$(($(left) / 3))
+	# no job starts when it could not end inside the step (the summary is printed last);
+	# TP1 CUDA: off, on (the plan kernel polls the epoch), on-stream (cuStreamWaitValue64),
+	# plain and drafted
+	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 \
+		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) RUNS="${RESIDENT_RUNS:-3}" \
+		REQUESTS="${RESIDENT_REQUESTS:-32}" builddir=. sh tests/bench/bench-resident.sh
+	rlim=$((($(left) - reserve) / 3))
 	[ "$rlim" -gt "${RESIDENT_CPU_S:-100}" ] && rlim=${RESIDENT_CPU_S:-100}
-	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=45 ITERS=5000 \
+	step resident-cpu "$rlim" "$rlog" env BACKEND=cpu TPS="2 4" TIMEOUT=30 ITERS=5000 \
+		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) DRAFTS=plain \
 		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP|PATH .*mode=on run=1 )' "$rlog" |
-		tee -a "$summary"
-	# issue 18 item 4: can a follower block through decode? TP2 again, every rank under
-	# RK_WAIT=block (the lines above ran under the default, adaptive)
+	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP)' "$rlog" | tee -a "$summary"
+	grep -E '^PATH .*(mode=on(-stream)? run=1 |run=1 phases)' "$rlog" | tee -a "$summary"
+	# issue 18 item 4: can a follower block through decode? TP2 again, resident rounds
+	# with every rank under RK_WAIT=block against the default (adaptive), interleaved,
+	# and the posted worker blocking too
 	blog=$OUT/resident-block.txt
 	: >"$blog"
-	rlim=$(($(left) / 4))
+	rlim=$((($(left) - reserve) / 4))
 	[ "$rlim" -gt "${RESIDENT_BLOCK_S:-60}" ] && rlim=${RESIDENT_BLOCK_S:-60}
-	step resident-cpu-block "$rlim" "$blog" env RK_WAIT=block BACKEND=cpu TPS=2 TIMEOUT=45 \
-		ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
+	step resident-cpu-block "$rlim" "$blog" env MODES="on on-block off-block" BASE=on \
+		BACKEND=cpu TPS=2 TIMEOUT=30 DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) \
+		DRAFTS=plain ITERS=1000 RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
-	grep -E '^(SUMMARY|FAIL|PATH .*mode=on run=1 )' "$blog" | sed 's/^/RK_WAIT=block /' |
+	grep -E '^(SUMMARY|FAIL|PATH .*mode=on-block run=1 )' "$blog" | sed 's/^/BLOCK /' |
 		tee -a "$summary"
 fi
 
@@ -214,7 +224,10 @@ grc=0
 if want check_gpu; then
 glog=$OUT/check_gpu.log
 : >"$glog"
-step check_gpu "${CHECK_GPU_S:-300}" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 \
+glim=${CHECK_GPU_S:-300}
+[ "$glim" -gt $(($(left) - 5)) ] && glim=$(($(left) - 5))
+[ "$glim" -lt 30 ] && glim=30
+step check_gpu "$glim" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 \
 	sh -c 'tests/check_gpu; r=$?; tests/check_toy_cuda || r=$?
 	       echo "check_toy_cuda: again with CHECK_GPU_GRAPHS=1 (resident rounds as graphs)"
 	       CHECK_GPU_GRAPHS=1 tests/check_toy_cuda || r=$?; exit $r'
