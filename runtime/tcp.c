@@ -39,6 +39,7 @@
 
 #define TCP_RX_BUF	65536		/* the link's receive buffer (allocated on first use) */
 #define TCP_RX_BUDGET	16		/* direct reads of one poll: bounds an iteration */
+#define TCP_SPIN_CHARGE	7		/* an empty direct read, in empty spin iterations */
 
 struct tcp_link {
 	struct rk_link link;		/* first: rk_link * <-> tcp_link * */
@@ -223,8 +224,12 @@ static void tcp_read_direct(struct tcp_link *t)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* a syscall costs several ring peeks: yield as often in time */
+			if (!i)
+				rk__loop_spin_charge(l->loop, TCP_SPIN_CHARGE);
 			return;
+		}
 		tcp_rx_end(t, n == 0 ? 0 : -errno);
 		return;
 	}
