@@ -309,12 +309,14 @@ static void *loop_thread(void *arg)
 	return NULL;
 }
 
-/* Whether thread @tid sleeps in the kernel (its loop waits in io_uring_enter). */
+/* Whether thread @tid sleeps in io_uring_enter(): its loop waits, its ring
+ * receive armed before (the loop arms its sources, then enters the wait). */
 static bool thread_sleeps(int tid)
 {
 	char path[64], buf[512], *p;
 	FILE *f;
 	size_t n;
+	long nr;
 
 	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
 	f = fopen(path, "r");
@@ -324,7 +326,17 @@ static bool thread_sleeps(int tid)
 	fclose(f);
 	buf[n] = 0;
 	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && p[2] == 'S';
+	if (!p || p[1] != ' ' || p[2] != 'S')
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	nr = strtol(buf, &p, 10);
+	return p != buf && nr == SYS_io_uring_enter;
 }
 
 static void raw_write(int fd, const uint8_t *p, size_t n)
