@@ -183,6 +183,11 @@ bool rk__loop_after_park(const struct rk_loop *loop)
 	return loop->after_park;
 }
 
+void rk__loop_spin_charge(struct rk_loop *loop, unsigned int n)
+{
+	loop->spin_run += n;
+}
+
 uint64_t rk__loop_parking_ns(const struct rk_loop *loop)
 {
 	return loop->park_ns;

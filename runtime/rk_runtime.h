@@ -560,6 +560,13 @@ struct rk_link_stats {
 	uint64_t shm_sleeps;		/* times this side said it sleeps (its bell), before
 					 * blocking: the peer's shm_wakes never exceed them */
 	uint64_t shm_ring_full;		/* flushes stopped by a full ring (until the peer reads) */
+	/* tcp:// links only: which path moved the bytes (ARCHITECTURE.md, "The TCP busy path") */
+	uint64_t tcp_rx_direct;		/* recv() calls from the loop's poll that read bytes */
+	uint64_t tcp_rx_ring;		/* io_uring receive completions that carried bytes */
+	uint64_t tcp_tx_direct;		/* send() calls from a flush that wrote bytes */
+	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (blocking policy, shm
+					 * side channel, or the rest of a flush the socket
+					 * could not take whole) */
 };
 
 /**

@@ -160,6 +160,13 @@ uint64_t rk__loop_clock(const struct rk_loop *loop);
  * timed or blocking wait): what it sees now may have happened a while ago. */
 bool rk__loop_after_park(const struct rk_loop *loop);
 /*
+ * A source's poll() that found nothing at the price of a syscall (a TCP link's
+ * direct read): count it as @n more empty spin iterations toward RK_SPIN_YIELD,
+ * so that a loop spinning on syscalls yields about as often in time as one
+ * peeking its ring does, and leaves the CPU to other threads as often.
+ */
+void rk__loop_spin_charge(struct rk_loop *loop, unsigned int n);
+/*
  * For a source's arm(): the timeout of the wait being armed, UINT64_MAX when
  * it has none (the loop blocks until an event). Only valid inside arm().
  */

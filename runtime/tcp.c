@@ -1,10 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The TCP transport: io_uring-native accept, connect, multishot receive into
- * the loop's provided-buffer ring (plain recv into a per-link buffer where the
- * kernel lacks buffer rings), and one send in flight per link carrying every
- * frame queued since the last one. TCP_NODELAY on every socket: frames are
- * already batched by the link, so Nagle would only add latency.
+ * The TCP transport: io_uring-native accept and connect; a link's bytes move
+ * on one of two paths (ARCHITECTURE.md, "The TCP busy path"):
+ *
+ * - direct: while the loop runs or spins, the link's loop source reads the
+ *   socket with recv(MSG_DONTWAIT) from its poll(), and a flush writes it with
+ *   send(MSG_DONTWAIT): what a raw non-blocking socket costs. Only before the
+ *   loop blocks does the source's arm() submit one io_uring recv into the
+ *   link's buffer; a flush the socket cannot take whole hands the rest to an
+ *   io_uring send, which waits for room in the kernel.
+ * - ring: with RK_WAIT=block, and on a link moving to (or on) shared memory,
+ *   a multishot receive into the loop's provided-buffer ring (plain recv into
+ *   the link's buffer where the kernel lacks buffer rings) stays in flight, and
+ *   every flush is an io_uring send, as before the direct path existed.
+ *
+ * Per direction, at most one of them holds the socket at any time, so no byte
+ * is reordered: no direct read while a ring receive is in flight (a spinning
+ * loop cancels it and reads directly only after its last completion), and no
+ * direct write while a ring send is in flight (one send per link at a time, as
+ * ever). A flush carries every frame queued since the last one. TCP_NODELAY on
+ * every socket: frames are already batched by the link, so Nagle would only
+ * add latency.
  */
 #include "config.h"
 
@@ -21,7 +37,9 @@
 
 #include "runtime_int.h"
 
-#define TCP_PLAIN_RX 16384
+#define TCP_RX_BUF	65536		/* the link's receive buffer (allocated on first use) */
+#define TCP_RX_BUDGET	16		/* direct reads of one poll: bounds an iteration */
+#define TCP_SPIN_CHARGE	7		/* an empty direct read, in empty spin iterations */
 
 struct tcp_link {
 	struct rk_link link;		/* first: rk_link * <-> tcp_link * */
@@ -29,12 +47,17 @@ struct tcp_link {
 	struct rk__op recv_op;
 	struct rk__op send_op;
 	struct rk__op connect_op;
-	bool recv_armed;
-	bool send_armed;
+	struct rk_source src;		/* direct reads; holds the link while attached */
+	bool src_on;
+	bool recv_armed;		/* a ring receive is in flight: no direct read */
+	bool recv_multi;		/* ...the multishot one, into the buffer ring */
+	bool recv_cancel;		/* ...and its cancel was asked for */
+	bool rx_over;			/* EOF or a receive error: nothing more to read */
+	bool send_armed;		/* a ring send is in flight: no direct write */
 	bool connecting;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
-	uint8_t *plain;			/* receive buffer without a buffer ring */
+	uint8_t *buf;			/* direct reads, and ring receives outside the buffer ring */
 };
 
 struct rk__listener {
@@ -62,7 +85,40 @@ static inline struct tcp_link *tl_of(struct rk_link *l)
 	return (struct tcp_link *)l;
 }
 
-static void tcp_recv_arm(struct tcp_link *t);
+static void tcp_recv_arm(struct tcp_link *t, bool multi);
+
+/*
+ * The ring path, for good: RK_WAIT=block (the loop never spins, and a multishot
+ * receive submitted with the wait costs least), or a link that is moving to
+ * shared memory or on it (shm.c watches its socket through this receive).
+ */
+static bool tcp_ring_only(const struct tcp_link *t)
+{
+	return t->link.shm || rk_loop_config(t->link.loop)->wait.mode == RK_WAIT_BLOCK;
+}
+
+static uint8_t *tcp_buf(struct tcp_link *t)
+{
+	if (!t->buf)
+		t->buf = malloc(TCP_RX_BUF);
+	return t->buf;
+}
+
+/* EOF or a receive error @res (<= 0) on the socket: no more reads. */
+static void tcp_rx_end(struct tcp_link *t, int res)
+{
+	struct rk_link *l = &t->link;
+	int err = res == 0 ? -ECONNRESET : res;
+
+	t->rx_over = true;
+	/* a peer that leaves writes BYE on its ring before it closes */
+	if (l->shm)
+		rk__shm_drain(l);
+	if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
+		rk__link_warn(l, "link to rank %d (%s): %s", l->peer, l->peer_addr,
+			      res == 0 ? "peer closed the connection" : rk_strerror(res));
+	rk__link_fail(l, err, false);
+}
 
 static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 {
@@ -72,6 +128,8 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 	bool more = flags & IORING_CQE_F_MORE;
 
 	l->in_dispatch++;	/* keep the link while this CQE is handled */
+	if (res > 0)
+		l->stats.tcp_rx_ring++;
 	if (res > 0 && l->shm && rk__shm_rx_ring(l)) {
 		/* the peer sends on its ring now: this socket only tells of its end */
 		if (flags & IORING_CQE_F_BUFFER)
@@ -87,55 +145,181 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 			rk__link_rx(l, br->mem + (size_t)bid * br->size, (size_t)res);
 			rk__bufring_recycle(br, bid);
 		} else {
-			rk__link_rx(l, t->plain, (size_t)res);
+			rk__link_rx(l, t->buf, (size_t)res);
 		}
 	} else if (res == 0 || (res < 0 && res != -ENOBUFS && res != -ECANCELED)) {
-		int err = res == 0 ? -ECONNRESET : res;
-
-		/* a peer that leaves writes BYE on its ring before it closes */
-		if (l->shm)
-			rk__shm_drain(l);
-
-		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
-			rk__link_warn(l, "link to rank %d (%s): %s", l->peer, l->peer_addr,
-				      res == 0 ? "peer closed the connection" : rk_strerror(res));
-		rk__link_fail(l, err, false);
+		tcp_rx_end(t, res);
 	}
 	if (more) {
 		/* The multishot receive stays in flight: the link cannot be freed. */
 		l->in_dispatch--;
 		return;
 	}
+	/* Its last completion: every byte it took has been handed to the link
+	 * above, so a direct read may follow from here on. */
 	t->recv_armed = false;
-	if (l->state != RK_LINK_CLOSED && (res > 0 || res == -ENOBUFS))
-		tcp_recv_arm(t);
+	t->recv_multi = false;
+	t->recv_cancel = false;
+	if (l->state != RK_LINK_CLOSED && (res > 0 || res == -ENOBUFS) && tcp_ring_only(t))
+		tcp_recv_arm(t, true);
 	l->in_dispatch--;
 	rk__link_op_done(l);
 }
 
-static void tcp_recv_arm(struct tcp_link *t)
+/* A ring receive: @multi, the multishot one into the buffer ring (where the
+ * kernel has one); else one recv into the link's buffer. */
+static void tcp_recv_arm(struct tcp_link *t, bool multi)
 {
 	struct rk_link *l = &t->link;
 	struct rk__bufring *br = rk__loop_bufring(l->loop);
 	struct io_uring_sqe *sqe;
 
-	if (t->recv_armed || l->state == RK_LINK_CLOSED)
+	if (t->recv_armed || t->rx_over || l->state == RK_LINK_CLOSED)
 		return;
+	if ((!multi || !br) && !tcp_buf(t)) {
+		rk__link_fail(l, -ENOMEM, false);
+		return;
+	}
 	sqe = rk__loop_sqe(l->loop);
 	if (!sqe) {
 		rk__link_fail(l, -EBUSY, false);
 		return;
 	}
-	if (br) {
+	if (multi && br) {
 		io_uring_prep_recv_multishot(sqe, t->fd, NULL, 0, 0);
 		sqe->flags |= IOSQE_BUFFER_SELECT;
 		sqe->buf_group = (uint16_t)br->bgid;
+		t->recv_multi = true;
 	} else {
-		io_uring_prep_recv(sqe, t->fd, t->plain, TCP_PLAIN_RX, 0);
+		io_uring_prep_recv(sqe, t->fd, t->buf, TCP_RX_BUF, 0);
 	}
 	rk__sqe_set_op(sqe, &t->recv_op);
 	t->recv_armed = true;
+	t->recv_cancel = false;
 	rk__link_op_start(l);
+}
+
+/* Read what the socket holds, without blocking, and hand it to the link. */
+static void tcp_read_direct(struct tcp_link *t)
+{
+	struct rk_link *l = &t->link;
+	unsigned int i;
+	ssize_t n;
+
+	if (!tcp_buf(t)) {
+		tcp_recv_arm(t, true);	/* the buffer ring needs no buffer of ours */
+		return;
+	}
+	for (i = 0; i < TCP_RX_BUDGET; i++) {
+		n = recv(t->fd, t->buf, TCP_RX_BUF, MSG_DONTWAIT);
+		if (n > 0) {
+			l->stats.tcp_rx_direct++;
+			rk__loop_source_event(l->loop, &t->src);
+			rk__link_rx(l, t->buf, (size_t)n);
+			/* short: the socket is drained; or a handler changed the path */
+			if (n < TCP_RX_BUF || l->state == RK_LINK_CLOSED || t->recv_armed ||
+			    tcp_ring_only(t))
+				return;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* a syscall costs several ring peeks: yield as often in time */
+			if (!i)
+				rk__loop_spin_charge(l->loop, TCP_SPIN_CHARGE);
+			return;
+		}
+		tcp_rx_end(t, n == 0 ? 0 : -errno);
+		return;
+	}
+}
+
+/* After shutdown, once no handler runs on the link: detach, let it go. Only
+ * from the source's own poll (this may free the link). */
+static bool tcp_src_release(struct tcp_link *t)
+{
+	struct rk_link *l = &t->link;
+
+	if (!t->src_on || l->in_dispatch)
+		return false;
+	rk_loop_remove_source(l->loop, &t->src);
+	t->src_on = false;
+	rk__link_op_done(l);	/* may free t */
+	return true;
+}
+
+/*
+ * Every iteration (and every spin): read directly when no ring receive is in
+ * flight. A ring receive still in flight in an iteration that did not follow
+ * a sleep (the loop spins: it woke for something else, or the wait policy
+ * changed) is cancelled; its last completion hands the socket back to poll.
+ * Frames note themselves busy or idle as they are dispatched (link.c), so the
+ * reads are not counted here.
+ */
+static int tcp_src_poll(struct rk_source *src, uint64_t now)
+{
+	struct tcp_link *t = src->data;
+	struct rk_link *l = &t->link;
+	struct io_uring_sqe *sqe;
+
+	(void)now;
+	if (l->state == RK_LINK_CLOSED)
+		return tcp_src_release(t) ? 1 : 0;	/* an event: a teardown's iteration ends */
+	if (t->connecting || t->rx_over)
+		return 0;
+	if (tcp_ring_only(t)) {
+		tcp_recv_arm(t, true);	/* no-op while one is in flight */
+		return 0;
+	}
+	if (!t->recv_armed) {
+		tcp_read_direct(t);
+		return 0;
+	}
+	if (!t->recv_cancel && !rk__loop_after_park(l->loop)) {
+		sqe = rk__loop_sqe(l->loop);
+		if (sqe) {
+			io_uring_prep_cancel(sqe, &t->recv_op, 0);
+			io_uring_sqe_set_data64(sqe, RK_UDATA_INTERNAL);
+			t->recv_cancel = true;
+		}
+	}
+	return 0;
+}
+
+/* Before the loop blocks: a ring receive makes the next bytes wake it. One
+ * submitted with the wait completes at once if bytes came since the poll. */
+static int tcp_src_arm(struct rk_source *src)
+{
+	struct tcp_link *t = src->data;
+	struct rk_link *l = &t->link;
+
+	if (l->state == RK_LINK_CLOSED)
+		return 1;	/* do not block: the next poll lets the link go */
+	if (t->connecting || t->rx_over)
+		return 0;
+	tcp_recv_arm(t, tcp_ring_only(t));
+	return 0;
+}
+
+static const struct rk_source_ops tcp_source_ops = {
+	.name = "tcp",
+	.poll = tcp_src_poll,
+	.arm = tcp_src_arm,
+};
+
+/* The link is connected: its source reads from now on (and holds it). */
+static void tcp_rx_start(struct tcp_link *t)
+{
+	struct rk_link *l = &t->link;
+
+	rk_source_init(&t->src, &tcp_source_ops, t);
+	if (rk_loop_add_source(l->loop, &t->src) == 0) {
+		t->src_on = true;
+		rk__link_op_start(l);	/* the source's: see tcp_src_release() */
+	}
+	if (tcp_ring_only(t))
+		tcp_recv_arm(t, true);
 }
 
 static void tcp_send_done(struct rk__op *op, int res, unsigned int flags)
@@ -156,11 +340,27 @@ static void tcp_send_done(struct rk__op *op, int res, unsigned int flags)
 	rk__link_op_done(l);
 }
 
+/* An io_uring send of @n bytes at @p (rk__link_tx_next()'s). False: no SQE. */
+static bool tcp_send_ring(struct tcp_link *t, const uint8_t *p, size_t n)
+{
+	struct rk_link *l = &t->link;
+	struct io_uring_sqe *sqe = rk__loop_sqe(l->loop);
+
+	if (!sqe)
+		return false;
+	io_uring_prep_send(sqe, t->fd, p, n, MSG_NOSIGNAL);
+	rk__sqe_set_op(sqe, &t->send_op);
+	t->send_armed = true;
+	l->stats.tcp_tx_ring++;
+	rk__link_op_start(l);
+	return true;
+}
+
 static void tcp_flush(struct rk_link *l)
 {
 	struct tcp_link *t = tl_of(l);
-	struct io_uring_sqe *sqe;
 	const uint8_t *p;
+	ssize_t r;
 	size_t n;
 
 	if (t->send_armed || t->connecting)
@@ -174,15 +374,46 @@ static void tcp_flush(struct rk_link *l)
 		n = rk__shm_tx_tcp(l, n);	/* what goes before the switch to the ring */
 	if (!n)
 		return;
-	sqe = rk__loop_sqe(l->loop);
-	if (!sqe) {
-		rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
+	if (tcp_ring_only(t)) {
+		if (!tcp_send_ring(t, p, n))
+			rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
 		return;
 	}
-	io_uring_prep_send(sqe, t->fd, p, n, MSG_NOSIGNAL);
-	rk__sqe_set_op(sqe, &t->send_op);
-	t->send_armed = true;
-	rk__link_op_start(l);
+	do {
+		r = send(t->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	} while (r < 0 && errno == EINTR);
+	if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		r = -errno;
+		if (l->state != RK_LINK_CLOSED)
+			rk__link_warn(l, "link to rank %d (%s): send: %s", l->peer, l->peer_addr,
+				      rk_strerror((int)r));
+		rk__link_fail(l, (int)r, false);
+		return;
+	}
+	if (r > 0)
+		l->stats.tcp_tx_direct++;
+	if (r == (ssize_t)n) {
+		rk__link_tx_done(l, n);
+		return;
+	}
+	/*
+	 * The socket took part or nothing: the rest goes as a ring send, which
+	 * waits in the kernel for room, while the loop goes on reading (a peer
+	 * that sends as much as we do drains its socket only if we drain ours).
+	 * Armed before the sent part is counted, so the flush that
+	 * rk__link_tx_done() queues finds it in flight and waits for it.
+	 */
+	if (r < 0)
+		r = 0;
+	if (!tcp_send_ring(t, p + r, n - (size_t)r)) {
+		if (r)
+			rk__link_tx_done(l, (size_t)r);	/* queues the flush again */
+		else
+			rk__loop_queue_flush(l->loop, &l->flusher);
+		return;
+	}
+	if (r)
+		rk__link_tx_done(l, (size_t)r);
 }
 
 static void tcp_shutdown(struct rk_link *l)
@@ -213,7 +444,7 @@ static void tcp_destroy(struct rk_link *l)
 		rk__shm_destroy(l);
 	if (t->fd >= 0)
 		close(t->fd);
-	free(t->plain);
+	free(t->buf);
 	free(t);
 }
 
@@ -240,13 +471,6 @@ static int tcp_link_new(struct rk_loop *loop, int fd, const struct rk__link_owne
 
 	if (!t)
 		return -ENOMEM;
-	if (!rk__loop_bufring(loop)) {
-		t->plain = malloc(TCP_PLAIN_RX);
-		if (!t->plain) {
-			free(t);
-			return -ENOMEM;
-		}
-	}
 	rk__link_init(&t->link, loop, &tcp_ops, oops, owner, state);
 	t->fd = fd;
 	t->recv_op.fn = tcp_recv_done;
@@ -268,7 +492,7 @@ int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_own
 	if (getpeername(fd, (struct sockaddr *)&t->addr, &t->addrlen) == 0)
 		rk__sockaddr_str(&t->addr, t->link.peer_addr, sizeof(t->link.peer_addr));
 	set_nodelay(fd);
-	tcp_recv_arm(t);
+	tcp_rx_start(t);
 	*out = &t->link;
 	return 0;
 }
@@ -286,7 +510,7 @@ static void tcp_connect_done(struct rk__op *op, int res, unsigned int flags)
 		rk__link_fail(l, res < 0 ? res : -ECANCELED, false);
 	} else {
 		set_nodelay(t->fd);
-		tcp_recv_arm(t);
+		tcp_rx_start(t);
 		rk__link_connected(l);
 	}
 	rk__link_op_done(l);

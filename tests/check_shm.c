@@ -443,7 +443,9 @@ START_TEST(test_fallback)
 			     &r[2]));
 	ck_assert_uint_eq(ws.shm_links, 0);
 	ck_assert(on_tcp(&r[0], 1) && on_tcp(&r[0], 2) && on_tcp(&r[1], 0));
-	/* the leader's one line (its second link is only counted); each follower's */
+	/* the leader's one line (its second link is only counted); each follower's,
+	 * once its leader's answer arrived (a follower reads it in a later pump) */
+	ck_assert(PUMP_UNTIL(5000, logged(&g_stays_tcp) >= 3, &r[0], &r[1], &r[2]));
 	ck_assert_uint_eq(logged(&g_stays_tcp), 3);
 	ck_assert_int_eq(send_seq(&r[0], -1, TAG_SEQ, 1, 8), 0);
 	ck_assert(PUMP_UNTIL(5000, r[1].nrx == 1 && r[2].nrx == 1, &r[0], &r[1], &r[2]));

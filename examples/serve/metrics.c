@@ -183,6 +183,15 @@ static const struct mdef link_more_defs[] = {
 	  "before blocking.", COUNTER, LINK(shm_sleeps), 1 },
 	{ "rankrt_link_shm_ring_full_total", NULL, "shm links: flushes stopped by a full ring.",
 	  COUNTER, LINK(shm_ring_full), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"direct\",direction=\"rx\"", "tcp links: reads "
+	  "and writes that moved bytes, by path (direct syscall or io_uring).", COUNTER,
+	  LINK(tcp_rx_direct), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"ring\",direction=\"rx\"", NULL, COUNTER,
+	  LINK(tcp_rx_ring), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"direct\",direction=\"tx\"", NULL, COUNTER,
+	  LINK(tcp_tx_direct), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"ring\",direction=\"tx\"", NULL, COUNTER,
+	  LINK(tcp_tx_ring), 1 },
 };
 _Static_assert(N_LINK_TABLE + ARRAY_SIZE(link_more_defs) == N_LINK_CTR &&
 	       sizeof(struct rk_link_stats) == 8 * N_LINK_CTR,

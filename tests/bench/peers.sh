@@ -23,6 +23,11 @@
 #                                 first, found at run time through an rpath and
 #                                 LD_LIBRARY_PATH (also for rk-pingpong's liburing)
 #   CC [cc]   UCX_TLS [tcp]       UCX's transports: tcp, so UCX crosses loopback TCP too
+#   SHM [1]                       0: leave the rk-shm-* rows out
+#   DESIGNS                       the peers' designs to run (default: every one built)
+#   BASE                          another build directory (e.g. main's): its rk-pingpong
+#                                 runs too, as rk-base-* rows beside this build's, for a
+#                                 before/after in the same run
 # A design whose library is missing is left out (named on stderr). Without
 # gnuplot the .dat files and peers.gp are written; `gnuplot peers.gp` in OUT plots.
 set -euo pipefail
@@ -71,7 +76,17 @@ try ZMQ zmq.h -lzmq
 try UCX ucp/api/ucp.h -lucp -lucs
 "$CC" "${flags[@]}" "$src/peers.c" -o "$tmp/peers" "${libs[@]}"
 peers="$tmp/peers"
-mapfile -t designs < <("$peers" --list)
+if [ -n "${DESIGNS:-}" ]; then
+	read -r -a designs <<<"$DESIGNS"
+else
+	mapfile -t designs < <("$peers" --list)
+fi
+base=()
+if [ -n "${BASE:-}" ]; then
+	[ -x "$BASE/examples/pingpong/rk-pingpong" ] ||
+		{ echo "peers.sh: no $BASE/examples/pingpong/rk-pingpong" >&2; exit 1; }
+	base=(rk-base-spin rk-base-adaptive rk-base-block)
+fi
 
 host="$(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
 div() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0) ? a / b : 0}'; }
@@ -82,9 +97,10 @@ med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else prin
 # would otherwise move to shared memory); the rk-shm-* rows are that same-host link.
 rk_row()
 {
-	local out shm=off mode=$1
+	local out shm=off mode=$1 bin=$pp
+	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
-	out=$(RK_SHM=$shm "$pp" --local --pin --wait "$mode" --count "$2" --warmup "$3" \
+	out=$(RK_SHM=$shm "$bin" --local --pin --wait "$mode" --count "$2" --warmup "$3" \
 		--runs 1 --gap-us "${4:-0}" | tail -1)
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
 }
@@ -101,7 +117,8 @@ row() # NAME COUNT WARMUP GAP
 }
 
 # ---- busy round trips ----
-all=(rk-spin rk-adaptive rk-block "${designs[@]}" rk-shm-spin rk-shm-adaptive rk-shm-block)
+all=(rk-spin rk-adaptive rk-block "${base[@]}" "${designs[@]}")
+[ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
 for rep in $(seq "$REPS"); do
 	for d in "${all[@]}"; do
 		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }

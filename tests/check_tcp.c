@@ -1,0 +1,565 @@
+// SPDX-License-Identifier: MIT
+/*
+ * check_tcp: the TCP link's two paths (runtime/tcp.c): direct recv()/send()
+ * while the loop spins, io_uring when it blocks, and the switch between them.
+ *
+ * The links are made straight from loopback sockets (rk__tcp_link_from_fd(),
+ * already up: no world, no handshake, no heartbeat), so each test decides
+ * every frame on them. The paths tests play the peer with a raw socket and
+ * assert which path carried each frame (rk_link_stats' tcp_* counters); the
+ * stress test runs two links' loops on threads of their own, each flipping its
+ * wait policy every few frames, with frames of 1 B to 1 MiB both ways, and
+ * asserts that every frame arrives once, in order, intact. Nothing here
+ * asserts a time: the deadlines only stop a hung test.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "runtime_int.h"
+#include "rk_test.h"
+
+#define TIMEOUT_S	120
+#define MS		1000000ull
+
+/* ---- a link pair over loopback --------------------------------------------- */
+
+/* Two connected loopback TCP sockets. */
+static void tcp_pair(int fds[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int ls, one = 1;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(ls, 0);
+	ck_assert_int_eq(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(ls, 1), 0);
+	ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&a, &len), 0);
+	fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_eq(connect(fds[0], (struct sockaddr *)&a, sizeof(a)), 0);
+	fds[1] = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+	ck_assert_int_ge(fds[1], 0);
+	setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	close(ls);
+}
+
+struct side {
+	int rank;
+	struct rk_loop *loop;
+	struct rk_link *link;
+	struct rk_timer tick;
+	pid_t tid;
+	/* what it received */
+	uint64_t rx_count;		/* frames, in order and intact */
+	uint64_t rx_bytes;
+	int bad;			/* first mismatch: 1 order, 2 length, 3 content */
+	int failed;			/* the link's failure, 0 = none */
+	bool closed;
+	/* the stress: what it sends */
+	uint64_t tx_count, n_frames;
+	uint64_t rng;
+	unsigned int flips, flip_left;
+	struct side *peer;
+	/* the paths tests: echo every frame */
+	bool echo;
+};
+
+static atomic_uint g_done;		/* stress sides that received all their frames */
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+/* The data byte @i of frame @seq from rank @rank: a chunk moved or swapped shows. */
+static uint8_t pattern(int rank, uint64_t seq, size_t i)
+{
+	uint32_t x = (uint32_t)i * 0x9e3779b1u + (uint32_t)seq * 0x85ebca77u + (uint32_t)rank;
+
+	return (uint8_t)(x ^ (x >> 11) ^ (x >> 23));
+}
+
+/* 1 B .. 1 MiB of data, most of them small, a fifth up to 1 MiB. */
+static uint32_t frame_len(struct side *s)
+{
+	uint64_t r = rng_next(&s->rng);
+
+	switch (r % 10) {
+	case 0:
+	case 1:
+		return 1 + (uint32_t)((r >> 8) % (1u << 20));
+	case 2:
+		return 1u << 20;
+	case 3:
+	case 4:
+		return 1 + (uint32_t)((r >> 8) % 65536);
+	default:
+		return 1 + (uint32_t)((r >> 8) % 300);
+	}
+}
+
+static int send_frame(struct side *s, uint64_t seq, uint32_t len)
+{
+	uint8_t *p;
+	size_t i;
+	int err = 0;
+
+	p = rk_link_reserve(s->link, 8 + len, &err);
+	if (!p)
+		return err;
+	p[0] = (uint8_t)seq;
+	p[1] = (uint8_t)(seq >> 8);
+	p[2] = (uint8_t)(seq >> 16);
+	p[3] = (uint8_t)(seq >> 24);
+	memset(p + 4, 0, 4);
+	for (i = 0; i < len; i++)
+		p[8 + i] = pattern(s->rank, seq, i);
+	return rk_link_commit(s->link, RK_FRAME_USER, 0, 8 + len);
+}
+
+/* The wait policies a stress side cycles through, every few frames. */
+static void flip_wait(struct side *s)
+{
+	struct rk_wait_policy w;
+
+	rk_wait_policy_init(&w);
+	w.predict = false;
+	w.timed_ns = 0;
+	switch (s->flips++ % 4) {
+	case 0:
+		w.mode = RK_WAIT_SPIN;
+		break;
+	case 1:
+		w.mode = RK_WAIT_BLOCK;
+		break;
+	case 2:
+		w.mode = RK_WAIT_ADAPTIVE;
+		w.spin_ns = 0;		/* blocks after every iteration */
+		break;
+	default:
+		w.mode = RK_WAIT_ADAPTIVE;
+		w.spin_ns = 50000;
+		break;
+	}
+	rk_loop_set_wait(s->loop, &w);
+	s->flip_left = 1 + (unsigned int)(rng_next(&s->rng) % 6);
+}
+
+static void send_next(struct side *s)
+{
+	int ret;
+
+	if (s->tx_count >= s->n_frames)
+		return;
+	ret = send_frame(s, s->tx_count, frame_len(s));
+	ck_assert_int_eq(ret, 0);
+	s->tx_count++;
+}
+
+static enum rk_activity on_frame(struct rk_link *l, const struct rk_wire_hdr *h,
+				 const uint8_t *payload)
+{
+	struct side *s = l->owner;
+	struct rk_wire_user u;
+	size_t i;
+
+	if (h->type != RK_FRAME_USER || rk_wire_decode_user(payload, h->len, &u)) {
+		s->bad = s->bad ? s->bad : 2;
+		return RK_BUSY;
+	}
+	if (s->echo) {
+		ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, payload, h->len), 0);
+		s->rx_count++;
+		return RK_BUSY;
+	}
+	if (u.tag != (uint32_t)s->rx_count && !s->bad)
+		s->bad = 1;
+	for (i = 0; i < u.len && !s->bad; i++)
+		if (u.data[i] != pattern(s->peer->rank, s->rx_count, i))
+			s->bad = 3;
+	s->rx_count++;
+	s->rx_bytes += u.len;
+	if (s->rx_count == s->n_frames)
+		atomic_fetch_add(&g_done, 1);
+	send_next(s);
+	if (!--s->flip_left)
+		flip_wait(s);
+	return RK_BUSY;
+}
+
+static int on_check(struct rk_link *l, const struct rk_wire_hello *h)
+{
+	(void)l;
+	(void)h;
+	return 0;
+}
+
+static int on_handshake(struct rk_link *l)
+{
+	(void)l;
+	return 0;
+}
+
+static void on_failed(struct rk_link *l, int err)
+{
+	struct side *s = l->owner;
+
+	s->failed = err;
+}
+
+static void on_closed(struct rk_link *l)
+{
+	struct side *s = l->owner;
+
+	s->closed = true;
+	s->link = NULL;
+}
+
+static const struct rk__link_owner_ops side_ops = {
+	.check = on_check,
+	.handshake = on_handshake,
+	.frame = on_frame,
+	.failed = on_failed,
+	.closed = on_closed,
+};
+
+static enum rk_activity on_tick(struct rk_timer *t, uint64_t now)
+{
+	(void)t;
+	(void)now;
+	return RK_IDLE;
+}
+
+static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
+{
+	struct rk_config c;
+
+	memset(s, 0, sizeof(*s));
+	rk_config_init(&c);
+	c.rank = rank;
+	c.world_size = 2;
+	c.catch_signals = false;
+	c.wait.mode = mode;
+	c.wait.predict = false;
+	c.wait.timed_ns = 0;
+	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
+	s->rank = rank;
+	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
+	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
+	s->link->peer = 1 - rank;
+	s->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+	rk_timer_init(&s->tick, on_tick, s);
+}
+
+/* Close the link, let its I/O end, free the loop. */
+static void side_fini(struct side *s)
+{
+	uint64_t deadline = rk_test_deadline_ms(10000);
+
+	rk_timer_stop(&s->tick);
+	if (s->link)
+		rk__link_close(s->link, false);
+	while (!s->closed && rk_test_now_ns() < deadline)
+		rk_loop_run(s->loop, RK_RUN_NOWAIT);
+	ck_assert(s->closed);
+	ck_assert_int_eq(rk_loop_destroy(s->loop), 0);
+}
+
+/* ---- the paths, against a raw peer ------------------------------------------ */
+
+struct raw_run {
+	struct side *s;
+	atomic_bool stop;
+	atomic_int tid;
+};
+
+static enum rk_activity stop_post(struct rk_post *p)
+{
+	struct raw_run *r = p->data;
+
+	rk_loop_stop(r->s->loop);
+	return RK_IDLE;
+}
+
+static void *loop_thread(void *arg)
+{
+	struct raw_run *r = arg;
+
+	atomic_store(&r->tid, (int)syscall(SYS_gettid));
+	while (!atomic_load(&r->stop))
+		rk_loop_run(r->s->loop, RK_RUN_DEFAULT);
+	return NULL;
+}
+
+/* Whether thread @tid sleeps in io_uring_enter(): its loop waits, its ring
+ * receive armed before (the loop arms its sources, then enters the wait). */
+static bool thread_sleeps(int tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || p[2] != 'S')
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	nr = strtol(buf, &p, 10);
+	return p != buf && nr == SYS_io_uring_enter;
+}
+
+static void raw_write(int fd, const uint8_t *p, size_t n)
+{
+	ssize_t w;
+
+	while (n) {
+		w = write(fd, p, n);
+		ck_assert_int_gt(w, 0);
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+static void raw_read(int fd, uint8_t *p, size_t n)
+{
+	ssize_t r;
+
+	while (n) {
+		r = read(fd, p, n);
+		ck_assert_int_gt(r, 0);
+		p += r;
+		n -= (size_t)r;
+	}
+}
+
+#define PATH_FRAMES 40
+
+/*
+ * The raw peer (rank 1) sends PATH_FRAMES frames one at a time, each after the
+ * echo of the last came back; @wait_sleep: only once the loop's thread sleeps
+ * in its wait. Return the link's counters.
+ */
+static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_stats *st)
+{
+	uint8_t frame[RK_WIRE_HDR_LEN + 72], back[sizeof(frame)];
+	struct rk_wire_hdr h;
+	struct raw_run r = { 0 };
+	struct rk_post stop;
+	struct side s;
+	pthread_t th;
+	uint64_t deadline;
+	int fds[2], i;
+
+	tcp_pair(fds);
+	side_init(&s, 0, fds[1], mode);
+	s.echo = true;
+	r.s = &s;
+	ck_assert_int_eq(pthread_create(&th, NULL, loop_thread, &r), 0);
+	for (i = 0; i < PATH_FRAMES; i++) {
+		uint8_t *pl = frame + RK_WIRE_HDR_LEN;
+
+		ck_assert_int_eq(rk_wire_encode_user(pl, 72, (uint32_t)i, "0123456789abcdef", 16),
+				 24);
+		ck_assert_int_ge(rk_wire_encode_hdr(frame, RK_FRAME_USER, 0, 1, (uint64_t)i, pl, 24),
+				 0);
+		if (wait_sleep) {
+			deadline = rk_test_deadline_ms(10000);
+			while ((!atomic_load(&r.tid) || !thread_sleeps(atomic_load(&r.tid))) &&
+			       rk_test_now_ns() < deadline)
+				usleep(200);
+			ck_assert(thread_sleeps(atomic_load(&r.tid)));
+		}
+		raw_write(fds[0], frame, RK_WIRE_HDR_LEN + 24);
+		raw_read(fds[0], back, RK_WIRE_HDR_LEN + 24);
+		ck_assert_int_eq(rk_wire_decode_hdr(back, sizeof(back), 1024, &h),
+				 RK_WIRE_HDR_LEN + 24);
+		ck_assert_uint_eq(h.seq, (uint64_t)i);
+		ck_assert_int_eq(memcmp(back + RK_WIRE_HDR_LEN, pl, 24), 0);
+	}
+	atomic_store(&r.stop, true);
+	rk_post_init(&stop, stop_post, &r);
+	rk_loop_post(s.loop, &stop);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(s.failed, 0);
+	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
+	rk_link_stats(s.link, st);
+	close(fds[0]);
+	side_fini(&s);
+}
+
+/* Spinning: every frame is read and written by a direct syscall, none by the ring. */
+START_TEST(test_spin_goes_direct)
+{
+	struct rk_link_stats st;
+
+	path_run(RK_WAIT_SPIN, false, &st);
+	ck_assert_uint_eq(st.tcp_rx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_rx_ring, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+}
+END_TEST
+
+/* Adaptive, past its window (0 here): the loop blocks before every frame, so
+ * every frame wakes it through the ring receive armed before it slept; the
+ * echo, sent while the loop runs, goes direct. */
+START_TEST(test_block_wakes_by_ring)
+{
+	struct rk_link_stats st;
+
+	path_run(RK_WAIT_ADAPTIVE, true, &st);
+	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_rx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+}
+END_TEST
+
+/* RK_WAIT_BLOCK keeps the ring path both ways (the loop never spins). */
+START_TEST(test_wait_block_stays_on_ring)
+{
+	struct rk_link_stats st;
+
+	path_run(RK_WAIT_BLOCK, false, &st);
+	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_rx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_ring, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_direct, 0);
+}
+END_TEST
+
+/* ---- the switch under stress --------------------------------------------------- */
+
+#define STRESS_FRAMES	300
+#define STRESS_WINDOW	4
+
+static void *stress_thread(void *arg)
+{
+	struct side *s = arg;
+	uint64_t deadline = rk_test_deadline_ms(100000);
+	int i;
+
+	s->tid = (pid_t)syscall(SYS_gettid);
+	/* a tick wakes a blocked loop to look at g_done */
+	rk_timer_start(s->loop, &s->tick, MS, MS);
+	flip_wait(s);
+	for (i = 0; i < STRESS_WINDOW; i++)
+		send_next(s);
+	while (atomic_load(&g_done) < 2 && !s->failed && !s->peer->failed &&
+	       rk_test_now_ns() < deadline)
+		rk_loop_run(s->loop, RK_RUN_ONCE);
+	return NULL;
+}
+
+/*
+ * Both sides send STRESS_FRAMES frames of 1 B .. 1 MiB, a window of them ahead,
+ * one more for each frame received, and flip their wait policy (spin, block,
+ * adaptive blocking at once, adaptive with a short window) every 1-6 frames:
+ * every switch of either direction between the direct and the ring path, with
+ * receives and sends in flight, partial sends and frames split over many
+ * reads. Every frame must arrive once, in order, byte for byte, and both paths
+ * must have carried bytes both ways.
+ */
+START_TEST(test_switch_stress)
+{
+	struct side a, b;
+	struct rk_link_stats sa, sb;
+	pthread_t ta, tb;
+	int fds[2];
+
+	atomic_store(&g_done, 0);
+	tcp_pair(fds);
+	if (_i % 2) {
+		/* small socket buffers: most large flushes go out in parts */
+		int sz = 32768;
+
+		setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		setsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+		setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
+	side_init(&a, 0, fds[0], RK_WAIT_SPIN);
+	side_init(&b, 1, fds[1], RK_WAIT_SPIN);
+	a.peer = &b;
+	b.peer = &a;
+	a.n_frames = b.n_frames = STRESS_FRAMES;
+	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;	/* each run its own sizes and flips */
+	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;
+	ck_assert_int_eq(pthread_create(&ta, NULL, stress_thread, &a), 0);
+	ck_assert_int_eq(pthread_create(&tb, NULL, stress_thread, &b), 0);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	ck_assert_int_eq(a.failed, 0);
+	ck_assert_int_eq(b.failed, 0);
+	ck_assert_int_eq(a.bad, 0);
+	ck_assert_int_eq(b.bad, 0);
+	ck_assert_uint_eq(a.rx_count, STRESS_FRAMES);
+	ck_assert_uint_eq(b.rx_count, STRESS_FRAMES);
+	rk_link_stats(a.link, &sa);
+	rk_link_stats(b.link, &sb);
+	ck_assert_uint_eq(sa.rx_frames, STRESS_FRAMES);
+	ck_assert_uint_eq(sb.rx_frames, STRESS_FRAMES);
+	ck_assert_uint_gt(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_rx_ring + sb.tcp_rx_ring, 0);
+	ck_assert_uint_gt(sa.tcp_tx_direct + sb.tcp_tx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
+	side_fini(&a);
+	side_fini(&b);
+}
+END_TEST
+
+static Suite *tcp_suite(void)
+{
+	Suite *s = suite_create("tcp");
+	TCase *tc = tcase_create("paths");
+
+	tcase_set_timeout(tc, TIMEOUT_S);
+	tcase_add_test(tc, test_spin_goes_direct);
+	tcase_add_test(tc, test_block_wakes_by_ring);
+	tcase_add_test(tc, test_wait_block_stays_on_ring);
+	tcase_add_loop_test(tc, test_switch_stress, 0, 4);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(tcp_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
