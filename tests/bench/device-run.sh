@@ -127,6 +127,8 @@ export PATH=$CUDA_HOME/bin:$PATH
 # ---- the machine -------------------------------------------------------------------
 {
 	echo "# $(date -u) $(uname -srm), $(nproc) CPUs"
+	sed -n 's/^model name[[:space:]]*: /cpu: /p' /proc/cpuinfo | head -n 1
+	echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>&1)"
 	sed -n 's/^PRETTY_NAME=//p' /etc/os-release
 	nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1
 	nvidia-smi topo -m 2>&1 | head -n 6
