@@ -47,7 +47,9 @@
 #                   bench-kill.sh's KILL_TRIALS SIGKILLs, default 50: shm.txt; SHM_STEPS
 #                   names bench-shm.sh's steps (default "pingpong decode"), SHM_COUNT its
 #                   round trips per run (20000), BCAST_RUNS=0 or KILL_TRIALS=0 skips
-#                   those benches)
+#                   those benches; SHM_BASE=DIR, a built tree (an earlier run's WORK
+#                   source folder): then its rk-pingpong and this one's, alternating,
+#                   SHM_AB times each (2))
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS pass through:
@@ -411,6 +413,23 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 	step shm-pingpong-decode $lim "$slog" env STEPS="${SHM_STEPS:-pingpong decode}" \
 		RUNS="${SHM_RUNS:-3}" IDLE="${SHM_IDLE:-60}" COUNT="${SHM_COUNT:-20000}" \
 		TPS="2 4" POLICIES=adaptive REQUESTS=32 builddir=. sh tests/bench/bench-shm.sh
+	# SHM_BASE: another build of the same tree kind (a kept WORK of an earlier run
+	# of this script, e.g. main's tarball): its rk-pingpong and this one's, SHM_AB
+	# times each, alternating, for a before/after of one call
+	if [ -n "${SHM_BASE:-}" ]; then
+		i=0
+		while [ $i -lt "${SHM_AB:-2}" ]; do
+			for b in "$SHM_BASE" .; do
+				echo "== shm A/B $((i + 1)), builddir=$b" >>"$slog"
+				lim=$(($(left) - 20))
+				[ $lim -gt 120 ] && lim=120
+				step shm-ab $lim "$slog" env STEPS=pingpong RUNS="${SHM_RUNS:-3}" \
+					IDLE=0 COUNT="${SHM_COUNT:-20000}" builddir="$b" \
+					sh tests/bench/bench-shm.sh
+			done
+			i=$((i + 1))
+		done
+	fi
 	if [ "${BCAST_RUNS:-3}" != 0 ]; then
 		lim=$(($(left) - 20))
 		[ $lim -gt 150 ] && lim=150
