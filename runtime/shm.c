@@ -925,8 +925,9 @@ static int rx_poll(struct rk__shm_link *s)
  * (BELL_SPACE) is woken after a fence. The flush that publishes our next bytes
  * tells it with its own fence (a sleeper's bell holds BELL_FUTEX or BELL_EFD
  * beside BELL_SPACE, so waking BELL_SLEEP wakes it), which keeps one fence a
- * frame on the round trip; every other path tells it here before the poll ends
- * or the loop sleeps.
+ * frame on the round trip. Otherwise it is told here: at the end of the poll
+ * when no reply is queued for the ring, else (a queued flush that wrote
+ * nothing) at the next poll, or in src_arm() before we sleep.
  */
 static void space_settle(struct rk__shm_link *s)
 {
