@@ -236,6 +236,7 @@ struct rk__shm_link {
 	uint64_t switch_at;		/* link bytes before this offset go on TCP */
 	bool rx_ring;			/* the peer's frames come on the ring now */
 	bool tx_blocked;		/* a flush found the ring full */
+	bool space_owed;		/* we read records since our last fence: space_settle() */
 	bool use_futex;
 
 	/* follower: the broadcast ring, mapped read-only */
@@ -314,22 +315,28 @@ static void ring_init(struct ring *r, uint8_t *data, uint64_t size, uint8_t *bas
 	r->seen = 0;
 }
 
-static void ring_read(const struct ring *r, uint64_t pos, void *dst, size_t n)
+/* Inline, one copy unless the bytes wrap: a record header is two loads or
+ * stores, not two library calls. */
+static inline void ring_read(const struct ring *r, uint64_t pos, void *dst, size_t n)
 {
 	size_t off = (size_t)(pos & (r->size - 1)), first = r->size - off;
 
-	if (first > n)
-		first = n;
+	if (__builtin_expect(n <= first, 1)) {
+		memcpy(dst, r->data + off, n);
+		return;
+	}
 	memcpy(dst, r->data + off, first);
 	memcpy((uint8_t *)dst + first, r->data, n - first);
 }
 
-static void ring_write(struct ring *r, uint64_t pos, const void *src, size_t n)
+static inline void ring_write(struct ring *r, uint64_t pos, const void *src, size_t n)
 {
 	size_t off = (size_t)(pos & (r->size - 1)), first = r->size - off;
 
-	if (first > n)
-		first = n;
+	if (__builtin_expect(n <= first, 1)) {
+		memcpy(r->data + off, src, n);
+		return;
+	}
 	memcpy(r->data + off, src, first);
 	memcpy(r->data, (const uint8_t *)src + first, n - first);
 }
@@ -818,48 +825,21 @@ bad:
 	return -RK_ESHMRING;
 }
 
-/* Deliver what the rings hold: link chunks in order, each after the broadcast
- * frames its mark says were written before it. Return frames and chunks
- * delivered (busy events), or 0 when the link failed. */
-static int rx_poll(struct rk__shm_link *s)
+/*
+ * Deliver what the rings hold past @btail's and @av's reading (the broadcast
+ * tail, then the link's bytes available): link chunks in order, each after the
+ * broadcast frames its mark says were written before it. Return frames and
+ * chunks delivered (busy events), or 0 when the link failed. Out of line: a
+ * poll that finds nothing does not pay for the loop's registers.
+ */
+static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t btail, int64_t av)
 {
 	struct rk_link *l = s->l;
 	uint8_t h[REC_HDR];
-	uint64_t rec, mark, btail = 0;
+	uint64_t rec, mark;
 	uint32_t len;
-	int64_t av;
 	int n = 0, ret;
-	bool moved = false;
 
-	if (!s->rx_ring || !link_reading(l))
-		return 0;
-	/*
-	 * The broadcast tail before the link's: a chunk written before any
-	 * broadcast frame up to it was published before it too (release, release;
-	 * acquire, acquire), so the link tail read next covers it, and no frame
-	 * of the broadcast ring overtakes a chunk sent before it.
-	 */
-	if (s->bcast) {
-		av = ring_avail(&s->brx);
-		if (av < 0)
-			goto bad_bcast;
-		btail = s->brx.pos + (uint64_t)av;
-	}
-	/*
-	 * The lines of the next record's first 128 bytes (two or three: records
-	 * start on any 8 bytes), asked for before the tail: when a frame came,
-	 * the two misses (tail, then record) overlap instead of following each
-	 * other. A hint only: what is read is what the tail published (acquire
-	 * below).
-	 */
-	__builtin_prefetch(s->rx.data + (s->rx.pos & (s->rx.size - 1)));
-	__builtin_prefetch(s->rx.data + ((s->rx.pos + 64) & (s->rx.size - 1)));
-	__builtin_prefetch(s->rx.data + ((s->rx.pos + 127) & (s->rx.size - 1)));
-	av = ring_avail(&s->rx);
-	if (av < 0) {
-		shm_fail(s, -RK_ESHMRING, "link ring");
-		return 0;
-	}
 	while (av > 0 && n < SHM_POLL_BUDGET && link_reading(l)) {
 		if (av < REC_HDR)
 			goto bad;
@@ -876,7 +856,8 @@ static int rx_poll(struct rk__shm_link *s)
 		av -= (int64_t)rec;
 		/* Release: the bytes are copied out before the writer reuses them. */
 		atomic_store_explicit(s->rx.head, s->rx.pos, memory_order_release);
-		moved = true;
+		/* a writer waiting for room is woken with the next fence: space_owed */
+		s->space_owed = true;
 		if (s->bcast && mark > s->brx.pos) {
 			ret = bcast_until(s, mark, INT32_MAX);
 			if (ret < 0)
@@ -894,15 +875,66 @@ static int rx_poll(struct rk__shm_link *s)
 			return 0;
 		n += ret;
 	}
-	if (moved)
-		peer_wake(s, BELL_SPACE);	/* a writer waiting for room */
 	return n;
 bad:
 	shm_fail(s, -RK_ESHMRING, "link ring record");
 	return 0;
-bad_bcast:
-	shm_fail(s, -RK_ESHMRING, "broadcast ring");
-	return 0;
+}
+
+static int rx_poll(struct rk__shm_link *s)
+{
+	int64_t av, bav = 0;
+
+	if (!s->rx_ring || !link_reading(s->l))
+		return 0;
+	/*
+	 * The broadcast tail before the link's: a chunk written before any
+	 * broadcast frame up to it was published before it too (release, release;
+	 * acquire, acquire), so the link tail read next covers it, and no frame
+	 * of the broadcast ring overtakes a chunk sent before it.
+	 */
+	if (s->bcast) {
+		bav = ring_avail(&s->brx);
+		if (bav < 0) {
+			shm_fail(s, -RK_ESHMRING, "broadcast ring");
+			return 0;
+		}
+	}
+	/*
+	 * The lines of the next record's first 128 bytes (two or three: records
+	 * start on any 8 bytes), asked for before the tail: when a frame came,
+	 * the two misses (tail, then record) overlap instead of following each
+	 * other. A hint only: what is read is what the tail published (acquire
+	 * below).
+	 */
+	__builtin_prefetch(s->rx.data + (s->rx.pos & (s->rx.size - 1)));
+	__builtin_prefetch(s->rx.data + ((s->rx.pos + 64) & (s->rx.size - 1)));
+	__builtin_prefetch(s->rx.data + ((s->rx.pos + 127) & (s->rx.size - 1)));
+	av = ring_avail(&s->rx);
+	if (av < 0) {
+		shm_fail(s, -RK_ESHMRING, "link ring");
+		return 0;
+	}
+	if (!av && !bav)
+		return 0;
+	return rx_deliver(s, s->brx.pos + (uint64_t)bav, av);
+}
+
+/*
+ * Room we made in the ring we read, not yet told: a writer that sleeps for it
+ * (BELL_SPACE) is woken after a fence. The flush that publishes our next bytes
+ * tells it with its own fence (a sleeper's bell holds BELL_FUTEX or BELL_EFD
+ * beside BELL_SPACE, so waking BELL_SLEEP wakes it), which keeps one fence a
+ * frame on the round trip. Otherwise it is told here: at the end of the poll
+ * when no reply is queued for the ring, else (a queued flush that wrote
+ * nothing) at the next poll, or in src_arm() before we sleep.
+ */
+static void space_settle(struct rk__shm_link *s)
+{
+	if (!s->space_owed)
+		return;
+	s->space_owed = false;
+	peer_wake(s, BELL_SPACE);
 }
 
 bool rk__shm_tx_ring(const struct rk_link *l)
@@ -943,8 +975,10 @@ void rk__shm_flush(struct rk_link *l)
 	if (s->closing)
 		return;
 	n = rk__link_tx_next(l, &p);
-	if (!n)
+	if (!n) {
+		space_settle(s);
 		return;
+	}
 	/* all of it, in records of at most SHM_CHUNK_MAX, each padded */
 	room = ring_room(&s->tx, n + (n / SHM_CHUNK_MAX + 1) * (REC_HDR + 8));
 	if (room < 0) {
@@ -968,10 +1002,13 @@ void rk__shm_flush(struct rk_link *l)
 	s->tx_blocked = done < n;
 	if (s->tx_blocked)
 		l->stats.shm_ring_full++;	/* the source's poll tries again */
-	if (!done)
+	if (!done) {
+		space_settle(s);
 		return;
+	}
 	/* Release: the record's bytes before the tail that publishes them. */
 	atomic_store_explicit(s->tx.tail, s->tx.pos, memory_order_release);
+	s->space_owed = false;		/* told with this fence: space_settle() */
 	peer_wake(s, BELL_SLEEP);
 	rk__link_tx_done(l, done);
 }
@@ -983,6 +1020,7 @@ void rk__shm_drain(struct rk_link *l)
 	if (s && !s->closing) {
 		while (rx_poll(s) > 0)
 			;
+		space_settle(s);
 	}
 }
 
@@ -1018,12 +1056,16 @@ static int src_poll(struct rk_source *src, uint64_t now)
 	/* awake: a writer need not wake us (the bell is ours to set) */
 	if (atomic_load_explicit(s->bell, memory_order_relaxed))
 		atomic_store_explicit(s->bell, 0, memory_order_relaxed);
+	space_settle(s);	/* left from the last iteration: its flush did not write */
 	/*
 	 * What the frames were is noted by the link as they are dispatched, as
 	 * for TCP: a heartbeat is an idle event and must not restart the spin
 	 * window, so the records themselves are not counted as busy here.
 	 */
 	rx_poll(s);
+	/* a reply queued for the ring tells the room with its flush, this iteration */
+	if (s->space_owed && !(s->l->flusher.queued && rk__shm_tx_ring(s->l)))
+		space_settle(s);
 	if (s->tx_blocked && !s->closing) {
 		int64_t room = ring_room(&s->tx, UINT64_MAX);	/* fresh: it looked full */
 
@@ -1095,6 +1137,7 @@ static int src_arm(struct rk_source *src)
 		return 1;	/* do not block: the next poll lets the link go */
 	if (!s->rx_ring && !s->tx_blocked)
 		return 0;
+	space_settle(s);
 	val = (s->use_futex ? BELL_FUTEX : BELL_EFD) | (s->tx_blocked ? BELL_SPACE : 0);
 	atomic_store_explicit(s->bell, val, memory_order_relaxed);
 	s->l->stats.shm_sleeps++;	/* a writer may wake us from now on */

@@ -894,6 +894,53 @@ START_TEST(test_no_lost_wakeup)
 END_TEST
 
 /*
+ * A writer asleep for room in a full ring is woken by the reader that makes
+ * it, exactly once: by the fence of the reader's own flush when it answers in
+ * the same iteration (_i & 1), else before the reader's poll ends. Futex
+ * waits and eventfds (_i & 2).
+ */
+START_TEST(test_room_wake)
+{
+	struct rank r[2] = { 0 };
+	struct rk_link_stats a, b;
+	struct rk_link *l0;
+	bool reply = _i & 1;
+	uint32_t seq, tag = reply ? TAG_PING : TAG_SEQ;
+
+	rk__shm_test_mask(_i & 2 ? RK__SHM_F_FUTEX : 0);
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* both idle, nothing in flight */
+	r[1].echo = reply;
+	l0 = rk_world_link(r[0].w, 1);
+	link_stats(&r[0], 1, &a);
+	/* rank 1 reads nothing while rank 0 fills the ring (1 MiB) to it */
+	for (seq = 0; seq < 300; seq++) {
+		ck_assert_int_eq(send_seq(&r[0], 1, tag, seq, 4096), 0);
+		rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	}
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_gt(b.shm_ring_full, a.shm_ring_full);
+	ck_assert_int_eq(rk__shm_test_arm(l0), 0);	/* asleep, for room */
+	link_stats(&r[1], 0, &a);
+	rk_loop_run(r[1].loop, RK_RUN_NOWAIT);	/* one poll's worth of records */
+	ck_assert_uint_gt(r[1].nrx, 0);
+	ck_assert_uint_lt(r[1].nrx, 300);
+	link_stats(&r[1], 0, &b);
+	ck_assert_uint_eq(b.shm_wakes, a.shm_wakes + 1);
+	if (reply)
+		ck_assert_uint_gt(b.tx_frames, a.tx_frames);	/* its flush told it */
+	else
+		ck_assert_uint_eq(b.tx_frames, a.tx_frames);
+	/* the rest arrives, in order */
+	ck_assert(PUMP_UNTIL(20000, r[1].nrx == 300, &r[0], &r[1]));
+	if (!reply)
+		ck_assert_uint_eq(r[1].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
+/*
  * An idle world on shared memory stays idle: the heartbeats its ranks read
  * from the rings are idle events, as on TCP, and never restart the busy
  * window (else every heartbeat would cost a spin window of CPU).
@@ -1187,6 +1234,7 @@ static Suite *shm_suite(void)
 	tc = new_tcase(s, "wake");
 	tcase_add_loop_test(tc, test_wake, 0, 4);
 	tcase_add_loop_test(tc, test_no_lost_wakeup, 0, 2);
+	tcase_add_loop_test(tc, test_room_wake, 0, 4);
 	tcase_add_test(tc, test_idle_heartbeats);
 	tc = new_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);

@@ -441,8 +441,23 @@ static HW_TARGET uint32_t crc32c_hw_raw(uint32_t crc, const uint8_t *p, size_t n
 	for (; n >= 8; p += 8, n -= 8)
 		c = _mm_crc32_u64(c, load64(p));
 	crc = (uint32_t)c;
-	while (n--)
-		crc = _mm_crc32_u8(crc, *p++);
+	/* the last 0-7 bytes in at most three steps (a frame header ends in 4) */
+	if (n & 4) {
+		uint32_t v;
+
+		memcpy(&v, p, sizeof(v));
+		crc = _mm_crc32_u32(crc, v);
+		p += 4;
+	}
+	if (n & 2) {
+		uint16_t v;
+
+		memcpy(&v, p, sizeof(v));
+		crc = _mm_crc32_u16(crc, v);
+		p += 2;
+	}
+	if (n & 1)
+		crc = _mm_crc32_u8(crc, *p);
 	return crc;
 }
 

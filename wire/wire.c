@@ -91,11 +91,14 @@ int64_t rk_wire_decode_hdr(const uint8_t *p, size_t n, uint32_t max_len, struct 
 	int ret;
 
 	/* Refuse garbage at its first wrong byte, so a stray peer is dropped at once. */
-	for (i = 0; i < n && i < sizeof(magic); i++)
-		if (p[i] != magic[i])
-			return -RK_EMAGIC;
-	if (n < RK_WIRE_HDR_LEN)
+	if (n < RK_WIRE_HDR_LEN) {
+		for (i = 0; i < n && i < sizeof(magic); i++)
+			if (p[i] != magic[i])
+				return -RK_EMAGIC;
 		return -EAGAIN;
+	}
+	if (rk__le32_load(p + HDR_MAGIC) != RK_WIRE_MAGIC)
+		return -RK_EMAGIC;
 
 	t.magic = rk__le32_load(p + HDR_MAGIC);
 	t.version = p[HDR_VERSION];

@@ -3,10 +3,11 @@
  * rankrt wire: private helpers shared by the library's modules (never installed).
  *
  * Every multi-byte value that crosses a link or a file is little-endian and is
- * read and written with these helpers, one byte at a time: no cast of a buffer
- * to a struct, no alignment assumption, no dependence on the host's byte order.
- * Compilers turn each helper into a single (unaligned) load or store on
- * little-endian hosts.
+ * read and written with these helpers: no cast of a buffer to a struct, no
+ * alignment assumption, no dependence on the host's byte order. On a
+ * little-endian host each is a memcpy of the value's bytes (one unaligned load
+ * or store: compilers do not always merge the byte-at-a-time form, e.g. around
+ * a call), elsewhere it goes one byte at a time.
  */
 #ifndef RK_WIRE_INT_H
 #define RK_WIRE_INT_H
@@ -19,30 +20,62 @@
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #endif
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define RK__LE_HOST 1	/* the bytes are the value: one (unaligned) load or store */
+#else
+#define RK__LE_HOST 0
+#endif
+
 static inline uint16_t rk__le16_load(const uint8_t *p)
 {
+	uint16_t v;
+
+	if (RK__LE_HOST) {
+		memcpy(&v, p, sizeof(v));
+		return v;
+	}
 	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
 }
 
 static inline uint32_t rk__le32_load(const uint8_t *p)
 {
+	uint32_t v;
+
+	if (RK__LE_HOST) {
+		memcpy(&v, p, sizeof(v));
+		return v;
+	}
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
 	       (uint32_t)p[3] << 24;
 }
 
 static inline uint64_t rk__le64_load(const uint8_t *p)
 {
+	uint64_t v;
+
+	if (RK__LE_HOST) {
+		memcpy(&v, p, sizeof(v));
+		return v;
+	}
 	return (uint64_t)rk__le32_load(p) | (uint64_t)rk__le32_load(p + 4) << 32;
 }
 
 static inline void rk__le16_store(uint8_t *p, uint16_t v)
 {
+	if (RK__LE_HOST) {
+		memcpy(p, &v, sizeof(v));
+		return;
+	}
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 }
 
 static inline void rk__le32_store(uint8_t *p, uint32_t v)
 {
+	if (RK__LE_HOST) {
+		memcpy(p, &v, sizeof(v));
+		return;
+	}
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 	p[2] = (uint8_t)(v >> 16);
@@ -51,6 +84,10 @@ static inline void rk__le32_store(uint8_t *p, uint32_t v)
 
 static inline void rk__le64_store(uint8_t *p, uint64_t v)
 {
+	if (RK__LE_HOST) {
+		memcpy(p, &v, sizeof(v));
+		return;
+	}
 	rk__le32_store(p, (uint32_t)v);
 	rk__le32_store(p + 4, (uint32_t)(v >> 32));
 }

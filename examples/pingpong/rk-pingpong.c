@@ -294,7 +294,7 @@ static int leader(struct pp *p)
 	for (m = 0; m < p->nmodes; m++) {
 		struct mode_result *r = &p->res[m];
 
-		printf("%-9s %9.1f %9.1f %11.0f %9.3f %9.3f\n",
+		printf("%-9s %9.2f %9.2f %11.0f %9.3f %9.3f\n",
 		       rk_wait_mode_name((enum rk_wait_mode)p->modes[m]), median(r->p50_us, r->runs),
 		       median(r->p99_us, r->runs), median(r->fps, r->runs), median(r->cpu0, r->runs),
 		       median(r->cpu1, r->runs));

@@ -45,7 +45,12 @@
 #                   memory against TCP in one run: tests/bench/bench-shm.sh's rk-pingpong
 #                   p50/p99 per wait mode and idle CPU per rank over SHM_IDLE s, default
 #                   60, and CPU decode at TP2/TP4; bench-bcast.sh at TP2/TP4/TP8 over both;
-#                   bench-kill.sh's KILL_TRIALS SIGKILLs, default 50: shm.txt)
+#                   bench-kill.sh's KILL_TRIALS SIGKILLs, default 50: shm.txt; SHM_STEPS
+#                   names bench-shm.sh's steps (default "pingpong decode"), SHM_COUNT its
+#                   round trips per run (20000), BCAST_RUNS=0 or KILL_TRIALS=0 skips
+#                   those benches; SHM_BASE=DIR, a built tree (an earlier run's WORK
+#                   source folder): then its rk-pingpong and this one's, alternating,
+#                   SHM_AB times each (2))
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS pass through:
@@ -125,6 +130,8 @@ export PATH=$CUDA_HOME/bin:$PATH
 # ---- the machine -------------------------------------------------------------------
 {
 	echo "# $(date -u) $(uname -srm), $(nproc) CPUs"
+	sed -n 's/^model name[[:space:]]*: /cpu: /p' /proc/cpuinfo | head -n 1
+	echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>&1)"
 	sed -n 's/^PRETTY_NAME=//p' /etc/os-release
 	nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1
 	nvidia-smi topo -m 2>&1 | head -n 6
@@ -416,17 +423,39 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 	lim=$(($(left) - 20))
 	[ $lim -gt 240 ] && lim=240
 	# STEPS is bench-shm.sh's own knob too: name its steps, or it sees ours
-	step shm-pingpong-decode $lim "$slog" env STEPS="pingpong decode" \
-		RUNS="${SHM_RUNS:-3}" IDLE="${SHM_IDLE:-60}" TPS="2 4" POLICIES=adaptive \
-		REQUESTS=32 builddir=. sh tests/bench/bench-shm.sh
-	lim=$(($(left) - 20))
-	[ $lim -gt 150 ] && lim=150
-	step shm-bcast $lim "$slog" env TRANSPORTS="tcp shm" POLICIES="adaptive block" \
-		BACKEND=cpu builddir=. sh tests/bench/bench-bcast.sh "2 4 8" "${BCAST_RUNS:-3}" 16
-	lim=$(($(left) - 15))
-	[ $lim -gt 200 ] && lim=200
-	step shm-kill $lim "$slog" env builddir=. sh tests/bench/bench-kill.sh \
-		"${KILL_TRIALS:-50}" 4
+	step shm-pingpong-decode $lim "$slog" env STEPS="${SHM_STEPS:-pingpong decode}" \
+		RUNS="${SHM_RUNS:-3}" IDLE="${SHM_IDLE:-60}" COUNT="${SHM_COUNT:-20000}" \
+		TPS="2 4" POLICIES=adaptive REQUESTS=32 builddir=. sh tests/bench/bench-shm.sh
+	# SHM_BASE: another build of the same tree kind (a kept WORK of an earlier run
+	# of this script, e.g. main's tarball): its rk-pingpong and this one's, SHM_AB
+	# times each, alternating, for a before/after of one call
+	if [ -n "${SHM_BASE:-}" ]; then
+		i=0
+		while [ $i -lt "${SHM_AB:-2}" ]; do
+			for b in "$SHM_BASE" .; do
+				echo "== shm A/B $((i + 1)), builddir=$b" >>"$slog"
+				lim=$(($(left) - 20))
+				[ $lim -gt 120 ] && lim=120
+				step shm-ab $lim "$slog" env STEPS=pingpong RUNS="${SHM_RUNS:-3}" \
+					IDLE=0 COUNT="${SHM_COUNT:-20000}" builddir="$b" \
+					sh tests/bench/bench-shm.sh
+			done
+			i=$((i + 1))
+		done
+	fi
+	if [ "${BCAST_RUNS:-3}" != 0 ]; then
+		lim=$(($(left) - 20))
+		[ $lim -gt 150 ] && lim=150
+		step shm-bcast $lim "$slog" env TRANSPORTS="tcp shm" POLICIES="adaptive block" \
+			BACKEND=cpu builddir=. sh tests/bench/bench-bcast.sh "2 4 8" \
+			"${BCAST_RUNS:-3}" 16
+	fi
+	if [ "${KILL_TRIALS:-50}" != 0 ]; then
+		lim=$(($(left) - 15))
+		[ $lim -gt 200 ] && lim=200
+		step shm-kill $lim "$slog" env builddir=. sh tests/bench/bench-kill.sh \
+			"${KILL_TRIALS:-50}" 4
+	fi
 	grep -v '^host:' "$slog" | tee -a "$summary"
 fi
 
