@@ -18,6 +18,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -825,24 +826,21 @@ int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, const void *d
 		       uint32_t len)
 {
 	struct rk_link *l = rk_world_link(w, rank);
-	uint8_t hdr[16], *p;
+	const uint32_t plen = RK_WIRE_USER_HDR_LEN + len;
+	uint8_t *p;
 	int n, ret;
 
 	if (!l)
 		return -ENOTCONN;
-	n = rk_wire_encode_user(hdr, sizeof(hdr), tag, NULL, 0);	/* the USER header alone */
-	if (n < 0)
-		return n;
-	if (len > RK_WIRE_MAX_PAYLOAD - (uint32_t)n)
+	if (len > RK_WIRE_MAX_PAYLOAD - RK_WIRE_USER_HDR_LEN)
 		return -RK_ETOOBIG;
 	/* encoded in place in the link's batch: the caller's bytes are copied once */
-	p = rk_link_reserve(l, (uint32_t)n + len, &ret);
+	p = rk_link_reserve(l, plen, &ret);
 	if (!p)
 		return ret;
-	memcpy(p, hdr, (size_t)n);
-	if (len)
-		memcpy(p + n, data, len);
-	return rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)n + len);
+	n = rk_wire_encode_user(p, plen, tag, data, len);
+	assert(n == (int)plen);	/* the bound is checked above, the room reserved */
+	return rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)n);
 }
 
 void rk__world_hold(struct rk_world *w)

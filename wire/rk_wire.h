@@ -27,6 +27,7 @@ extern "C" {
 #define RK_WIRE_NCCL_ID_LEN	128
 #define RK_WIRE_ERRMSG_MAX	256
 #define RK_WIRE_ROUND_HDR_LEN	16
+#define RK_WIRE_USER_HDR_LEN	8	/* USER: u32 tag, u32 reserved, then the data */
 #define RK_WIRE_ROUND_STREAM_LEN 40
 #define RK_WIRE_HELLO_LEN	64
 #define RK_WIRE_NONCE_LEN	32	/* HELLO/WELCOME: fresh random bytes per handshake */
@@ -280,7 +281,8 @@ RK_EXPORT uint32_t rk_wire_round_token(const struct rk_wire_round *r, uint32_t i
  * or -ENOSPC when @cap is too small, or -RK_EFIELD for an unencodable value
  * (what the decoder would refuse), or -RK_ETOOBIG (USER data past RK_WIRE_MAX_PAYLOAD).
  * rk_wire_encode_error() truncates @msg (NULL = empty) to RK_WIRE_ERRMSG_MAX bytes.
- * rk_wire_encode_user()'s @data may overlap @out (e.g. written in place at @out + 8).
+ * rk_wire_encode_user()'s @data may overlap @out (e.g. written in place at
+ * @out + RK_WIRE_USER_HDR_LEN).
  */
 RK_EXPORT int rk_wire_encode_hello(uint8_t *out, size_t cap, const struct rk_wire_hello *h);
 RK_EXPORT int rk_wire_encode_heartbeat(uint8_t *out, size_t cap,

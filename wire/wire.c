@@ -26,7 +26,7 @@
 #define HDR_PAYLOAD_CRC	24
 #define HDR_CRC		28	/* covers bytes [0, HDR_CRC) */
 
-#define USER_HDR_LEN		8
+#define USER_HDR_LEN		RK_WIRE_USER_HDR_LEN
 #define ERROR_HDR_LEN		16
 #define HEARTBEAT_LEN		8
 #define ROUND_DONE_LEN		24
