@@ -578,12 +578,14 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 	if (g->first && now > g->first) {
 		d = now - g->first;
 		/*
-		 * Seen after a sleep (or from a start seen so), the gap is only
-		 * bounded: it teaches an earlier gap, never a later one, except
-		 * while cold (a gap beyond the spin window is only ever seen
-		 * after a block; a wake's lateness is small beside it).
+		 * An arrival seen after a sleep may have waited up to a wake's
+		 * latency. Both ends seen so: the delays cancel (a gap beyond
+		 * the spin window is only ever seen like that); only the start:
+		 * the gap looks shorter, which is safe; only the end: longer,
+		 * so it may teach an earlier gap, never a later one (but while
+		 * cold anything is better than nothing).
 		 */
-		if ((!late && !g->first_late) || g->n < RK__GAPS_WARM || d < g->mean)
+		if (!late || g->first_late || g->n < RK__GAPS_WARM || d < g->mean)
 			gaps_sample(g, d);
 		if (g->hold)
 			g->hold--;

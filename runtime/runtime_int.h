@@ -267,8 +267,9 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * deviation at most a quarter of the mean) and long enough to sleep through,
  * the loop expects the next burst at mean - 3 deviations after this one's
  * start, sleeps until then less its margin and spins the rest (the predictive
- * wait, ARCHITECTURE.md). An arrival seen right after a sleep is censored (it
- * came at most then): it teaches only an earlier gap, or while cold. After a
+ * wait, ARCHITECTURE.md). An arrival seen right after a sleep came at most
+ * then: when the burst's start was seen so too, the delays cancel; when only
+ * the end was, the gap teaches only an earlier time (or anything while cold). After a
  * predictive sleep cut short by other busy work (a post, another link) the
  * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
  * each further cut, until a prediction works again: the loop has work it
