@@ -429,13 +429,21 @@ START_TEST(test_source_arm)
 	ck_assert_uint_eq(s.blocks, 0);
 	ck_assert_int_ge(cs.polls, 100);
 
-	/* Once armed, the loop blocks (bounded by a timer), after the arm. */
+	/*
+	 * Once armed, the loop blocks (bounded by a timer), after the arm. A
+	 * thread descheduled for the timer's 5 ms before the run (a loaded
+	 * machine, a TCG guest) finds it due and never blocks: try again.
+	 */
 	{
 		struct rk_timer t;
+		int tries;
 
 		rk_timer_init(&t, stop_cb, cs.loop);
-		ck_assert_int_eq(rk_timer_start(cs.loop, &t, 5 * MS, 0), 0);
-		ck_assert_int_eq(rk_loop_run(cs.loop, RK_RUN_DEFAULT), 0);
+		for (tries = 0; tries < 100 && !stats_of(cs.loop).blocks; tries++) {
+			rk__loop_refresh(cs.loop);
+			ck_assert_int_eq(rk_timer_start(cs.loop, &t, 5 * MS, 0), 0);
+			ck_assert_int_eq(rk_loop_run(cs.loop, RK_RUN_DEFAULT), 0);
+		}
 	}
 	s = stats_of(cs.loop);
 	ck_assert_uint_ge(s.blocks, 1);
@@ -1352,7 +1360,7 @@ START_TEST(test_learn_holds_after_cut)
 	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
 	struct learn_cutter lc = { .rec = &rec, .loop = loop };
 	struct rk_loop_stats s0, s1;
-	uint64_t base = fc.t, t;
+	uint64_t base = fc.t, t, waits;
 	unsigned int i;
 	pthread_t th;
 
@@ -1380,6 +1388,7 @@ START_TEST(test_learn_holds_after_cut)
 	 * by nothing busy: no hold) */
 	ck_assert_uint_ge(s0.predict_cut, 1);
 	ck_assert_uint_eq(s0.learn_holds, 1);
+	waits = s0.learn_waits;	/* (as many as those timeouts: one or more) */
 	/* held: the waits after the next RK__GAPS_HOLD - 1 frames spin */
 	for (i = 1; i < RK__GAPS_HOLD; i++) {
 		t += L_GAP;
@@ -1393,7 +1402,7 @@ START_TEST(test_learn_holds_after_cut)
 	t += L_GAP;
 	arrive(&fc, &a, t);
 	s1 = learn_step(&fc, loop, t + L_STEP);
-	ck_assert_uint_eq(s1.learn_waits, 3);
+	ck_assert_uint_eq(s1.learn_waits, waits + 1);
 	learn_free(loop, &rec, &a);
 }
 END_TEST
