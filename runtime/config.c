@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@ enum knob_kind {
 	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
 	KIND_TRI,	/* auto | on | off */
 	KIND_SECRET,	/* a path: the secret file, read at once into secret[] */
+	KIND_SQPOLL,	/* a boolean into wait.sqpoll, or auto (wait.sqpoll_auto) */
 };
 
 enum knob_id {
@@ -59,6 +61,8 @@ enum knob_id {
 	K_PREDICT,
 	K_PREDICT_MARGIN_US,
 	K_PREDICT_MIN_US,
+	K_LEARN,
+	K_LEARN_SPIN_MIN_US,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -125,8 +129,15 @@ static const struct knob knobs[] = {
 	[K_PREDICT_MIN_US] = { "RK_PREDICT_MIN_US", "predict_min_us", KIND_U64,
 			       U(wait.predict_min_ns), NS_PER_US, 1, 1000000,
 			       "no predictive sleep shorter than this, us" },
-	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_BOOL, U(wait.sqpoll), 1, 0, 0,
-		       "kernel SQ polling thread" },
+	[K_LEARN] = { "RK_LEARN", "learn", KIND_BOOL, U(wait.learn), 1, 0, 0,
+		      "links learn their arrival gaps (predictive waits); the spin window "
+		      "shrinks to the gaps seen" },
+	[K_LEARN_SPIN_MIN_US] = { "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", KIND_U64,
+				  U(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
+				  "floor of the learned spin window, us" },
+	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, U(wait.sqpoll), 1, 0, 0,
+		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
+		       "holds at least 8 CPUs)" },
 	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, U(wait.sqpoll_cpu), 1,
 			   -1, 4095, "CPU of the SQPOLL thread (-1 = not pinned)" },
 	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, U(wait.coop_taskrun),
@@ -241,6 +252,9 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.predict = RK_DEF_PREDICT;
 	cfg->wait.predict_margin_ns = RK_DEF_PREDICT_MARGIN_US * NS_PER_US;
 	cfg->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
+	cfg->wait.learn = RK_DEF_LEARN;
+	cfg->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
+	cfg->wait.sqpoll_auto = false;
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;
 	cfg->wait.coop_taskrun = true;
@@ -673,6 +687,10 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 	case KIND_TRI:
 		seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
 		break;
+	case KIND_SQPOLL:
+		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off) "
+		       "or auto", k->env, value);
+		break;
 	case KIND_SECRET:
 		seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
 		break;
@@ -709,6 +727,17 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		if (parse_bool(value, &b))
 			return -RK_ECONFIG;
 		*(bool *)field(cfg, k) = b;
+		return 0;
+	case KIND_SQPOLL:
+		if (!strcasecmp(value, "auto")) {
+			cfg->wait.sqpoll = false;
+			cfg->wait.sqpoll_auto = true;
+			return 0;
+		}
+		if (parse_bool(value, &b))
+			return -RK_ECONFIG;
+		cfg->wait.sqpoll = b;
+		cfg->wait.sqpoll_auto = false;
 		return 0;
 	case KIND_WAIT:
 		ret = parse_name(value, wait_names, ARRAY_SIZE(wait_names));
@@ -1023,6 +1052,12 @@ void rk_config_print(const struct rk_config *cfg, void *f)
 			break;
 		case KIND_BOOL:
 			fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
+			break;
+		case KIND_SQPOLL:
+			if (cfg->wait.sqpoll_auto)
+				fprintf(out, "%s=auto\n", k->env);
+			else
+				fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
 			break;
 		case KIND_WAIT:
 			fprintf(out, "%s=%s\n", k->env,

@@ -59,6 +59,7 @@ static void link_maybe_free(struct rk_link *l)
 	free(l->rx);
 	l->q.p = l->out.p = l->rx = NULL;
 	rk__secure_zero(l->key, sizeof(l->key));
+	rk__gaps_detach(&l->gaps);
 	rk__loop_unref(loop);
 	l->tops->destroy(l);	/* frees l */
 }
@@ -630,6 +631,8 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 		default:
 			act = l->oops->frame(l, h, payload);
 			rk__loop_note(l->loop, act);
+			if (act == RK_BUSY)
+				rk__gaps_arrival(l->loop, &l->gaps);
 			return 0;
 		}
 	default:

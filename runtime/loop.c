@@ -73,6 +73,7 @@ struct rk_loop {
 
 	struct rk_timer *timers;	/* sorted by due */
 	struct rk_source *sources;
+	struct rk_source *learners;	/* rk__gaps of links: expect() only, never polled */
 	struct rk__flusher *flush_head;
 	struct rk__bufring bufring;
 	unsigned int refs;
@@ -92,11 +93,17 @@ struct rk_loop {
 	struct rk_source *pred_src;	/* ...that this predictive sleep was for */
 	bool pred_found;		/* its event came (a poll, rk__loop_source_event()) */
 	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
+	uint64_t oversleep_hi;		/* ...and a high quantile of it (~99th percentile) */
 	uint64_t late_boost;		/* margin added when late, decays when early */
 	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
 	bool after_park;		/* this iteration follows a wait that slept */
 	bool parked;			/* a wait slept since the last iteration began */
 	uint64_t park_ns;		/* the wait being armed: its timeout, UINT64_MAX = none */
+
+	/* the learned spin window: see spin_window() */
+	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
+	uint32_t gap_n;			/* gaps sampled */
+	uint64_t cut_busy;		/* the last_busy whose window was cut (counted once) */
 	struct rk_loop_stats stats;
 };
 
@@ -484,6 +491,8 @@ static void poll_sources(struct rk_loop *loop)
 	}
 }
 
+static uint64_t gaps_expect(struct rk_source *src, uint64_t now);
+
 /* The earliest time a source expects its next event at, 0 = none predicted. */
 static uint64_t sources_expect(struct rk_loop *loop)
 {
@@ -500,7 +509,172 @@ static uint64_t sources_expect(struct rk_loop *loop)
 			loop->pred_next = s;
 		}
 	}
+	if (!loop->cfg.wait.learn)
+		return first;
+	for (s = loop->learners; s; s = s->next) {
+		t = gaps_expect(s, loop->now);	/* every spin iteration: no indirect call */
+		if (t && (!first || t < first)) {
+			first = t;
+			loop->pred_next = s;
+		}
+	}
 	return first;
+}
+
+/* ---- learned arrivals (struct rk__gaps, runtime_int.h) ---------------------------- */
+
+static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
+{
+	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
+	uint64_t slack;
+
+	if (g->n < RK__GAPS_WARM || g->hold || g->mean < RK__GAPS_MIN_NS)
+		return 0;
+	if (g->dev * 4 > g->mean)	/* irregular: the window and block rules decide */
+		return 0;
+	if (now < g->last + RK__GAPS_BURST_NS)	/* the burst may go on: spin for it */
+		return 0;
+	slack = g->mean / 4 > RK__PRED_MIN_SLACK ? g->mean / 4 : RK__PRED_MIN_SLACK;
+	if (now > g->first + g->mean + 4 * g->dev + slack)
+		return 0;	/* overdue: it says nothing more */
+	return g->first + g->mean - 3 * g->dev;
+}
+
+static const struct rk_source_ops gaps_ops = {
+	.name = "learned-gaps",
+	.expect = gaps_expect,
+};
+
+static bool is_learner(const struct rk_source *src)
+{
+	return src && src->ops == &gaps_ops;
+}
+
+static void gaps_sample(struct rk__gaps *g, uint64_t d)
+{
+	uint64_t dev;
+
+	if (!g->n) {
+		g->mean = d;
+		g->dev = d / 8;
+	} else {
+		dev = d > g->mean ? d - g->mean : g->mean - d;
+		g->dev = (g->dev * 3 + dev) / 4;
+		g->mean = (g->mean * 7 + d) / 8;
+	}
+	if (g->n < UINT32_MAX)
+		g->n++;
+}
+
+void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
+{
+	uint64_t now = loop->now, d;
+	bool late = loop->after_park;
+
+	if (!g->src.loop) {
+		g->src.ops = &gaps_ops;
+		g->src.loop = loop;
+		g->src.next = loop->learners;
+		loop->learners = &g->src;
+		g->hold_next = RK__GAPS_HOLD;
+	}
+	if (g->first && now < g->last + RK__GAPS_BURST_NS) {
+		g->last = now;		/* the same burst */
+		return;
+	}
+	if (g->first && now > g->first) {
+		d = now - g->first;
+		/*
+		 * An arrival seen after a sleep may have waited up to a wake's
+		 * latency. Both ends seen so: the delays cancel (a gap beyond
+		 * the spin window is only ever seen like that); only the start:
+		 * the gap looks shorter, which is safe; only the end: longer,
+		 * so it may teach an earlier gap, never a later one (but while
+		 * cold anything is better than nothing).
+		 */
+		if (!late || g->first_late || g->n < RK__GAPS_WARM || d < g->mean)
+			gaps_sample(g, d);
+		if (g->hold)
+			g->hold--;
+	}
+	g->first = g->last = now;
+	g->first_late = late;
+	rk__loop_source_event(loop, &g->src);	/* what a prediction waited for */
+}
+
+void rk__gaps_detach(struct rk__gaps *g)
+{
+	struct rk_loop *loop = g->src.loop;
+	struct rk_source **pp;
+
+	if (!loop)
+		return;
+	for (pp = &loop->learners; *pp; pp = &(*pp)->next) {
+		if (*pp == &g->src) {
+			*pp = g->src.next;
+			break;
+		}
+	}
+	if (loop->pred_src == &g->src)
+		loop->pred_src = NULL;
+	if (loop->pred_next == &g->src)
+		loop->pred_next = NULL;
+	g->src.next = NULL;
+	g->src.loop = NULL;
+}
+
+/* A predictive sleep for learner @src was cut short by other busy work. */
+static void gaps_cut(struct rk_loop *loop, struct rk_source *src)
+{
+	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
+
+	loop->stats.learn_holds++;
+	g->hold = g->hold_next;
+	if (g->hold_next < RK__GAPS_HOLD_MAX)
+		g->hold_next *= 2;
+}
+
+/* A predictive sleep for learner @src woke before its burst, as meant. */
+static void gaps_early(struct rk_source *src)
+{
+	rk__container_of(src, struct rk__gaps, src)->hold_next = RK__GAPS_HOLD;
+}
+
+/*
+ * The spin window after the last busy event: spin_ns, or, once the loop has
+ * seen RK__GAP_WARM gaps between busy events, 4 times their ~99th percentile
+ * (never below learn_spin_min_ns): a window far longer than any gap seen
+ * spins for nothing at the start of an idle episode.
+ */
+#define RK__GAP_WARM	64
+static uint64_t spin_window(const struct rk_loop *loop)
+{
+	const struct rk_wait_policy *w = &loop->cfg.wait;
+	uint64_t win;
+
+	if (!w->learn || !w->predict || loop->gap_n < RK__GAP_WARM)
+		return w->spin_ns;
+	win = loop->gap_hi * 4;
+	if (win < w->learn_spin_min_ns)
+		win = w->learn_spin_min_ns;
+	return win < w->spin_ns ? win : w->spin_ns;
+}
+
+/*
+ * A busy event @d ns after the one before: track a high quantile of these
+ * gaps stochastically, in proportion to it (a gap above it raises it by a
+ * quarter, one below lowers it by 1/1024: about one gap in 250 lies above).
+ */
+static void gap_learn(struct rk_loop *loop, uint64_t d)
+{
+	if (!loop->gap_n)
+		loop->gap_hi = d;
+	else if (d > loop->gap_hi)
+		loop->gap_hi += loop->gap_hi / 4 + 1000;
+	else
+		loop->gap_hi -= loop->gap_hi / 1024;
+	if (loop->gap_n < UINT32_MAX)
+		loop->gap_n++;
 }
 
 /* Before blocking: arm each source (or poll it, for sources woken by their
@@ -695,6 +869,23 @@ static int ring_setup(struct rk_loop *loop)
 	return ret;
 }
 
+/*
+ * RK_SQPOLL=auto: a polling kernel thread is only worth its core when there
+ * are cores to spare (ARCHITECTURE.md): on with RK_SQPOLL_AUTO_CPUS or more
+ * CPUs in this thread's affinity mask, off below (2 vCPUs: it starves the ranks).
+ */
+static void sqpoll_decide(struct rk_loop *loop)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		n = CPU_COUNT(&set);
+	loop->cfg.wait.sqpoll = n >= RK_SQPOLL_AUTO_CPUS;
+	rk__info(loop->cfg.rank, "RK_SQPOLL=auto: %d CPUs in the affinity mask: SQPOLL %s", n,
+		 loop->cfg.wait.sqpoll ? "on" : "off");
+}
+
 int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 {
 	struct rk_loop *loop;
@@ -714,6 +905,8 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		loop->cfg = *cfg;
 	else
 		rk_config_init(&loop->cfg);
+	if (loop->cfg.wait.sqpoll_auto)
+		sqpoll_decide(loop);
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
 	loop->wake_op.fn = wake_done;
@@ -914,6 +1107,8 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 		loop->pred_deadline = loop->now + timeout_ns;
 		loop->pred_src = loop->pred_next;
 		loop->pred_found = false;
+		if (is_learner(loop->pred_src))
+			loop->stats.learn_waits++;
 	} else {
 		loop->stats.blocks++;
 	}
@@ -962,7 +1157,11 @@ static void loop_spin(struct rk_loop *loop)
  */
 static uint64_t predict_margin(const struct rk_loop *loop)
 {
-	return loop->cfg.wait.predict_margin_ns + loop->oversleep_avg + loop->late_boost;
+	uint64_t over = loop->oversleep_avg;
+
+	if (loop->cfg.wait.learn && loop->oversleep_hi > over)
+		over = loop->oversleep_hi;
+	return loop->cfg.wait.predict_margin_ns + over + loop->late_boost;
 }
 
 /* A predictive sleep's source came late: widen the margin. */
@@ -988,10 +1187,13 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 	if (loop->now + 1000 < deadline) {
 		/* woken early: by the awaited event (a frame on the ring) it was
 		 * late; by another one, it says nothing */
-		if (found)
+		if (found) {
 			predict_late(loop);
-		else
+		} else {
 			loop->stats.predict_cut++;
+			if (loop->iter_busy && is_learner(loop->pred_src))
+				gaps_cut(loop, loop->pred_src);
+		}
 		return;
 	}
 	over = loop->now > deadline ? loop->now - deadline : 0;
@@ -1008,11 +1210,18 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 		loop->oversleep_avg = (loop->oversleep_avg * 3 + over) / 4;
 	else
 		loop->oversleep_avg = (loop->oversleep_avg * 15 + over) / 16;
+	/* the tail matters too: a wake later than the margin costs a block's latency */
+	if (over > loop->oversleep_hi)
+		loop->oversleep_hi += (over - loop->oversleep_hi) / 2;
+	else
+		loop->oversleep_hi -= loop->oversleep_hi / 128;
 	if (found) {
 		predict_late(loop);
 	} else {
 		loop->stats.predict_early++;
 		loop->late_boost -= loop->late_boost / 32;
+		if (is_learner(loop->pred_src))
+			gaps_early(loop->pred_src);
 	}
 }
 
@@ -1042,6 +1251,7 @@ static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 			loop->skip_expect = expect;
 			loop->late_boost -= loop->late_boost / 32;
 			loop->oversleep_avg -= loop->oversleep_avg / 16;
+			loop->oversleep_hi -= loop->oversleep_hi / 16;
 		}
 		loop_spin(loop);
 		return true;
@@ -1067,14 +1277,20 @@ static void loop_wait(struct rk_loop *loop)
 		loop_spin(loop);
 		return;
 	}
-	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && loop->sources) {
+	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->learners)) {
 		expect = sources_expect(loop);
 		if (expect && predict_wait(loop, expect, tmo))
 			return;
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns) {
-		loop_spin(loop);
-		return;
+		if (since < spin_window(loop)) {
+			loop_spin(loop);
+			return;
+		}
+		if (loop->cut_busy != loop->last_busy) {
+			loop->cut_busy = loop->last_busy;
+			loop->stats.window_cuts++;
+		}
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->timed_ns && since < w->spin_ns + w->timed_ns) {
 		uint64_t slice = w->timed_slice_ns;
@@ -1123,8 +1339,11 @@ static void iter_account(struct rk_loop *loop)
 	account(loop, t);
 	loop->now = t;
 	loop->stats.busy_events += loop->iter_busy;
-	if (loop->iter_busy)
+	if (loop->iter_busy) {
+		if (loop->last_busy && t > loop->last_busy)
+			gap_learn(loop, t - loop->last_busy);
 		loop->last_busy = t;
+	}
 }
 
 /* @may_wait: wait per the policy after the handlers; @once: only if none ran. */
@@ -1196,7 +1415,7 @@ static bool io_spins(const struct rk_loop *loop)
 	const struct rk_wait_policy *w = &loop->cfg.wait;
 
 	return w->mode == RK_WAIT_SPIN ||
-	       (w->mode == RK_WAIT_ADAPTIVE && loop->now - loop->last_busy < w->spin_ns);
+	       (w->mode == RK_WAIT_ADAPTIVE && loop->now - loop->last_busy < spin_window(loop));
 }
 
 int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
@@ -1242,6 +1461,7 @@ void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
 {
 	*out = loop->stats;
 	out->predict_margin_ns = predict_margin(loop);
+	out->spin_window_ns = spin_window(loop);
 }
 
 void rk_wait_policy_init(struct rk_wait_policy *w)
@@ -1262,6 +1482,8 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 	loop->cfg.wait.predict = w->predict;
 	loop->cfg.wait.predict_margin_ns = w->predict_margin_ns;
 	loop->cfg.wait.predict_min_ns = w->predict_min_ns ? w->predict_min_ns : 1000;
+	loop->cfg.wait.learn = w->learn;
+	loop->cfg.wait.learn_spin_min_ns = w->learn_spin_min_ns;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

@@ -124,6 +124,19 @@ struct rk_wait_policy {
 	bool predict;			/* RK_PREDICT: honour sources' expect() */
 	uint64_t predict_margin_ns;	/* RK_PREDICT_MARGIN_US: base wake margin */
 	uint64_t predict_min_ns;	/* RK_PREDICT_MIN_US: no predictive sleep shorter */
+	/*
+	 * Learned waits (adaptive mode, with predict): every link learns the
+	 * gaps between its bursts of busy frames and predicts the next one like
+	 * a source's expect(); and once the loop has seen enough gaps between
+	 * busy events, the spin window after the last one is cut to 4 times a
+	 * high quantile (~99th percentile) of them, but never below
+	 * learn_spin_min_ns (nor above spin_ns): an idle episode after traffic
+	 * whose gaps were short costs that floor of spinning, not spin_ns.
+	 */
+	bool learn;			/* RK_LEARN */
+	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
+	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create()
+					 * from the affinity mask (rk_loop_config() shows it) */
 };
 
 /*
@@ -296,6 +309,11 @@ struct rk_loop_stats {
 	uint64_t predict_cut;		/* ...ended earlier by another event */
 	uint64_t ns_oversleep;		/* sum of how late the timed wakes came */
 	uint64_t predict_margin_ns;	/* the margin in use now (base + measured) */
+	/* learned waits (rk_wait_policy.learn) */
+	uint64_t learn_waits;		/* predictive sleeps for a link's learned gaps */
+	uint64_t learn_holds;		/* ...cut by other busy work: that link held off */
+	uint64_t window_cuts;		/* spin windows ended early by the learned window */
+	uint64_t spin_window_ns;	/* the spin window in use now */
 };
 
 /**

@@ -17,6 +17,9 @@
 #define RK_DEF_PREDICT		1
 #define RK_DEF_PREDICT_MARGIN_US	20
 #define RK_DEF_PREDICT_MIN_US	20
+#define RK_DEF_LEARN		1
+#define RK_DEF_LEARN_SPIN_MIN_US	1000
+#define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
 #define RK_DEF_RX_BUF_COUNT	64
@@ -263,6 +266,47 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 	return start + (early ? early : 1);
 }
 
+/*
+ * What the loop learns of one source of arrivals (a link's frames): the gap
+ * from the start of one burst of busy arrivals to the start of the next (an
+ * arrival within RK__GAPS_BURST_NS of the one before is the same burst), as a
+ * mean and mean deviation (EWMA 1/8, 1/4). While the gaps are regular (the
+ * deviation at most a quarter of the mean) and long enough to sleep through,
+ * the loop expects the next burst at mean - 3 deviations after this one's
+ * start, sleeps until then less its margin and spins the rest (the predictive
+ * wait, ARCHITECTURE.md). An arrival seen right after a sleep came at most
+ * then: when the burst's start was seen so too, the delays cancel; when only
+ * the end was, the gap teaches only an earlier time (or anything while cold). After a
+ * predictive sleep cut short by other busy work (a post, another link) the
+ * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
+ * each further cut, until a prediction works again: the loop has work it
+ * cannot see coming, and the spin window serves that better. Within a burst
+ * (RK__GAPS_BURST_NS after its last arrival) it predicts nothing, so the
+ * frames that follow closely are spun for.
+ * Embedded in its owner (struct rk_link), zeroed; attached to the loop on the
+ * first arrival, detached with rk__gaps_detach() before the owner is freed.
+ */
+struct rk__gaps {
+	struct rk_source src;		/* on the loop's learner list, never polled */
+	uint64_t mean, dev;
+	uint64_t first, last;		/* this burst's first and last arrival, 0 = none */
+	uint32_t n;			/* samples taken */
+	uint32_t hold;			/* bursts left without predicting */
+	uint32_t hold_next;		/* the next hold: doubles while sleeps are cut */
+	bool first_late;		/* the burst's first arrival was seen after a sleep */
+};
+
+#define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
+#define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
+#define RK__GAPS_WARM		8		/* samples before predicting */
+#define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
+#define RK__GAPS_HOLD_MAX	1024
+
+/* A busy arrival on @g now (rk_loop_now()). Loop thread. */
+void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g);
+/* Take @g off its loop (no-op when it never arrived). Loop thread. */
+void rk__gaps_detach(struct rk__gaps *g);
+
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 
 /* How a link's bytes move (the seam a verbs transport plugs into). */
@@ -354,6 +398,7 @@ struct rk_link {
 	uint8_t key[RK_WIRE_MAC_LEN];	/* the link's own key (WIRE.md), once authed */
 	char peer_addr[64];		/* "host:port" of the peer, for log lines */
 	struct rk_link_stats stats;
+	struct rk__gaps gaps;		/* its busy frames' arrivals, learned by the loop */
 	uint64_t tx_sent;		/* bytes handed to the transport (rk__link_tx_done) */
 	uint64_t rx_bseq;		/* next sequence number on the broadcast ring (shm.c) */
 	bool rx_cut;			/* set by a control frame: the stream it came on ends

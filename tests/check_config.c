@@ -120,6 +120,9 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c.wait.timed_ns, 0);
 	ck_assert_uint_eq(c.wait.timed_slice_ns, 50000);
 	ck_assert(!c.wait.sqpoll);
+	ck_assert(!c.wait.sqpoll_auto);
+	ck_assert(c.wait.learn);
+	ck_assert_uint_eq(c.wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
 	ck_assert_int_eq(c.wait.sqpoll_cpu, -1);
 	ck_assert(c.wait.coop_taskrun);
 	ck_assert_uint_eq(c.ring_entries, RK_DEF_RING_ENTRIES);
@@ -161,6 +164,8 @@ START_TEST(test_print_defaults)
 		"RK_PREDICT=1\n"
 		"RK_PREDICT_MARGIN_US=20\n"
 		"RK_PREDICT_MIN_US=20\n"
+		"RK_LEARN=1\n"
+		"RK_LEARN_SPIN_MIN_US=1000\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
@@ -200,7 +205,8 @@ START_TEST(test_print_roundtrip)
 		{ "RK_LEADER", "roce://10.0.0.1:7000?dev=rxe0&gid=1" },
 		{ "RK_SESSION", "0xdeadbeefcafe" }, { "RK_WAIT", "block" },
 		{ "RK_SPIN_US", "123" }, { "RK_TIMED_US", "1000" },
-		{ "RK_TIMED_SLICE_US", "7" }, { "RK_SQPOLL", "on" }, { "RK_SQPOLL_CPU", "5" },
+		{ "RK_TIMED_SLICE_US", "7" }, { "RK_SQPOLL", "auto" }, { "RK_SQPOLL_CPU", "5" },
+		{ "RK_LEARN", "off" }, { "RK_LEARN_SPIN_MIN_US", "250" },
 		{ "RK_COOP_TASKRUN", "off" }, { "RK_RING_ENTRIES", "1024" },
 		{ "RK_RX_BUF_SIZE", "65536" }, { "RK_RX_BUF_COUNT", "128" },
 		{ "RK_MAX_FRAME", "8192" }, { "RK_TX_LIMIT", "1048576" },
@@ -268,6 +274,12 @@ static const struct {
 	{ "RK_SQPOLL", "yes", "RK_SQPOLL=1" },
 	{ "RK_SQPOLL", "TRUE", "RK_SQPOLL=1" },
 	{ "sqpoll", "on", "RK_SQPOLL=1" },
+	{ "RK_SQPOLL", "auto", "RK_SQPOLL=auto" },
+	{ "RK_SQPOLL", "AUTO", "RK_SQPOLL=auto" },
+	{ "RK_LEARN", "0", "RK_LEARN=0" },
+	{ "learn", "on", "RK_LEARN=1" },
+	{ "RK_LEARN_SPIN_MIN_US", "0", "RK_LEARN_SPIN_MIN_US=0" },
+	{ "RK_LEARN_SPIN_MIN_US", "60000000", "RK_LEARN_SPIN_MIN_US=60000000" },
 	{ "RK_SQPOLL_CPU", "-1", "RK_SQPOLL_CPU=-1" },
 	{ "RK_SQPOLL_CPU", "4095", "RK_SQPOLL_CPU=4095" },
 	{ "RK_COOP_TASKRUN", "0", "RK_COOP_TASKRUN=0" },
@@ -322,7 +334,8 @@ static const char *const all_knobs[] = {
 	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
-	"RK_LOG", "RK_LOG_TIME", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT",
+	"RK_LOG", "RK_LOG_TIME", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT", "RK_LEARN",
+	"RK_LEARN_SPIN_MIN_US",
 };
 
 /* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
@@ -373,7 +386,10 @@ static const struct {
 	{ "RK_PREDICT_MARGIN_US", "1000001" }, { "RK_PREDICT_MARGIN_US", "-1" },
 	{ "RK_PREDICT_MIN_US", "0" }, { "RK_PREDICT_MIN_US", "20us" },
 	{ "RK_SQPOLL", "2" }, { "RK_SQPOLL", "maybe" }, { "RK_SQPOLL", "yess" },
-	{ "RK_SQPOLL", "y" }, { "RK_SQPOLL", "01" },
+	{ "RK_SQPOLL", "y" }, { "RK_SQPOLL", "01" }, { "RK_SQPOLL", "autox" },
+	{ "RK_SQPOLL", "auto " },
+	{ "RK_LEARN", "2" }, { "RK_LEARN", "learn" },
+	{ "RK_LEARN_SPIN_MIN_US", "60000001" }, { "RK_LEARN_SPIN_MIN_US", "1ms" },
 	{ "RK_SQPOLL_CPU", "-2" }, { "RK_SQPOLL_CPU", "4096" },
 	{ "RK_COOP_TASKRUN", "nope" }, { "RK_SIGNALS", "enable" },
 	{ "RK_RING_ENTRIES", "100" }, { "RK_RING_ENTRIES", "4" }, { "RK_RING_ENTRIES", "0" },

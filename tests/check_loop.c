@@ -1792,6 +1792,57 @@ START_TEST(test_sqpoll_cpu)
 }
 END_TEST
 
+/*
+ * RK_SQPOLL=auto decides at rk_loop_create() from the affinity mask: off with
+ * fewer than RK_SQPOLL_AUTO_CPUS CPUs in it (here: the mask cut to one CPU),
+ * on with that many (when this machine has them; else that half is skipped).
+ * The test process is forked, so its mask is its own to change.
+ */
+START_TEST(test_sqpoll_auto)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	cpu_set_t all, set;
+	char err[128];
+	int cpu, n = 0, ret;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+	test_config(&c);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL", "auto", err, sizeof(err)), 0);
+	ck_assert(c.wait.sqpoll_auto);
+	ck_assert(!c.wait.sqpoll);
+	CPU_ZERO(&set);
+	for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all); cpu++)
+		;
+	CPU_SET(cpu, &set);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+	ck_assert(!rk_loop_config(loop)->wait.sqpoll);
+	free_loop(loop);
+
+	CPU_ZERO(&set);
+	for (cpu = 0; cpu < CPU_SETSIZE && n < RK_SQPOLL_AUTO_CPUS; cpu++) {
+		if (CPU_ISSET(cpu, &all)) {
+			CPU_SET(cpu, &set);
+			n++;
+		}
+	}
+	if (n < RK_SQPOLL_AUTO_CPUS) {
+		fprintf(stderr, "sqpoll auto: %d CPUs here, the 'on' half skipped\n", n);
+		return;
+	}
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+	ret = rk_loop_create(&c, &loop);
+	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
+		fprintf(stderr, "sqpoll: not permitted here (%s), skipped\n", rk_strerror(ret));
+		return;
+	}
+	ck_assert_int_eq(ret, 0);
+	ck_assert(rk_loop_config(loop)->wait.sqpoll);
+	free_loop(loop);
+}
+END_TEST
+
 /* ---- stop before run, and calls from inside a callback --------------------------------- */
 
 static enum rk_activity count_post(struct rk_post *p)
@@ -1954,6 +2005,7 @@ static Suite *loop_suite(void)
 	tc = tcase(s, "sqpoll", TIMEOUT_S);
 	tcase_add_test(tc, test_sqpoll);
 	tcase_add_test(tc, test_sqpoll_cpu);
+	tcase_add_test(tc, test_sqpoll_auto);
 
 	tc = tcase(s, "reentrancy", TIMEOUT_S);
 	tcase_add_test(tc, test_stop_before_run);

@@ -1145,6 +1145,337 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* ---- learned waits: a link's arrival gaps, the learned spin window ------------------ */
+
+/* A link's busy frame, as link.c reports it: an arrival on @g at the iteration's time. */
+struct larr {
+	struct rk__gaps g;
+	struct rk_loop *loop;
+	struct rk_post post;
+	int n;
+};
+
+static enum rk_activity arrival_cb(struct rk_post *p)
+{
+	struct larr *a = p->data;
+
+	rk__gaps_arrival(a->loop, &a->g);
+	a->n++;
+	return RK_BUSY;
+}
+
+#define L_GAP		(1 * MS)
+#define L_STEP		(30 * US)	/* past the burst: the loop decides how to wait */
+
+/*
+ * A loop on the fake clock with a 200 ms spin window (so without a learned
+ * prediction every wait in these tests spins), @rec attached to record what
+ * the loop tells its sources (it predicts nothing itself), @a a link's learner.
+ */
+static struct rk_loop *learn_loop(bool learn, struct fake_clock *fc, struct fpred *rec,
+				  struct larr *a)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	ck_assert(c.wait.learn);	/* the default */
+	c.wait.learn = learn;
+	loop = fpred_loop(&c, fc, rec);
+	memset(a, 0, sizeof(*a));
+	a->loop = loop;
+	a->post = (struct rk_post){ .cb = arrival_cb, .data = a };
+	return loop;
+}
+
+static void learn_free(struct rk_loop *loop, struct fpred *rec, struct larr *a)
+{
+	rk__gaps_detach(&a->g);
+	ck_assert_ptr_null(a->g.src.loop);
+	fpred_free(loop, rec);
+}
+
+/* A frame at @t: one iteration delivers it, and returns without waiting. */
+static void arrive(struct fake_clock *fc, struct larr *a, uint64_t t)
+{
+	int n = a->n;
+
+	fc->t = t;
+	rk_loop_post(a->loop, &a->post);
+	ck_assert_int_eq(rk_loop_run(a->loop, RK_RUN_ONCE), 0);
+	ck_assert_int_eq(a->n, n + 1);
+}
+
+/* One empty iteration at @t; returns the stats after it. */
+static struct rk_loop_stats learn_step(struct fake_clock *fc, struct rk_loop *loop, uint64_t t)
+{
+	fc->t = t;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	return stats_of(loop);
+}
+
+/*
+ * Frames every 1 ms, each seen while the loop spins (exact samples). Until
+ * the learner has RK__GAPS_WARM gaps, the wait after each frame spins (the
+ * window); from then on it is a predictive sleep for the link (learn_waits)
+ * that ends before the next frame less the margin, woken there it spins, and
+ * the frame comes while it spins (early, never late). With RK_LEARN=0
+ * (@learn false) every wait spins: the control.
+ */
+static void check_learn_periodic(bool learn)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(learn, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	uint64_t base = fc.t, t, margin;
+	unsigned int i, n = 24, slept = 0;
+
+	for (i = 0; i < n; i++) {
+		t = base + i * L_GAP;
+		arrive(&fc, &a, t);
+		ck_assert(!a.g.first_late);	/* seen while spinning: an exact sample */
+		s0 = stats_of(loop);
+		margin = s0.predict_margin_ns;
+		rec.park_ns = 0;
+		s1 = learn_step(&fc, loop, t + L_STEP);
+		if (!learn || i < RK__GAPS_WARM) {
+			ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+			ck_assert_uint_eq(s1.predict_waits, s0.predict_waits);
+			continue;
+		}
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+		ck_assert_uint_eq(s1.learn_waits, s0.learn_waits + 1);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+		/* until before the next frame, less the margin */
+		ck_assert_uint_gt(rec.park_ns, L_GAP / 2);
+		ck_assert_uint_le(rec.park_ns, L_GAP - L_STEP - margin);
+		slept++;
+		/* woken at the deadline: it spins for the frame */
+		s0 = learn_step(&fc, loop, t + L_STEP + rec.park_ns);
+		ck_assert_uint_eq(s0.predict_early, s1.predict_early + 1);
+		ck_assert_uint_eq(s0.spin_iters, s1.spin_iters + 1);
+	}
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.learn_waits, slept);
+	ck_assert_uint_eq(s1.predict_waits, slept);
+	ck_assert_uint_eq(s1.predict_early, slept);
+	ck_assert_uint_eq(s1.predict_late + s1.predict_cut + s1.learn_holds, 0);
+	ck_assert_uint_eq(s1.blocks + s1.timed_waits, 0);
+	ck_assert_uint_eq(slept, learn ? n - RK__GAPS_WARM : 0);
+	learn_free(loop, &rec, &a);
+}
+
+START_TEST(test_learn_periodic_sleeps)
+{
+	check_learn_periodic(true);
+}
+END_TEST
+
+START_TEST(test_learn_off_spins)
+{
+	check_learn_periodic(false);
+}
+END_TEST
+
+/*
+ * Irregular gaps (0.4 and 1.6 ms in turn: a deviation far above a quarter of
+ * the mean) predict nothing, so the window and block rules decide: with no
+ * spin window (RK_SPIN_US=0) every wait after a frame blocks (until a bound
+ * timer 1 ms ahead), where a learner that predicted would spin. Then the same
+ * link turns periodic and the learner predicts again.
+ */
+START_TEST(test_learn_irregular_falls_back)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_wait_policy w = rk_loop_config(loop)->wait;
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t = fc.t;
+	unsigned int i;
+	int fired = 0;	/* it fires at the frames after the long gaps: harmless */
+
+	w.spin_ns = 0;
+	rk_loop_set_wait(loop, &w);
+	rk_timer_init(&bound, never_cb, &fired);
+	for (i = 0; i < 40; i++) {
+		t += i % 2 ? 1600 * US : 400 * US;
+		arrive(&fc, &a, t);
+		ck_assert_int_eq(rk_timer_start(loop, &bound, L_STEP + 1 * MS, 0), 0);
+		s0 = stats_of(loop);
+		s1 = learn_step(&fc, loop, t + L_STEP);
+		ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits);
+	}
+	rk_timer_stop(&bound);
+	ck_assert_uint_ge(a.g.n, RK__GAPS_WARM);
+	/* periodic again: the deviation settles and the sleeps come back */
+	for (i = 0; i < 40 && !stats_of(loop).learn_waits; i++) {
+		t += L_GAP;
+		arrive(&fc, &a, t);
+		ck_assert_int_eq(rk_timer_start(loop, &bound, L_STEP + 1 * MS, 0), 0);
+		s1 = learn_step(&fc, loop, t + L_STEP);
+		rk_timer_stop(&bound);
+		if (s1.learn_waits)
+			learn_step(&fc, loop, t + L_STEP + rec.park_ns);
+	}
+	ck_assert_uint_eq(stats_of(loop).learn_waits, 1);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+struct learn_cutter {
+	struct fpred *rec;
+	struct rk_loop *loop;
+	struct rk_post post;
+	int ran;
+};
+
+/* Posts busy work once the loop commits to a sleep (its sources armed). */
+static void *learn_cutter_thread(void *arg)
+{
+	struct learn_cutter *lc = arg;
+
+	while (!atomic_load(&lc->rec->armed))
+		sched_yield();
+	rk_loop_post(lc->loop, &lc->post);
+	return NULL;
+}
+
+static enum rk_activity learn_cut_cb(struct rk_post *p)
+{
+	((struct learn_cutter *)p->data)->ran = 1;
+	return RK_BUSY;
+}
+
+/*
+ * A learned sleep cut short by other busy work (a worker's post, as a CPU
+ * backend's completion comes): the learner holds its predictions for the
+ * next RK__GAPS_HOLD bursts (the waits after them spin), then predicts again.
+ * The control for the hold is the count: one learn_hold, and the sleep after
+ * the hold is a learned one again.
+ */
+START_TEST(test_learn_holds_after_cut)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct learn_cutter lc = { .rec = &rec, .loop = loop };
+	struct rk_loop_stats s0, s1;
+	uint64_t base = fc.t, t, waits;
+	unsigned int i;
+	pthread_t th;
+
+	lc.post = (struct rk_post){ .cb = learn_cut_cb, .data = &lc };
+	for (i = 0; i <= RK__GAPS_WARM; i++) {
+		t = base + i * L_GAP;
+		arrive(&fc, &a, t);
+		learn_step(&fc, loop, t + L_STEP);
+	}
+	/* that last step was a learned sleep; spin to the next frame */
+	ck_assert_uint_eq(stats_of(loop).learn_waits, 1);
+	learn_step(&fc, loop, t + L_STEP + rec.park_ns);
+	t += L_GAP;
+	arrive(&fc, &a, t);
+	/* the next learned sleep is cut by a post */
+	atomic_store(&rec.armed, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, learn_cutter_thread, &lc), 0);
+	s0 = learn_step(&fc, loop, t + L_STEP);
+	ck_assert_uint_eq(s0.learn_waits, 2);
+	while (!lc.ran)
+		learn_step(&fc, loop, t + 2 * L_STEP);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	s0 = stats_of(loop);
+	/* (a sleep that timed out before the post came, in real time, is cut
+	 * by nothing busy: no hold) */
+	ck_assert_uint_ge(s0.predict_cut, 1);
+	ck_assert_uint_eq(s0.learn_holds, 1);
+	waits = s0.learn_waits;	/* (as many as those timeouts: one or more) */
+	/* held: the waits after the next RK__GAPS_HOLD - 1 frames spin */
+	for (i = 1; i < RK__GAPS_HOLD; i++) {
+		t += L_GAP;
+		arrive(&fc, &a, t);
+		s0 = stats_of(loop);
+		s1 = learn_step(&fc, loop, t + L_STEP);
+		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits);
+	}
+	/* the hold is over: a learned sleep again */
+	t += L_GAP;
+	arrive(&fc, &a, t);
+	s1 = learn_step(&fc, loop, t + L_STEP);
+	ck_assert_uint_eq(s1.learn_waits, waits + 1);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
+ * The learned spin window: after 100 busy events 10 us apart, the window
+ * after the last one is the floor (RK_LEARN_SPIN_MIN_US, 1 ms), not the
+ * configured 200 ms: it spins at 0.5 ms and blocks at 2 ms, counted once as
+ * a window cut. With RK_LEARN=0 it spins at 2 ms (the control). After busy
+ * events 20 ms apart the window grows to 4 times that (it spins at 50 ms).
+ */
+static void check_learned_window(bool learn)
+{
+	struct policy p;
+	struct rk_wait_policy w;
+	struct rk_loop_stats s;
+	uint64_t t;
+	unsigned int i;
+
+	policy_setup(&p, RK_WAIT_ADAPTIVE);
+	w = rk_loop_config(p.loop)->wait;
+	w.spin_ns = 200 * MS;
+	w.timed_ns = 0;
+	w.learn = learn;
+	w.learn_spin_min_ns = 1 * MS;
+	rk_loop_set_wait(p.loop, &w);
+	t = p.fc.t;
+	for (i = 0; i < 100; i++) {
+		t += 10 * US;
+		policy_post(&p, t, &p.busy);
+	}
+	ck_assert_phase(policy_step(&p, t + 500 * US), 'S');
+	ck_assert_phase(policy_step(&p, t + 2 * MS), learn ? 'B' : 'S');
+	ck_assert_phase(policy_step(&p, t + 3 * MS), learn ? 'B' : 'S');
+	rk_loop_stats(p.loop, &s);
+	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);
+	ck_assert_uint_eq(s.spin_window_ns, learn ? 1 * MS : 200 * MS);
+	/* gaps of 20 ms: the window grows back to the configured one */
+	t += 3 * MS;
+	for (i = 0; i < 40; i++) {
+		t += 20 * MS;
+		policy_post(&p, t, &p.busy);
+	}
+	ck_assert_phase(policy_step(&p, t + 50 * MS), 'S');
+	rk_loop_stats(p.loop, &s);
+	ck_assert_uint_ge(s.spin_window_ns, learn ? 80 * MS : 200 * MS);
+	ck_assert_uint_le(s.spin_window_ns, 200 * MS);
+	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);
+	policy_teardown(&p);
+}
+
+START_TEST(test_learned_window_cut)
+{
+	check_learned_window(true);
+}
+END_TEST
+
+START_TEST(test_learned_window_off)
+{
+	check_learned_window(false);
+}
+END_TEST
+
 static Suite *wait_suite(void)
 {
 	Suite *s = suite_create("wait");
@@ -1174,6 +1505,14 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_source_sees_waits);
 	tcase_add_test(tc, test_predict_late_is_per_source);
 	tcase_add_test(tc, test_predictor);
+
+	tc = tcase(s, "learn", TIMEOUT_S);
+	tcase_add_test(tc, test_learn_periodic_sleeps);
+	tcase_add_test(tc, test_learn_off_spins);
+	tcase_add_test(tc, test_learn_irregular_falls_back);
+	tcase_add_test(tc, test_learn_holds_after_cut);
+	tcase_add_test(tc, test_learned_window_cut);
+	tcase_add_test(tc, test_learned_window_off);
 	return s;
 }
 

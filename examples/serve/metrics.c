@@ -87,6 +87,14 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(ns_oversleep), 1e-9 },
 	{ "rankrt_loop_predict_margin_seconds", NULL, "The predictive wait's margin in use now.",
 	  GAUGE, LOOP(predict_margin_ns), 1e-9 },
+	{ "rankrt_loop_learn_waits_total", NULL, "Predictive sleeps for a link's learned gaps.",
+	  COUNTER, LOOP(learn_waits), 1 },
+	{ "rankrt_loop_learn_holds_total", NULL, "Learned sleeps cut by other busy work (that "
+	  "link's predictions held off).", COUNTER, LOOP(learn_holds), 1 },
+	{ "rankrt_loop_window_cuts_total", NULL, "Spin windows ended early by the learned window.",
+	  COUNTER, LOOP(window_cuts), 1 },
+	{ "rankrt_loop_spin_window_seconds", NULL, "The spin window in use now (learned).",
+	  GAUGE, LOOP(spin_window_ns), 1e-9 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,

@@ -55,6 +55,10 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[16] = &s->predict_cut;
 	v[17] = &s->ns_oversleep;
 	v[18] = &s->predict_margin_ns;
+	v[19] = &s->learn_waits;
+	v[20] = &s->learn_holds;
+	v[21] = &s->window_cuts;
+	v[22] = &s->spin_window_ns;
 }
 
 int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)

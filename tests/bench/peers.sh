@@ -28,6 +28,11 @@
 #   BASE                          another build directory (e.g. main's): its rk-pingpong
 #                                 runs too, as rk-base-* rows beside this build's, for a
 #                                 before/after in the same run
+#   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
+#                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
+#                                 host with cores to spare, against rk-spin in the same run)
+# The gap run also has rk-nolearn (RK_LEARN=0: the wait before links learned their gaps)
+# beside rk-adaptive (the default, learning), so both compare in one run.
 # A design whose library is missing is left out (named on stderr). Without
 # gnuplot the .dat files and peers.gp are written; `gnuplot peers.gp` in OUT plots.
 set -euo pipefail
@@ -97,11 +102,13 @@ med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else prin
 # would otherwise move to shared memory); the rk-shm-* rows are that same-host link.
 rk_row()
 {
-	local out shm=off mode=$1 bin=$pp
-	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} ;; esac
+	local out shm=off mode=$1 bin=$pp sq=0 learn=(env RK_LEARN=1)
+	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} learn=(env) ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
-	out=$(RK_SHM=$shm "$bin" --local --pin --wait "$mode" --count "$2" --warmup "$3" \
-		--runs 1 --gap-us "${4:-0}" | tail -1)
+	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
+	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
+	out=$("${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local --pin --wait "$mode" \
+		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" | tail -1)
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
 }
 peer_row() # DESIGN COUNT WARMUP [GAP]
@@ -119,6 +126,7 @@ row() # NAME COUNT WARMUP GAP
 # ---- busy round trips ----
 all=(rk-spin rk-adaptive rk-block "${base[@]}" "${designs[@]}")
 [ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
+[ "${SQPOLL:-0}" = 1 ] && all+=(rk-sqpoll-spin rk-sqpoll-adaptive)
 for rep in $(seq "$REPS"); do
 	for d in "${all[@]}"; do
 		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }
@@ -130,7 +138,7 @@ floor99=$(awk '$1 == "sock-spin" {print $3}' "$tmp/busy" | med)
 {
 	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
 	echo
-	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS tests/bench/peers.sh\`"
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS SQPOLL=${SQPOLL:-0} tests/bench/peers.sh\`"
 	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; client on CPU 0,"
 	echo "server on CPU 1; CPU is both processes' user+system time per round trip, warmup included."
 	echo
@@ -150,7 +158,7 @@ for d in "${all[@]}"; do
 done
 
 # ---- periodic gaps ----
-gapset=(rk-spin rk-adaptive rk-block sock-spin sock-block)
+gapset=(rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block)
 for rep in $(seq "$GAP_REPS"); do
 	for g in $GAPS; do
 		n=$((GAP_MS * 1000 / g))
@@ -206,7 +214,7 @@ set ylabel 'RTT us'
 set logscale xy
 set xrange [500:200000]
 set key left top
-L = "rk-spin rk-adaptive rk-block sock-spin sock-block"
+L = "rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block"
 plot for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 	using 2:3 with linespoints lc i title word(L, i), \
      for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
