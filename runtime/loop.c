@@ -3,7 +3,8 @@
  * The rank loop: one io_uring driven by one thread, no global state.
  *
  * One iteration, in this order (rk_loop_run):
- *   1. read the clock once; everything below takes that 'now'
+ *   1. read the clock once (after an empty spin: every fourth time, iter_begin());
+ *      everything below takes that 'now'
  *   2. reap completions (at most RK_CQE_BATCH) and call each one's rk__op
  *   3. drain the inbox of cross-thread posts (FIFO per posting thread)
  *   4. poll every source (verbs CQs, GPU completion words, ...)

@@ -366,7 +366,8 @@ RK_EXPORT void rk_loop_stop(struct rk_loop *loop);
  */
 RK_EXPORT void rk_loop_wake(struct rk_loop *loop);
 
-/** rk_loop_now() - the loop's cached monotonic time in ns (read once an iteration). */
+/** rk_loop_now() - the loop's cached monotonic time in ns (read once an iteration; while
+ * spinning empty, every fourth: rk_loop_now.3). */
 RK_EXPORT uint64_t rk_loop_now(const struct rk_loop *loop);
 
 /** rk_loop_stats() - copy the counters. Loop thread (or after the loop thread joined). */
