@@ -31,7 +31,7 @@ fail()
 	exit 1
 }
 
-# a port that was free a moment ago
+# a port from the PID; another test may hold it: the leader below then tries another
 port=$(( (($$ * 7) % 20000) + 30000 ))
 key=$tmp/job.key
 wrong=$tmp/wrong.key
@@ -40,17 +40,27 @@ wrong=$tmp/wrong.key
 model="--hidden 256 --model-seed 7"
 export RK_LOG=info RK_CONNECT_TIMEOUT_MS=20000 RK_HANDSHAKE_MS=2000
 
-# 1. the leader waits for rank 1; strangers come first
-RK_RANK=0 RK_WORLD_SIZE=2 RK_LEADER=127.0.0.1:$port RK_SECRET_FILE=$key \
-	"$serve" --http 127.0.0.1:0 $model </dev/null >"$tmp/r0.out" 2>"$tmp/r0.err" &
-p0=$!
-pids="$pids $p0"
-i=0
-until ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port "; do
-	[ $i -ge 100 ] && fail "the leader is not listening on $port"
-	kill -0 "$p0" 2>/dev/null || fail "the leader exited"
-	sleep 0.1
-	i=$((i + 1))
+# 1. the leader waits for rank 1; strangers come first. A port that another
+# process holds ("Address already in use") is not this test's failure: next port.
+try=1
+while :; do
+	RK_RANK=0 RK_WORLD_SIZE=2 RK_LEADER=127.0.0.1:$port RK_SECRET_FILE=$key \
+		"$serve" --http 127.0.0.1:0 $model </dev/null >"$tmp/r0.out" 2>"$tmp/r0.err" &
+	p0=$!
+	pids="$pids $p0"
+	i=0
+	until ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port "; do
+		[ $i -ge 100 ] && fail "the leader is not listening on $port"
+		kill -0 "$p0" 2>/dev/null || break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	kill -0 "$p0" 2>/dev/null && break
+	grep -q "Address already in use" "$tmp/r0.err" && [ $try -lt 5 ] ||
+		fail "the leader exited"
+	echo "port $port is taken (try $try): another"
+	port=$(( ((port - 30000 + 7919) % 20000) + 30000 ))
+	try=$((try + 1))
 done
 sleep 0.3
 
