@@ -542,6 +542,19 @@ static bool gaps_trusted(const struct rk__gaps *g)
 }
 
 /*
+ * The deviation to predict with. While the learner has fewer than
+ * RK__GAPS_SETTLE gaps, at least mean/128: the spread of two or three gaps
+ * can be near 0 by chance, and a wake that late for the next one costs a
+ * block's latency (the tail); a little more spinning costs less.
+ */
+static uint64_t gaps_dev(const struct rk__gaps *g)
+{
+	if (g->n < RK__GAPS_SETTLE && g->dev < g->mean / 128)
+		return g->mean / 128;
+	return g->dev;
+}
+
+/*
  * When the next burst is overdue: mean + 4 deviations after this one's start,
  * plus a slack of mean/16 (20 us to 1 ms). Past it the learner predicts
  * nothing. Short, because every microsecond of it is spun for: a link whose
@@ -556,7 +569,7 @@ static uint64_t gaps_until(const struct rk__gaps *g)
 		slack = RK__PRED_MIN_SLACK;
 	if (slack > RK__GAPS_SLACK_MAX_NS)
 		slack = RK__GAPS_SLACK_MAX_NS;
-	return g->first + g->mean + 4 * g->dev + slack;
+	return g->first + g->mean + 4 * gaps_dev(g) + slack;
 }
 
 static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
@@ -569,7 +582,7 @@ static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
 		return 0;
 	if (now > gaps_until(g))
 		return 0;	/* overdue: it says nothing more */
-	return g->first + g->mean - 3 * g->dev;	/* > first: dev <= mean / 4 */
+	return g->first + g->mean - 3 * gaps_dev(g);	/* > first: dev <= mean / 4 */
 }
 
 static const struct rk_source_ops gaps_ops = {

@@ -275,12 +275,13 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * gaps are regular (the deviation at most a quarter of the mean) and long enough
  * to sleep through, the loop expects the next burst at mean - 3 deviations after
  * this one's start, sleeps until then less its margin and spins the rest (the
- * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short slack
- * (rk__gaps_until()); a burst later than that is the window's and block's. While
- * the last busy work was this learner's, the spin window ends there too, so a
- * link that stops costs that short spin, not a window. An arrival seen right after a sleep came at most
- * then: when the burst's start was seen so too, the delays cancel; when only
- * the end was, the gap teaches only an earlier time (or anything while cold). After a
+ * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
+ * slack (gaps_until(), loop.c); a burst later than that is the window's and
+ * block's. While the last busy work was this learner's, the spin window ends
+ * there too, so a link that stops costs that short spin, not a window. An
+ * arrival seen right after a sleep came at most then: when the burst's start
+ * was seen so too, the delays cancel; when only the end was, the gap teaches
+ * only an earlier time (or anything while cold). After a
  * predictive sleep cut short by other busy work (a post, another link) the
  * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
  * each further cut, until a prediction works again: the loop has work it
@@ -303,6 +304,7 @@ struct rk__gaps {
 #define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
 #define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
 #define RK__GAPS_WARM		3		/* samples before predicting */
+#define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
 #define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
 #define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */
 #define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
