@@ -25,7 +25,7 @@
 #define RK_DEF_RX_BUF_COUNT	64
 #define RK_DEF_MAX_FRAME	(4u << 20)
 #define RK_DEF_TX_LIMIT		(64ull << 20)
-#define RK_DEF_HEARTBEAT_MS	500
+#define RK_DEF_HEARTBEAT_MS	1000
 #define RK_DEF_PEER_TIMEOUT_MS	5000
 #define RK_DEF_CONNECT_MS	30000
 #define RK_DEF_HANDSHAKE_MS	2000
@@ -314,6 +314,20 @@ struct rk__gaps {
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g);
 /* Take @g off its loop (no-op when it never arrived). Loop thread. */
 void rk__gaps_detach(struct rk__gaps *g);
+
+/*
+ * Whether the heartbeat tick at @now sends on a link whose last frame went out
+ * at @last_tx, the ticks @hb apart (world.c): idle for half a period or more.
+ * The heartbeat it sent at the previous tick is a period old, give or take the
+ * timer's jitter, so "idle for a whole period" would skip every tick that came
+ * a little earlier than the one before, and the heartbeats would go one or two
+ * periods apart at random. An idle rank's CPU is its wakes: one tick and one
+ * peer's heartbeat a period, each period.
+ */
+static inline bool rk__heartbeat_due(uint64_t now, uint64_t last_tx, uint64_t hb)
+{
+	return now - last_tx >= hb / 2;
+}
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 
