@@ -27,7 +27,11 @@
 #   DESIGNS                       the peers' designs to run (default: every one built)
 #   BASE                          another build directory (e.g. main's): its rk-pingpong
 #                                 runs too, as rk-base-* rows beside this build's, for a
-#                                 before/after in the same run
+#                                 before/after in the same run (the gap run: rk-base-adaptive)
+#   BUSY [1]                      0: skip the busy round trips (only the gap run)
+#   GAPSET                        the gap run's designs (default: rk-spin rk-adaptive
+#                                 rk-nolearn rk-block sock-spin sock-block, and
+#                                 rk-base-adaptive with BASE); rk-spin is the reference
 #   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
 #                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
 #                                 host with cores to spare, against rk-spin in the same run)
@@ -127,6 +131,8 @@ row() # NAME COUNT WARMUP GAP
 all=(rk-spin rk-adaptive rk-block "${base[@]}" "${designs[@]}")
 [ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
 [ "${SQPOLL:-0}" = 1 ] && all+=(rk-sqpoll-spin rk-sqpoll-adaptive)
+[ "${BUSY:-1}" = 0 ] && REPS=0
+: >"$tmp/busy"
 for rep in $(seq "$REPS"); do
 	for d in "${all[@]}"; do
 		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }
@@ -138,7 +144,7 @@ floor99=$(awk '$1 == "sock-spin" {print $3}' "$tmp/busy" | med)
 {
 	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
 	echo
-	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS SQPOLL=${SQPOLL:-0} tests/bench/peers.sh\`"
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
 	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; client on CPU 0,"
 	echo "server on CPU 1; CPU is both processes' user+system time per round trip, warmup included."
 	echo
@@ -159,6 +165,8 @@ done
 
 # ---- periodic gaps ----
 gapset=(rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block)
+[ -n "${BASE:-}" ] && gapset=(rk-spin rk-base-adaptive rk-adaptive rk-nolearn rk-block sock-spin sock-block)
+[ -n "${GAPSET:-}" ] && read -r -a gapset <<<"$GAPSET"
 for rep in $(seq "$GAP_REPS"); do
 	for g in $GAPS; do
 		n=$((GAP_MS * 1000 / g))
@@ -214,12 +222,13 @@ set ylabel 'RTT us'
 set logscale xy
 set xrange [500:200000]
 set key left top
-L = "rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block"
+L = "@GAPSET@"
 plot for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 	using 2:3 with linespoints lc i title word(L, i), \
      for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 	using 2:4 with lines dt 2 lc i notitle
 EOF
+sed -i "s/@GAPSET@/${gapset[*]}/" "$OUT/peers.gp"
 if command -v gnuplot >/dev/null; then
 	(cd "$OUT" && gnuplot peers.gp)
 else
