@@ -1343,14 +1343,16 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		loop_spin(loop);
 		return;
 	}
-	if (wake - loop->now > tmo) {
+	if (wake - loop->now > (tmo > margin ? tmo - margin : 0)) {
 		/*
-		 * A timer is due first. Nothing is predicted before the wake, so
-		 * the spin window does not apply (it would spin up to 20 ms for
-		 * a timer a heartbeat away): sleep until the timer less the
-		 * margin, as for a predicted event, and spin to it. A sleep for
-		 * the timer, no source's: its lateness teaches the margin, and no
-		 * source is judged early or late by it.
+		 * A timer is due first, or so soon after the wake that its own
+		 * wake comes first. Nothing is predicted before the wake, so the
+		 * spin window does not apply (it would spin up to 20 ms for a
+		 * timer a heartbeat away): sleep until the timer less the margin,
+		 * as for a predicted event, and spin to it, so it runs on time
+		 * and on a thread that is awake (not one the timer's lateness
+		 * just woke). A sleep for the timer, no source's: its lateness
+		 * teaches the margin, and no source is judged early or late by it.
 		 */
 		if (tmo <= margin + w->predict_min_ns) {
 			loop_spin(loop);

@@ -1576,6 +1576,16 @@ START_TEST(test_predict_timer_first)
 	fc.t = t0 + 10 * MS;
 	p.ready = true;
 	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	/* a prediction due just after a timer (its wake after the timer's own):
+	 * the sleep ends at the timer less the margin, not at the prediction's */
+	t0 = fc.t;
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = t0 + 3 * MS + margin / 2;
+	ck_assert_int_eq(rk_timer_start(loop, &tm, 3 * MS, 0), 0);
+	fc.t = t0 + 10 * US;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_uint_eq(p.park_ns, 3 * MS - 10 * US - margin);
+	rk_timer_stop(&tm);
 	fpred_free(loop, &p);
 }
 END_TEST
