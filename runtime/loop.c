@@ -599,6 +599,8 @@ static void gaps_sample(struct rk__gaps *g, uint64_t d)
 {
 	uint64_t dev;
 
+	if (!g->n || d < g->lo)
+		g->lo = d;
 	if (!g->n) {
 		g->mean = d;
 		g->dev = d / 8;
@@ -708,8 +710,11 @@ static void gaps_early(struct rk_source *src)
  * work was all one trusted learner's arrivals, the window ends where that
  * learner's next burst is overdue (gaps_until()): the learner has said when
  * its next one comes, and the predictive wait slept and spun for it; spinning
- * on past that is the idle-entry spin of a link whose traffic stopped. Other
- * work (a post, a timer, a GPU completion) keeps the quantile's window.
+ * on past that is the idle-entry spin of a link whose traffic stopped. While
+ * that learner is still cold (RK__GAPS_WARM), but each gap it sampled was
+ * twice the window or more, the window is learn_spin_min_ns: at 100 ms gaps
+ * each of those costs 1 ms of spinning, not 20. Other work (a post, a timer,
+ * a GPU completion) keeps the quantile's window.
  */
 #define RK__GAP_WARM	64
 static uint64_t spin_window(const struct rk_loop *loop)
@@ -735,6 +740,10 @@ static uint64_t spin_window(const struct rk_loop *loop)
 			until = until > loop->last_busy ? until - loop->last_busy : 0;
 			if (until < win)
 				win = until;
+		} else if (g->n && !g->hold && g->lo / 2 >= win && w->learn_spin_min_ns < win) {
+			/* cold, but no gap of its ever came within twice the
+			 * window: the next is unlikely to (a block's latency if so) */
+			win = w->learn_spin_min_ns;
 		}
 	}
 	return win;

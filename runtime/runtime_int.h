@@ -278,7 +278,10 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
  * slack (gaps_until(), loop.c); a burst later than that is the window's and
  * block's. While the last busy work was this learner's, the spin window ends
- * there too, so a link that stops costs that short spin, not a window. An
+ * there too, so a link that stops costs that short spin, not a window; and
+ * while it is still cold, but every gap it has seen was twice the window or
+ * longer, the window is RK_LEARN_SPIN_MIN_US: spinning it would only wait for
+ * a frame that has never come that soon. An
  * arrival seen right after a sleep came at most then: when the burst's start
  * was seen so too, the delays cancel; when only the end was, the gap teaches
  * only an earlier time (or anything while cold). After a
@@ -294,6 +297,7 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 struct rk__gaps {
 	struct rk_source src;		/* on the loop's learner list, never polled */
 	uint64_t mean, dev;
+	uint64_t lo;			/* the shortest gap sampled */
 	uint64_t first, last;		/* this burst's first and last arrival, 0 = none */
 	uint32_t n;			/* samples taken */
 	uint32_t hold;			/* bursts left without predicting */
@@ -303,7 +307,7 @@ struct rk__gaps {
 
 #define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
 #define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
-#define RK__GAPS_WARM		3		/* samples before predicting */
+#define RK__GAPS_WARM		2		/* samples before predicting */
 #define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
 #define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
 #define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */

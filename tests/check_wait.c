@@ -1491,6 +1491,47 @@ START_TEST(test_learn_idle_entry_short)
 END_TEST
 
 /*
+ * A cold learner whose gaps were all long (500 ms, against the 200 ms window):
+ * after its first frame (no gap yet) the loop spins the window; after the
+ * second (one gap sampled, not yet enough to predict) the window is
+ * RK_LEARN_SPIN_MIN_US, so 2 ms after the frame the loop blocks.
+ */
+START_TEST(test_learn_cold_long_gaps)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t = fc.t;
+	int fired = 0;
+
+	rk_timer_init(&bound, never_cb, &fired);
+	arrive(&fc, &a, t);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	t += 500 * MS;
+	arrive(&fc, &a, t);
+	ck_assert_uint_eq(a.g.n, 1);
+	ck_assert_uint_lt(a.g.n, RK__GAPS_WARM);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 500 * US);	/* inside 1 ms: spins */
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
+	rk_timer_stop(&bound);
+	ck_assert_int_eq(fired, 0);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
  * A learned arrival less than RK__GAPS_SLEEP_MIN_NS away (what a loop that just
  * sent a request expects: the answer) is spun for, not slept for, though the
  * sleep would be longer than RK_PREDICT_MIN_US (20 us).
@@ -1688,6 +1729,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_learned_window_off);
 	tcase_add_test(tc, test_learn_idle_entry_short);
 	tcase_add_test(tc, test_learn_no_short_sleep);
+	tcase_add_test(tc, test_learn_cold_long_gaps);
 	tcase_add_test(tc, test_predict_timer_first);
 	return s;
 }
