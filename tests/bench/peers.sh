@@ -31,7 +31,9 @@
 #   BUSY [1]                      0: skip the busy round trips (only the gap run)
 #   GAPSET                        the gap run's designs (default: rk-spin rk-adaptive
 #                                 rk-nolearn rk-block sock-spin sock-block, and
-#                                 rk-base-adaptive with BASE); rk-spin is the reference
+#                                 rk-base-adaptive with BASE); rk-spin is the reference;
+#                                 rk-marginN: rk-adaptive with RK_PREDICT_MARGIN_US=N (a
+#                                 longer spin before each learned arrival)
 #   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
 #                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
 #                                 host with cores to spare, against rk-spin in the same run)
@@ -111,6 +113,7 @@ rk_row()
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
+	case $mode in margin[0-9]*) learn=(env RK_LEARN=1 RK_PREDICT_MARGIN_US=${mode#margin}) mode=adaptive ;; esac
 	out=$("${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local --pin --wait "$mode" \
 		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" | tail -1)
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
