@@ -20,10 +20,16 @@
  * failure before the switch leaves the link on TCP (one log line, a counter).
  * The leader only ever maps memory it created itself.
  *
- * A link segment holds one ring per direction, each single-producer: the
- * writer owns the tail, the reader the head, on cache lines of their own.
- * Records are a 16-byte header (u32 length, u32 zero, u64 mark) and the bytes,
- * padded to 8. A link ring carries chunks of the link's byte stream, split
+ * A link segment holds one ring per direction, each single-producer. Records
+ * are a 16-byte header (u32 length, u32 zero, u64 mark) and the bytes; a link
+ * ring's records start on 128-byte line pairs, and its reader polls the length
+ * word at its head (written last, with release; the writer zeroed it first,
+ * with its previous record), so no tail index is written or read: a frame
+ * moves its record's lines and nothing else. The reader owns the head, on a
+ * line of its own, which the writer reads only when the head it saw last
+ * leaves too little room, and which the reader publishes lazily, at the latest
+ * before the fence that tells a writer of room. A link ring carries chunks of
+ * the link's byte stream, split
  * anywhere, exactly what TCP would carry; the link layer parses and checks
  * every frame as it does for TCP. The leader's broadcast ring (one segment
  * per world, sealed so that only the leader can write it: followers map it
@@ -47,8 +53,9 @@
  * it waits for room to write), fences, and looks at its rings once more; only
  * then does it arm IORING_OP_FUTEX_WAIT on the word (liburing 2.3 has no helper:
  * the SQE is filled by hand) or a read of its eventfd. A writer publishes its
- * tail, fences, and makes a syscall (FUTEX_WAKE or an eventfd write) only when
- * the bell says the reader sleeps; while the reader spins it makes none.
+ * record (a reader its head), fences, and makes a syscall (FUTEX_WAKE or an
+ * eventfd write) only when the bell says the peer sleeps; while the peer spins
+ * it makes none.
  */
 #include "config.h"
 
@@ -124,14 +131,15 @@
  *          (its seq counts the broadcast stream), zero-padded to 8.
  * Followers map it read-only; each one's consumed position is LS_B_HEAD in its
  * own link segment. A link segment is the control page below and then two
- * rings of ring_size bytes (leader -> follower first), with chunk records.
+ * rings of ring_size bytes (leader -> follower first), with chunk records at
+ * multiples of REC_ALIGN (layout version 2: rec_put()).
  */
 
 /* The control page. Each index is written by one side only. */
 #define SEG_MAGIC	0		/* u32, then u32 version, u32 ring size, u32 zero */
-#define LS_LF_TAIL	(1 * SHM_LINE)	/* leader -> follower ring: the leader's tail */
+#define LS_LF_TAIL	(1 * SHM_LINE)	/* leader -> follower ring: unused, zero (version 1's tail) */
 #define LS_LF_HEAD	(2 * SHM_LINE)	/* ... the follower's head */
-#define LS_FL_TAIL	(3 * SHM_LINE)	/* follower -> leader ring: the follower's tail */
+#define LS_FL_TAIL	(3 * SHM_LINE)	/* follower -> leader ring: unused, zero */
 #define LS_FL_HEAD	(4 * SHM_LINE)	/* ... the leader's head */
 #define LS_F_BELL	(5 * SHM_LINE)	/* the follower's bell */
 #define LS_L_BELL	(6 * SHM_LINE)	/* the leader's bell */
@@ -200,7 +208,7 @@ void rk__shm_test_mask(unsigned int f)
 struct ring {
 	uint8_t *data;
 	uint64_t size;			/* a power of two */
-	_Atomic uint64_t *tail;		/* the writer's */
+	_Atomic uint64_t *tail;		/* the writer's (broadcast ring; a link ring has none) */
 	_Atomic uint64_t *head;		/* the reader's */
 	uint64_t pos;			/* ours: the writer's tail or the reader's head */
 	uint64_t seen;			/* writer: the reader's head when we last read it;
