@@ -153,6 +153,7 @@
 
 #define REC_HDR		16u	/* u32 length, u32 zero, u64 mark (chunk) or skip mask */
 #define REC_ALIGN	SHM_LINE	/* a link record starts on a line pair of its own */
+#define REC_LINE	64u		/* a cache line: the first one of a record is polled */
 
 static inline uint64_t pad8(uint64_t n)
 {
@@ -430,16 +431,26 @@ static inline uint32_t rec_len(const struct ring *r)
 	return le32_word(atomic_load_explicit(rec_word(r, r->pos), memory_order_acquire));
 }
 
-/* Writer: a record of @len bytes of @p at @pos, published by its length word. */
+/*
+ * Writer: a record of @len bytes of @p at @pos, published by its length word.
+ * The reader polls the record's first line (and asks for the second), so the
+ * stores go far to near: the next record's zero word, the bytes past the
+ * first line, then the first line's and its length word last, back to back;
+ * a poll that takes the first line away between two of our stores to it
+ * would cost its transfer twice.
+ */
 static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, uint64_t mark)
 {
-	uint8_t h[REC_HDR - 4];
+	uint8_t h[REC_LINE - 4];
+	uint32_t first = len < REC_LINE - REC_HDR ? len : REC_LINE - REC_HDR;
 
+	atomic_store_explicit(rec_word(r, pos + rec_span(len)), 0, memory_order_relaxed);
+	if (len > first)
+		ring_write(r, pos + REC_LINE, (const uint8_t *)p + first, len - first);
 	rk__le32_store(h, 0);
 	rk__le64_store(h + 4, mark);
-	ring_write(r, pos + 4, h, sizeof(h));
-	ring_write(r, pos + REC_HDR, p, len);
-	atomic_store_explicit(rec_word(r, pos + rec_span(len)), 0, memory_order_relaxed);
+	memcpy(h + REC_HDR - 4, p, first);
+	ring_write(r, pos + 4, h, REC_HDR - 4 + first);
 	/* Release: the bytes and the next zero word before the length that
 	 * publishes them; pairs with rec_len()'s acquire. */
 	atomic_store_explicit(rec_word(r, pos), le32_word(len), memory_order_release);
