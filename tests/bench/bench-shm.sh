@@ -56,6 +56,13 @@ shm_of()
 echo "bench-shm: shared-memory links (RK_SHM=on) against TCP loopback (RK_SHM=off)," \
 	"$runs runs each, alternating"
 echo "host: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# --pin puts rank r on CPU r: two SMT siblings share one core's execution units
+# (a spinning rank slows the working one) where two cores pay for line transfers
+sib()
+{
+	cat "/sys/devices/system/cpu/cpu$1/topology/thread_siblings_list" 2>/dev/null || echo "?"
+}
+echo "pinned CPUs: 0 (siblings $(sib 0)), 1 (siblings $(sib 1))"
 
 case " $steps " in *" pingpong "*)
 	echo
