@@ -963,7 +963,7 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 		n++;
 		if (rk__link_rx(l, s->stage, len))
 			return 0;	/* the link failed */
-		len = rec_len(&s->rx);
+		len = link_reading(l) ? rec_len(&s->rx) : 0;
 	}
 	if (s->bcast && s->brx.pos < btail && link_reading(l)) {
 		ret = bcast_until(s, btail, SHM_POLL_BUDGET);
