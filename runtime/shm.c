@@ -943,6 +943,13 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 		ring_read(&s->rx, s->rx.pos + 4, h + 4, REC_HDR - 4);
 		mark = rk__le64_load(h + 8);
 		span = rec_span(len);
+		/*
+		 * The next record's length word, asked for now: the writer zeroed
+		 * it with this record, so it is a miss, and it is read when this
+		 * record is delivered; the miss overlaps the delivery instead of
+		 * following it (in a round trip: before the answer goes).
+		 */
+		__builtin_prefetch(rec_word(&s->rx, s->rx.pos + span));
 		if (len > SHM_CHUNK_MAX || rk__le32_load(h + 4) || span > s->rx.size - REC_ALIGN)
 			goto bad;
 		if (s->bcast ? mark < s->last_mark || (mark & 7) : mark != 0)
