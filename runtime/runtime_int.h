@@ -560,8 +560,9 @@ void rk__shm_test_mask(unsigned int features);
  * the link (its sequence numbers, its bounds). Return: 0, -ENOTCONN when @l
  * is not on shared memory, -EINVAL for a poke this end cannot make. */
 enum rk__shm_poke {
-	RK__SHM_POKE_TAIL,	/* publish a tail past the end of our ring */
-	RK__SHM_POKE_RECORD,	/* a record of length 0 */
+	RK__SHM_POKE_OVERSIZE,	/* a link record longer than a chunk may be */
+	RK__SHM_POKE_RESERVED,	/* a link record whose zero field is not zero */
+	RK__SHM_POKE_MARK,	/* a link record whose mark is not 8-aligned (or not 0) */
 	RK__SHM_POKE_CHUNK,	/* a record holding @p, @n bytes as they are */
 	RK__SHM_POKE_BHEAD,	/* follower: a broadcast position past the ring's tail */
 	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */

@@ -50,7 +50,8 @@
 #                   round trips per run (20000), BCAST_RUNS=0 or KILL_TRIALS=0 skips
 #                   those benches; SHM_BASE=DIR, a built tree (an earlier run's WORK
 #                   source folder): then its rk-pingpong and this one's, alternating,
-#                   SHM_AB times each (2))
+#                   SHM_AB times each (2); SHM_PERF: perf stat events for each of
+#                   those, bench-shm.sh's PERF)
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL pass
@@ -437,7 +438,8 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 				lim=$(($(left) - 20))
 				[ $lim -gt 120 ] && lim=120
 				step shm-ab $lim "$slog" env STEPS=pingpong RUNS="${SHM_RUNS:-3}" \
-					IDLE=0 COUNT="${SHM_COUNT:-20000}" builddir="$b" \
+					IDLE=0 COUNT="${SHM_COUNT:-20000}" PERF="${SHM_PERF:-}" \
+					builddir="$b" \
 					sh tests/bench/bench-shm.sh
 			done
 			i=$((i + 1))
