@@ -583,9 +583,9 @@ struct rk_link_stats {
 	uint64_t tcp_rx_direct;		/* recv() calls from the loop's poll that read bytes */
 	uint64_t tcp_rx_ring;		/* io_uring receive completions that carried bytes */
 	uint64_t tcp_tx_direct;		/* send() calls from a flush that wrote bytes */
-	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (blocking policy, shm
-					 * side channel, or the rest of a flush the socket
-					 * could not take whole) */
+	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
+					 * the rest of a flush the socket could not take
+					 * whole) */
 };
 
 /**

@@ -72,6 +72,7 @@ struct side {
 	uint64_t tx_count, n_frames;
 	uint64_t rng;
 	unsigned int flips, flip_left;
+	bool fixed;			/* keep the wait policy side_init() set: no flips */
 	struct side *peer;
 	/* the paths tests: echo every frame */
 	bool echo;
@@ -140,6 +141,8 @@ static void flip_wait(struct side *s)
 {
 	struct rk_wait_policy w;
 
+	if (s->fixed)
+		return;
 	rk_wait_policy_init(&w);
 	w.predict = false;
 	w.timed_ns = 0;
@@ -446,16 +449,18 @@ START_TEST(test_block_wakes_by_ring)
 }
 END_TEST
 
-/* RK_WAIT_BLOCK keeps the ring path both ways (the loop never spins). */
-START_TEST(test_wait_block_stays_on_ring)
+/* RK_WAIT_BLOCK receives on the ring only (the loop never spins, so no poll
+ * reads), and still writes every echo directly: a frame the socket takes
+ * whole needs no ring send. */
+START_TEST(test_wait_block_rx_ring_tx_direct)
 {
 	struct rk_link_stats st;
 
 	path_run(RK_WAIT_BLOCK, false, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_ring, PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_tx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 }
 END_TEST
 
@@ -484,24 +489,21 @@ static void *stress_thread(void *arg)
 
 /*
  * Both sides send STRESS_FRAMES frames of 1 B .. 1 MiB, a window of them ahead,
- * one more for each frame received, and flip their wait policy (spin, block,
- * adaptive blocking at once, adaptive with a short window) every 1-6 frames:
- * every switch of either direction between the direct and the ring path, with
- * receives and sends in flight, partial sends and frames split over many
- * reads. Every frame must arrive once, in order, byte for byte, and both paths
- * must have carried bytes both ways.
+ * one more for each frame received. Every frame must arrive once, in order,
+ * byte for byte. @run picks the sizes and, when odd, small socket buffers (most
+ * large flushes then go out in parts); @fixed: both loops stay in that policy,
+ * else they flip it every 1-6 frames (flip_wait()). Returns the links' stats.
  */
-START_TEST(test_switch_stress)
+static void stress_run(int run, bool fixed, enum rk_wait_mode mode, struct rk_link_stats *sa,
+		       struct rk_link_stats *sb)
 {
 	struct side a, b;
-	struct rk_link_stats sa, sb;
 	pthread_t ta, tb;
 	int fds[2];
 
 	atomic_store(&g_done, 0);
 	tcp_pair(fds);
-	if (_i % 2) {
-		/* small socket buffers: most large flushes go out in parts */
+	if (run % 2) {
 		int sz = 32768;
 
 		setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
@@ -509,13 +511,14 @@ START_TEST(test_switch_stress)
 		setsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 		setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 	}
-	side_init(&a, 0, fds[0], RK_WAIT_SPIN);
-	side_init(&b, 1, fds[1], RK_WAIT_SPIN);
+	side_init(&a, 0, fds[0], mode);
+	side_init(&b, 1, fds[1], mode);
+	a.fixed = b.fixed = fixed;
 	a.peer = &b;
 	b.peer = &a;
 	a.n_frames = b.n_frames = STRESS_FRAMES;
-	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;	/* each run its own sizes and flips */
-	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;
+	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;	/* each run its own sizes and flips */
+	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;
 	ck_assert_int_eq(pthread_create(&ta, NULL, stress_thread, &a), 0);
 	ck_assert_int_eq(pthread_create(&tb, NULL, stress_thread, &b), 0);
 	pthread_join(ta, NULL);
@@ -526,16 +529,54 @@ START_TEST(test_switch_stress)
 	ck_assert_int_eq(b.bad, 0);
 	ck_assert_uint_eq(a.rx_count, STRESS_FRAMES);
 	ck_assert_uint_eq(b.rx_count, STRESS_FRAMES);
-	rk_link_stats(a.link, &sa);
-	rk_link_stats(b.link, &sb);
-	ck_assert_uint_eq(sa.rx_frames, STRESS_FRAMES);
-	ck_assert_uint_eq(sb.rx_frames, STRESS_FRAMES);
+	rk_link_stats(a.link, sa);
+	rk_link_stats(b.link, sb);
+	ck_assert_uint_eq(sa->rx_frames, STRESS_FRAMES);
+	ck_assert_uint_eq(sb->rx_frames, STRESS_FRAMES);
+	side_fini(&a);
+	side_fini(&b);
+}
+
+/*
+ * The flips go through spin, block, adaptive blocking at once and adaptive
+ * with a short window: every switch of either direction between the direct and
+ * the ring path, with receives and sends in flight, partial sends and frames
+ * split over many reads. Both paths must have carried bytes both ways (sends
+ * go to the ring only for what the socket did not take: with small buffers).
+ */
+START_TEST(test_switch_stress)
+{
+	struct rk_link_stats sa, sb;
+
+	stress_run(_i, false, RK_WAIT_SPIN, &sa, &sb);
 	ck_assert_uint_gt(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
 	ck_assert_uint_gt(sa.tcp_rx_ring + sb.tcp_rx_ring, 0);
 	ck_assert_uint_gt(sa.tcp_tx_direct + sb.tcp_tx_direct, 0);
-	ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
-	side_fini(&a);
-	side_fini(&b);
+	if (_i % 2)
+		ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
+}
+END_TEST
+
+/*
+ * RK_WAIT_BLOCK throughout: every byte comes in on the ring receive, every
+ * flush writes directly first, and with small socket buffers the part of a
+ * large flush the socket did not take goes to a ring send, while the next
+ * flush waits for it: the two send paths of one direction never overlap.
+ */
+START_TEST(test_block_send_stress)
+{
+	struct rk_link_stats sa, sb;
+
+	stress_run(_i, true, RK_WAIT_BLOCK, &sa, &sb);
+	ck_assert_uint_eq(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_rx_ring, 0);
+	ck_assert_uint_gt(sb.tcp_rx_ring, 0);
+	ck_assert_uint_gt(sa.tcp_tx_direct, 0);
+	ck_assert_uint_gt(sb.tcp_tx_direct, 0);
+	if (_i % 2) {
+		ck_assert_uint_gt(sa.tcp_tx_ring, 0);
+		ck_assert_uint_gt(sb.tcp_tx_ring, 0);
+	}
 }
 END_TEST
 
@@ -547,8 +588,9 @@ static Suite *tcp_suite(void)
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_spin_goes_direct);
 	tcase_add_test(tc, test_block_wakes_by_ring);
-	tcase_add_test(tc, test_wait_block_stays_on_ring);
+	tcase_add_test(tc, test_wait_block_rx_ring_tx_direct);
 	tcase_add_loop_test(tc, test_switch_stress, 0, 4);
+	tcase_add_loop_test(tc, test_block_send_stress, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
