@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +107,12 @@ struct rk_loop {
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
 	uint64_t cut_busy;		/* the last_busy whose window was cut (counted once) */
+
+	/* RK_DEFER_TASKRUN: the ring is created disabled and bound to the first
+	 * thread that runs the loop (loop_bind()) */
+	bool bind;			/* a SINGLE_ISSUER ring: runs need the owner */
+	bool bound;			/* ...enabled by 'owner' */
+	pthread_t owner;
 	struct rk_loop_stats stats;
 };
 
@@ -832,11 +839,20 @@ static void bufring_teardown(struct rk_loop *loop)
 	r->br = NULL;
 }
 
-/* The ring's setup parameters for @w, with or without COOP_TASKRUN (@coop). */
-static void ring_params(const struct rk_wait_policy *w, bool coop, struct io_uring_params *p)
+/*
+ * The ring's setup parameters for @w: task work deferred to the one issuer's
+ * waits (@defer), else with or without COOP_TASKRUN (@coop). A deferring ring
+ * starts disabled, so that the thread that runs the loop, not the one that
+ * creates it, becomes its issuer (loop_bind()).
+ */
+static void ring_params(const struct rk_wait_policy *w, bool defer, bool coop,
+			struct io_uring_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	if (coop)
+	if (defer)
+		p->flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+			    IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_R_DISABLED;
+	else if (coop)
 		p->flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
 	if (w->sqpoll) {
 		uint64_t idle_ms = w->spin_ns / 1000000;
@@ -852,11 +868,24 @@ static void ring_params(const struct rk_wait_policy *w, bool coop, struct io_uri
 
 static int ring_setup(struct rk_loop *loop)
 {
-	const struct rk_wait_policy *w = &loop->cfg.wait;
+	struct rk_wait_policy *w = &loop->cfg.wait;
 	struct io_uring_params p;
 	int ret;
 
-	ring_params(w, w->coop_taskrun, &p);
+	if (w->defer_taskrun) {
+		ring_params(w, true, false, &p);
+		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
+		if (ret != -EINVAL) {
+			loop->bind = ret == 0;
+			return ret;
+		}
+		/* Kernels before 6.1 lack DEFER_TASKRUN, and SQPOLL refuses it: the
+		 * ring the other knobs ask for, and rk_loop_config() says so. */
+		rk__info(loop->cfg.rank, "io_uring: DEFER_TASKRUN refused%s, continuing without",
+			 w->sqpoll ? " with SQPOLL" : "");
+		w->defer_taskrun = false;
+	}
+	ring_params(w, false, w->coop_taskrun, &p);
 	ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
 	if (ret == -EINVAL && w->coop_taskrun) {
 		/*
@@ -867,7 +896,7 @@ static int ring_setup(struct rk_loop *loop)
 		 */
 		rk__info(loop->cfg.rank, "io_uring: COOP_TASKRUN refused%s, continuing without",
 			 w->sqpoll ? " with SQPOLL" : "");
-		ring_params(w, false, &p);
+		ring_params(w, false, false, &p);
 		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
 	}
 	return ret;
@@ -1388,6 +1417,35 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	loop_wait(loop);
 }
 
+/*
+ * A SINGLE_ISSUER ring takes submissions and waits from one thread only: the
+ * first run enables it there. Another thread's run gets -EEXIST, which is what
+ * the kernel would answer its enter. (Registering the ring fd as well, which
+ * only that thread could then use, measured no better: docs/BENCH.md.)
+ */
+static int loop_bind(struct rk_loop *loop)
+{
+	int ret;
+
+	if (!loop->bind)
+		return 0;
+	if (loop->bound)
+		return pthread_equal(loop->owner, pthread_self()) ? 0 : -EEXIST;
+	/* liburing 2.3 has no io_uring_enable_rings() in its library */
+	ret = (int)syscall(__NR_io_uring_register, loop->ring.ring_fd,
+			   IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+	if (ret < 0)
+		return -errno;
+	loop->bound = true;
+	loop->owner = pthread_self();
+	return 0;
+}
+
+bool rk__loop_foreign(const struct rk_loop *loop)
+{
+	return loop->bound && !pthread_equal(loop->owner, pthread_self());
+}
+
 static void run_begin(struct rk_loop *loop)
 {
 	loop->in_run = true;
@@ -1403,8 +1461,13 @@ static void run_end(struct rk_loop *loop)
 
 int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 {
+	int ret;
+
 	if (loop->in_run)
 		return -EBUSY;
+	ret = loop_bind(loop);
+	if (ret < 0)
+		return ret;
 	/* As libuv's uv_run(): a stop asked for before the run ends it at once, and
 	 * the run that a stop ends consumes it. */
 	if (!loop->stop) {
@@ -1438,8 +1501,13 @@ static bool io_spins(const struct rk_loop *loop)
 
 int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 {
+	int ret;
+
 	if (loop->in_run)
 		return -EBUSY;
+	ret = loop_bind(loop);
+	if (ret < 0)
+		return ret;
 	run_begin(loop);
 	iter_begin(loop);
 	iter_reap(loop);

@@ -79,6 +79,7 @@ struct side {
 };
 
 static atomic_uint g_done;		/* stress sides that received all their frames */
+static bool g_defer;			/* side_init(): RK_DEFER_TASKRUN rings */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -264,6 +265,7 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.wait.predict = false;
 	c.wait.timed_ns = 0;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
+	c.wait.defer_taskrun = g_defer;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -464,6 +466,143 @@ START_TEST(test_wait_block_rx_ring_tx_direct)
 }
 END_TEST
 
+/* ---- RK_DEFER_TASKRUN: the ring bound to the thread that runs the loop --------- */
+
+struct raw_peer {
+	int fd;
+	struct rk_loop *loop;
+	struct rk_post stop;
+	int ok;				/* echoes that came back intact */
+	int foreign_run;		/* rk_loop_run() from this thread */
+	bool run_only;			/* only that run, no frames */
+};
+
+static bool raw_io(int fd, uint8_t *p, size_t n, bool wr)
+{
+	ssize_t r;
+
+	while (n) {
+		r = wr ? write(fd, p, n) : read(fd, p, n);
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static enum rk_activity stop_loop_post(struct rk_post *p)
+{
+	struct raw_peer *r = p->data;
+
+	rk_loop_stop(r->loop);
+	return RK_IDLE;
+}
+
+/* The raw peer on a helper thread (no ck_assert here: it records, the test
+ * asserts): PATH_FRAMES frames, each after the last one's echo, then a stop. */
+static void *raw_peer_thread(void *arg)
+{
+	uint8_t frame[RK_WIRE_HDR_LEN + 72], back[sizeof(frame)];
+	struct raw_peer *r = arg;
+	struct rk_wire_hdr h;
+	int i;
+
+	if (r->run_only) {
+		r->foreign_run = rk_loop_run(r->loop, RK_RUN_NOWAIT);
+		return NULL;
+	}
+	for (i = 0; i < PATH_FRAMES; i++) {
+		uint8_t *pl = frame + RK_WIRE_HDR_LEN;
+
+		if (rk_wire_encode_user(pl, 72, (uint32_t)i, "0123456789abcdef", 16) != 24 ||
+		    rk_wire_encode_hdr(frame, RK_FRAME_USER, 0, 1, (uint64_t)i, pl, 24) < 0 ||
+		    !raw_io(r->fd, frame, RK_WIRE_HDR_LEN + 24, true) ||
+		    !raw_io(r->fd, back, RK_WIRE_HDR_LEN + 24, false) ||
+		    rk_wire_decode_hdr(back, sizeof(back), 1024, &h) != RK_WIRE_HDR_LEN + 24 ||
+		    h.seq != (uint64_t)i || memcmp(back + RK_WIRE_HDR_LEN, pl, 24))
+			break;
+		r->ok++;
+	}
+	rk_post_init(&r->stop, stop_loop_post, r);
+	rk_loop_post(r->loop, &r->stop);
+	return NULL;
+}
+
+/*
+ * RK_WAIT_BLOCK on a SINGLE_ISSUER|DEFER_TASKRUN ring, run on the test's
+ * thread: every frame wakes the wait through the deferred task work of the
+ * ring receive, every echo goes direct, and the ring is this thread's alone
+ * (a run from the peer's thread is refused with -EEXIST, nothing run).
+ */
+START_TEST(test_defer_block_path)
+{
+	struct raw_peer r = { 0 };
+	struct rk_link_stats st;
+	struct rk_loop_stats ls;
+	struct side s;
+	pthread_t th;
+	int fds[2];
+
+	tcp_pair(fds);
+	g_defer = true;
+	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
+	g_defer = false;
+	if (!rk_loop_config(s.loop)->wait.defer_taskrun) {
+		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
+		close(fds[0]);
+		side_fini(&s);
+		return;
+	}
+	s.echo = true;
+	r.fd = fds[0];
+	r.loop = s.loop;
+	/* the first run binds the ring to this thread; another thread's is refused */
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
+	r.run_only = true;
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.foreign_run, -EEXIST);
+	r.run_only = false;
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_DEFAULT), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.ok, PATH_FRAMES);
+	ck_assert_int_eq(s.failed, 0);
+	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
+	rk_link_stats(s.link, &st);
+	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_rx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+	rk_loop_stats(s.loop, &ls);
+	ck_assert_uint_ge(ls.blocks, 1);
+	close(fds[0]);
+	side_fini(&s);
+}
+END_TEST
+
+/* Without RK_DEFER_TASKRUN (the default) any one thread at a time may run the loop. */
+START_TEST(test_no_defer_any_thread)
+{
+	struct raw_peer r = { .run_only = true };
+	struct side s;
+	pthread_t th;
+	int fds[2];
+
+	tcp_pair(fds);
+	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
+	ck_assert(!rk_loop_config(s.loop)->wait.defer_taskrun);
+	r.loop = s.loop;
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.foreign_run, 0);
+	close(fds[0]);
+	side_fini(&s);
+}
+END_TEST
+
 /* ---- the switch under stress --------------------------------------------------- */
 
 #define STRESS_FRAMES	300
@@ -591,6 +730,8 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, test_wait_block_rx_ring_tx_direct);
 	tcase_add_loop_test(tc, test_switch_stress, 0, 4);
 	tcase_add_loop_test(tc, test_block_send_stress, 0, 2);
+	tcase_add_test(tc, test_defer_block_path);
+	tcase_add_test(tc, test_no_defer_any_thread);
 	suite_add_tcase(s, tc);
 	return s;
 }
