@@ -103,6 +103,13 @@ struct rk_loop {
 	bool parked;			/* a wait slept since the last iteration began */
 	uint64_t park_ns;		/* the wait being armed: its timeout, UINT64_MAX = none */
 
+	/* a blocking wait's timer deadline as a ring timeout: see park_timer() */
+	struct rk__op tmo_op;
+	struct __kernel_timespec tmo_ts;
+	uint64_t tmo_at;		/* its deadline (monotonic ns) */
+	bool tmo_armed;
+	uint64_t tmo_arms;		/* ring timeouts armed (rk__loop_ring_timeouts()) */
+
 	/* the learned spin window: see spin_window() */
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
@@ -117,6 +124,9 @@ struct rk_loop {
 };
 
 #define SPIN_CLOCK_EVERY	4	/* empty spin iterations a clock read serves: iter_begin() */
+#define PARK_TIMER_MIN_NS	1000000ull	/* shorter timer waits keep their own timeout */
+
+static void tmo_done(struct rk__op *op, int res, unsigned int flags);
 
 /* The default clock_fn. */
 static uint64_t mono_ns(void *arg)
@@ -943,6 +953,7 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
 	loop->wake_op.fn = wake_done;
+	loop->tmo_op.fn = tmo_done;
 	loop->sig_op.fn = sig_done;
 	atomic_init(&loop->inbox, NULL);
 	atomic_init(&loop->sleeping, 0);
@@ -1101,6 +1112,49 @@ static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
 
 enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT, PARK_IO };
 
+static void tmo_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk_loop *loop = rk__container_of(op, struct rk_loop, tmo_op);
+
+	(void)res;
+	(void)flags;
+	loop->tmo_armed = false;	/* the timers due now run in this iteration */
+}
+
+/*
+ * A blocking wait until the next timer, @timeout_ns away, needs no timeout of
+ * its own while an io_uring timeout is armed at or before that timer: a wait's
+ * timeout arms and cancels a kernel hrtimer on every wait (a round trip's
+ * worth of cost, docs/BENCH.md), and the timers that matter here (heartbeats,
+ * peer timeouts) are far off and move later as traffic flows. So the first such
+ * wait arms a ring timeout at the timer's deadline and each later one, while
+ * it is armed at or before the next timer, waits on it; an earlier timer than
+ * the armed one gets its own timed wait, and a timeout left over by a timer
+ * that moved later only ends one wait early (its iteration finds nothing due
+ * and waits again). True: the ring's timeout serves this wait. Only the
+ * monotonic clock: an injected one has nothing to do with the kernel's.
+ */
+static bool park_timer(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
+{
+	uint64_t due = loop->now + timeout_ns;	/* the next timer's own due */
+	struct io_uring_sqe *sqe;
+
+	if (how != PARK_BLOCK || timeout_ns < PARK_TIMER_MIN_NS || loop->clock_fn != mono_ns)
+		return false;
+	if (loop->tmo_armed)
+		return loop->tmo_at <= due;
+	sqe = io_uring_get_sqe(&loop->ring);
+	if (!sqe)
+		return false;
+	ns_to_ts(due, &loop->tmo_ts);
+	io_uring_prep_timeout(sqe, &loop->tmo_ts, 0, IORING_TIMEOUT_ABS);
+	rk__sqe_set_op(sqe, &loop->tmo_op);
+	loop->tmo_armed = true;
+	loop->tmo_at = due;
+	loop->tmo_arms++;
+	return true;
+}
+
 /*
  * Park the thread until a CQE, a wake or @timeout_ns. The spin-to-sleep switch
  * publishes 'sleeping' before the last look at the inbox and the sources,
@@ -1146,7 +1200,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 		loop->stats.blocks++;
 	}
 	loop->phase = how == PARK_TIMED ? PH_TIMED : PH_BLOCK;
-	if (timeout_ns != UINT64_MAX) {
+	if (timeout_ns != UINT64_MAX && !park_timer(loop, timeout_ns, how)) {
 		ns_to_ts(timeout_ns, &ts);
 		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
 	} else {
@@ -1439,6 +1493,11 @@ static int loop_bind(struct rk_loop *loop)
 	loop->bound = true;
 	loop->owner = pthread_self();
 	return 0;
+}
+
+uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop)
+{
+	return loop->tmo_arms;
 }
 
 bool rk__loop_foreign(const struct rk_loop *loop)

@@ -592,6 +592,8 @@ int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns);
 bool rk__loop_running(const struct rk_loop *loop);
 /* Whether @loop's ring is bound (RK_DEFER_TASKRUN) to a thread other than the caller. */
 bool rk__loop_foreign(const struct rk_loop *loop);
+/* How many ring timeouts blocking waits armed at a timer's deadline (park_timer()). */
+uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 /* A scheduler is built on @w: rk_world_destroy() refuses (-EBUSY) until it is released. */
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
