@@ -353,9 +353,9 @@ enum rk_run_mode {
  * inside one of this loop's callbacks: it does not nest, or -EEXIST (nothing
  * run) on a thread other than the first that ran a loop created with
  * wait.defer_taskrun (RK_DEFER_TASKRUN=1: its ring takes one thread's
- * submissions and waits only; tear its links and world down there too). A failed ring wait is
- * not returned: it is logged, counts as an empty wait, and the next iteration
- * decides again. Loop thread.
+ * submissions and waits only; tear its links and world down there too). A
+ * failed ring wait is not returned: it is logged, counts as an empty wait, and
+ * the next iteration decides again. Loop thread.
  */
 RK_EXPORT int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode);
 

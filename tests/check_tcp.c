@@ -656,7 +656,8 @@ static void stress_run(int run, bool fixed, enum rk_wait_mode mode, struct rk_li
 	a.peer = &b;
 	b.peer = &a;
 	a.n_frames = b.n_frames = STRESS_FRAMES;
-	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;	/* each run its own sizes and flips */
+	/* each run its own sizes and flips */
+	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;
 	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;
 	ck_assert_int_eq(pthread_create(&ta, NULL, stress_thread, &a), 0);
 	ck_assert_int_eq(pthread_create(&tb, NULL, stress_thread, &b), 0);
