@@ -66,6 +66,7 @@ enum knob_id {
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
+	K_DEFER_TASKRUN,
 	K_RING_ENTRIES,
 	K_RX_BUF_SIZE,
 	K_RX_BUF_COUNT,
@@ -142,6 +143,10 @@ static const struct knob knobs[] = {
 			   -1, 4095, "CPU of the SQPOLL thread (-1 = not pinned)" },
 	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, U(wait.coop_taskrun),
 			     1, 0, 0, "IORING_SETUP_COOP_TASKRUN|TASKRUN_FLAG" },
+	[K_DEFER_TASKRUN] = { "RK_DEFER_TASKRUN", "defer_taskrun", KIND_BOOL,
+			      U(wait.defer_taskrun), 1, 0, 0,
+			      "IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: only the first thread "
+			      "that runs the loop may run it" },
 	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, U(ring_entries), 1,
 			     8, 32768, "submission queue entries (power of two)" },
 	[K_RX_BUF_SIZE] = { "RK_RX_BUF_SIZE", "rx_buf_size", KIND_U64, U(rx_buf_size), 1,
@@ -258,6 +263,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;
 	cfg->wait.coop_taskrun = true;
+	cfg->wait.defer_taskrun = false;
 	cfg->ring_entries = RK_DEF_RING_ENTRIES;
 	cfg->rx_buf_size = RK_DEF_RX_BUF_SIZE;
 	cfg->rx_buf_count = RK_DEF_RX_BUF_COUNT;

@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,6 +103,13 @@ struct rk_loop {
 	bool parked;			/* a wait slept since the last iteration began */
 	uint64_t park_ns;		/* the wait being armed: its timeout, UINT64_MAX = none */
 
+	/* a blocking wait's timer deadline as a ring timeout: see park_timer() */
+	struct rk__op tmo_op;
+	struct __kernel_timespec tmo_ts;
+	uint64_t tmo_at;		/* its deadline (monotonic ns) */
+	bool tmo_armed;
+	uint64_t tmo_arms;		/* ring timeouts armed (rk__loop_ring_timeouts()) */
+
 	/* the learned spin window: see spin_window() */
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
@@ -111,10 +119,19 @@ struct rk_loop {
 	struct rk_source *iter_learner;	/* this iteration's learner with arrivals */
 	unsigned int iter_learned;	/* ...its busy arrivals in this iteration */
 	bool iter_mixed;		/* ...and another learner's too */
+
+	/* RK_DEFER_TASKRUN: the ring is created disabled and bound to the first
+	 * thread that runs the loop (loop_bind()) */
+	bool bind;			/* a SINGLE_ISSUER ring: runs need the owner */
+	bool bound;			/* ...enabled by 'owner' */
+	pthread_t owner;
 	struct rk_loop_stats stats;
 };
 
 #define SPIN_CLOCK_EVERY	4	/* empty spin iterations a clock read serves: iter_begin() */
+#define PARK_TIMER_MIN_NS	1000000ull	/* shorter timer waits keep their own timeout */
+
+static void tmo_done(struct rk__op *op, int res, unsigned int flags);
 
 /* The default clock_fn. */
 static uint64_t mono_ns(void *arg)
@@ -918,11 +935,20 @@ static void bufring_teardown(struct rk_loop *loop)
 	r->br = NULL;
 }
 
-/* The ring's setup parameters for @w, with or without COOP_TASKRUN (@coop). */
-static void ring_params(const struct rk_wait_policy *w, bool coop, struct io_uring_params *p)
+/*
+ * The ring's setup parameters for @w: task work deferred to the one issuer's
+ * waits (@defer), else with or without COOP_TASKRUN (@coop). A deferring ring
+ * starts disabled, so that the thread that runs the loop, not the one that
+ * creates it, becomes its issuer (loop_bind()).
+ */
+static void ring_params(const struct rk_wait_policy *w, bool defer, bool coop,
+			struct io_uring_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	if (coop)
+	if (defer)
+		p->flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+			    IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_R_DISABLED;
+	else if (coop)
 		p->flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
 	if (w->sqpoll) {
 		uint64_t idle_ms = w->spin_ns / 1000000;
@@ -938,11 +964,24 @@ static void ring_params(const struct rk_wait_policy *w, bool coop, struct io_uri
 
 static int ring_setup(struct rk_loop *loop)
 {
-	const struct rk_wait_policy *w = &loop->cfg.wait;
+	struct rk_wait_policy *w = &loop->cfg.wait;
 	struct io_uring_params p;
 	int ret;
 
-	ring_params(w, w->coop_taskrun, &p);
+	if (w->defer_taskrun) {
+		ring_params(w, true, false, &p);
+		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
+		if (ret != -EINVAL) {
+			loop->bind = ret == 0;
+			return ret;
+		}
+		/* Kernels before 6.1 lack DEFER_TASKRUN, and SQPOLL refuses it: the
+		 * ring the other knobs ask for, and rk_loop_config() says so. */
+		rk__info(loop->cfg.rank, "io_uring: DEFER_TASKRUN refused%s, continuing without",
+			 w->sqpoll ? " with SQPOLL" : "");
+		w->defer_taskrun = false;
+	}
+	ring_params(w, false, w->coop_taskrun, &p);
 	ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
 	if (ret == -EINVAL && w->coop_taskrun) {
 		/*
@@ -953,7 +992,7 @@ static int ring_setup(struct rk_loop *loop)
 		 */
 		rk__info(loop->cfg.rank, "io_uring: COOP_TASKRUN refused%s, continuing without",
 			 w->sqpoll ? " with SQPOLL" : "");
-		ring_params(w, false, &p);
+		ring_params(w, false, false, &p);
 		ret = io_uring_queue_init_params(loop->cfg.ring_entries, &loop->ring, &p);
 	}
 	return ret;
@@ -1000,6 +1039,7 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
 	loop->wake_op.fn = wake_done;
+	loop->tmo_op.fn = tmo_done;
 	loop->sig_op.fn = sig_done;
 	atomic_init(&loop->inbox, NULL);
 	atomic_init(&loop->sleeping, 0);
@@ -1158,6 +1198,49 @@ static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
 
 enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT, PARK_IO };
 
+static void tmo_done(struct rk__op *op, int res, unsigned int flags)
+{
+	struct rk_loop *loop = rk__container_of(op, struct rk_loop, tmo_op);
+
+	(void)res;
+	(void)flags;
+	loop->tmo_armed = false;	/* the timers due now run in this iteration */
+}
+
+/*
+ * A blocking wait until the next timer, @timeout_ns away, needs no timeout of
+ * its own while an io_uring timeout is armed at or before that timer. A wait's
+ * own timeout arms and cancels a kernel hrtimer every time (0.4-0.7 us of a
+ * blocking round trip, docs/BENCH.md), while the timers a blocking rank has
+ * (heartbeats, peer timeouts) are far off and move later as frames flow. So
+ * the first such wait arms a ring timeout at the timer's deadline, and later
+ * waits sleep on it while it comes at or before the next timer; an earlier
+ * timer gets a timed wait of its own, and a timeout left by a timer that moved
+ * later ends one wait early (that iteration finds nothing due and waits again).
+ * True: the ring's timeout serves this wait. The monotonic clock only: an
+ * injected one has nothing to do with the kernel's.
+ */
+static bool park_timer(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
+{
+	uint64_t due = loop->now + timeout_ns;	/* the next timer's own due */
+	struct io_uring_sqe *sqe;
+
+	if (how != PARK_BLOCK || timeout_ns < PARK_TIMER_MIN_NS || loop->clock_fn != mono_ns)
+		return false;
+	if (loop->tmo_armed)
+		return loop->tmo_at <= due;
+	sqe = io_uring_get_sqe(&loop->ring);
+	if (!sqe)
+		return false;
+	ns_to_ts(due, &loop->tmo_ts);
+	io_uring_prep_timeout(sqe, &loop->tmo_ts, 0, IORING_TIMEOUT_ABS);
+	rk__sqe_set_op(sqe, &loop->tmo_op);
+	loop->tmo_armed = true;
+	loop->tmo_at = due;
+	loop->tmo_arms++;
+	return true;
+}
+
 /*
  * Park the thread until a CQE, a wake or @timeout_ns. The spin-to-sleep switch
  * publishes 'sleeping' before the last look at the inbox and the sources,
@@ -1203,7 +1286,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 		loop->stats.blocks++;
 	}
 	loop->phase = how == PARK_TIMED ? PH_TIMED : PH_BLOCK;
-	if (timeout_ns != UINT64_MAX) {
+	if (timeout_ns != UINT64_MAX && !park_timer(loop, timeout_ns, how)) {
 		ns_to_ts(timeout_ns, &ts);
 		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
 	} else {
@@ -1503,6 +1586,40 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	loop_wait(loop);
 }
 
+/*
+ * A SINGLE_ISSUER ring takes submissions and waits from one thread only: the
+ * first run enables it there. Another thread's run gets -EEXIST, which is what
+ * the kernel would answer its enter. (Registering the ring fd as well, which
+ * only that thread could then use, measured no better: docs/BENCH.md.)
+ */
+static int loop_bind(struct rk_loop *loop)
+{
+	int ret;
+
+	if (!loop->bind)
+		return 0;
+	if (loop->bound)
+		return pthread_equal(loop->owner, pthread_self()) ? 0 : -EEXIST;
+	/* liburing 2.3 has no io_uring_enable_rings() in its library */
+	ret = (int)syscall(__NR_io_uring_register, loop->ring.ring_fd,
+			   IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+	if (ret < 0)
+		return -errno;
+	loop->bound = true;
+	loop->owner = pthread_self();
+	return 0;
+}
+
+uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop)
+{
+	return loop->tmo_arms;
+}
+
+bool rk__loop_foreign(const struct rk_loop *loop)
+{
+	return loop->bound && !pthread_equal(loop->owner, pthread_self());
+}
+
 static void run_begin(struct rk_loop *loop)
 {
 	loop->in_run = true;
@@ -1518,8 +1635,13 @@ static void run_end(struct rk_loop *loop)
 
 int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 {
+	int ret;
+
 	if (loop->in_run)
 		return -EBUSY;
+	ret = loop_bind(loop);
+	if (ret < 0)
+		return ret;
 	/* As libuv's uv_run(): a stop asked for before the run ends it at once, and
 	 * the run that a stop ends consumes it. */
 	if (!loop->stop) {
@@ -1553,8 +1675,13 @@ static bool io_spins(const struct rk_loop *loop)
 
 int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 {
+	int ret;
+
 	if (loop->in_run)
 		return -EBUSY;
+	ret = loop_bind(loop);
+	if (ret < 0)
+		return ret;
 	run_begin(loop);
 	iter_begin(loop);
 	iter_reap(loop);

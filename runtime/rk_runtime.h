@@ -137,6 +137,10 @@ struct rk_wait_policy {
 	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
 	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create()
 					 * from the affinity mask (rk_loop_config() shows it) */
+	bool defer_taskrun;		/* RK_DEFER_TASKRUN: SINGLE_ISSUER|DEFER_TASKRUN ring
+					 * bound to the first thread that runs the loop
+					 * (rk_loop_run()); false in rk_loop_config() when
+					 * the kernel refused it */
 };
 
 /*
@@ -345,10 +349,13 @@ enum rk_run_mode {
  * every mode (as libuv's uv_run()); the run that a stop ends consumes it.
  * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
  * -RK_ESTOPPED once a caught signal stopped the loop (every later run returns
- * it too, after its iteration), or -EBUSY (nothing run) when called from
- * inside one of this loop's callbacks: it does not nest. A failed ring wait is
- * not returned: it is logged, counts as an empty wait, and the next iteration
- * decides again. Loop thread.
+ * it too, after its iteration), -EBUSY (nothing run) when called from
+ * inside one of this loop's callbacks: it does not nest, or -EEXIST (nothing
+ * run) on a thread other than the first that ran a loop created with
+ * wait.defer_taskrun (RK_DEFER_TASKRUN=1: its ring takes one thread's
+ * submissions and waits only; tear its links and world down there too). A
+ * failed ring wait is not returned: it is logged, counts as an empty wait, and
+ * the next iteration decides again. Loop thread.
  */
 RK_EXPORT int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode);
 
@@ -379,7 +386,7 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
  * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
- * coop_taskrun are fixed at creation and are ignored here). Loop thread.
+ * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
 
@@ -583,9 +590,9 @@ struct rk_link_stats {
 	uint64_t tcp_rx_direct;		/* recv() calls from the loop's poll that read bytes */
 	uint64_t tcp_rx_ring;		/* io_uring receive completions that carried bytes */
 	uint64_t tcp_tx_direct;		/* send() calls from a flush that wrote bytes */
-	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (blocking policy, shm
-					 * side channel, or the rest of a flush the socket
-					 * could not take whole) */
+	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
+					 * the rest of a flush the socket could not take
+					 * whole) */
 };
 
 /**
@@ -746,8 +753,9 @@ RK_EXPORT void rk_world_stats(const struct rk_world *w, struct rk_world_stats *o
  * completions and sources): no callback of @w, no post and no timer; posts
  * queued for the loop wait for the next rk_loop_run(). Return: 0; -EBUSY
  * (nothing done) while a scheduler built on @w exists (rk_sched_destroy() it
- * first) or when called from inside a callback of the loop. NULL is a no-op.
- * Loop thread.
+ * first) or when called from inside a callback of the loop; -EEXIST (nothing
+ * done) on a thread other than the one a RK_DEFER_TASKRUN loop is bound to
+ * (rk_loop_run()). NULL is a no-op. Loop thread.
  */
 RK_EXPORT int rk_world_destroy(struct rk_world *w);
 

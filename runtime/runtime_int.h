@@ -586,8 +586,9 @@ void rk__shm_test_mask(unsigned int features);
  * the link (its sequence numbers, its bounds). Return: 0, -ENOTCONN when @l
  * is not on shared memory, -EINVAL for a poke this end cannot make. */
 enum rk__shm_poke {
-	RK__SHM_POKE_TAIL,	/* publish a tail past the end of our ring */
-	RK__SHM_POKE_RECORD,	/* a record of length 0 */
+	RK__SHM_POKE_OVERSIZE,	/* a link record longer than a chunk may be */
+	RK__SHM_POKE_RESERVED,	/* a link record whose zero field is not zero */
+	RK__SHM_POKE_MARK,	/* a link record whose mark is not 8-aligned (or not 0) */
 	RK__SHM_POKE_CHUNK,	/* a record holding @p, @n bytes as they are */
 	RK__SHM_POKE_BHEAD,	/* follower: a broadcast position past the ring's tail */
 	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */
@@ -610,11 +611,16 @@ void rk__world_accept(struct rk_world *w, int fd);
  * policy's spin window) or wait at most @timeout_ns (UINT64_MAX: no bound),
  * so links drain as fast as under rk_loop_run(). It delivers no post and runs no timer
  * (they wait for the application's next rk_loop_run()), and it neither honours
- * nor consumes rk_loop_stop(). Return: 0, -EBUSY inside a callback. Loop thread.
+ * nor consumes rk_loop_stop(). Return: 0, -EBUSY inside a callback, -EEXIST on a
+ * thread other than the one a RK_DEFER_TASKRUN ring is bound to. Loop thread.
  */
 int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns);
 /* Whether a run of @loop is under way: the caller is inside one of its callbacks. */
 bool rk__loop_running(const struct rk_loop *loop);
+/* Whether @loop's ring is bound (RK_DEFER_TASKRUN) to a thread other than the caller. */
+bool rk__loop_foreign(const struct rk_loop *loop);
+/* How many ring timeouts blocking waits armed at a timer's deadline (park_timer()). */
+uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 /* A scheduler is built on @w: rk_world_destroy() refuses (-EBUSY) until it is released. */
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);

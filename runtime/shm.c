@@ -20,10 +20,16 @@
  * failure before the switch leaves the link on TCP (one log line, a counter).
  * The leader only ever maps memory it created itself.
  *
- * A link segment holds one ring per direction, each single-producer: the
- * writer owns the tail, the reader the head, on cache lines of their own.
- * Records are a 16-byte header (u32 length, u32 zero, u64 mark) and the bytes,
- * padded to 8. A link ring carries chunks of the link's byte stream, split
+ * A link segment holds one ring per direction, each single-producer. Records
+ * are a 16-byte header (u32 length, u32 zero, u64 mark) and the bytes; a link
+ * ring's records start on 128-byte line pairs, and its reader polls the length
+ * word at its head (written last, with release; the writer zeroed it first,
+ * with its previous record), so no tail index is written or read: a frame
+ * moves its record's lines and nothing else. The reader owns the head, on a
+ * line of its own, which the writer reads only when the head it saw last
+ * leaves too little room, and which the reader publishes lazily, at the latest
+ * before the fence that tells a writer of room. A link ring carries chunks of
+ * the link's byte stream, split
  * anywhere, exactly what TCP would carry; the link layer parses and checks
  * every frame as it does for TCP. The leader's broadcast ring (one segment
  * per world, sealed so that only the leader can write it: followers map it
@@ -47,8 +53,9 @@
  * it waits for room to write), fences, and looks at its rings once more; only
  * then does it arm IORING_OP_FUTEX_WAIT on the word (liburing 2.3 has no helper:
  * the SQE is filled by hand) or a read of its eventfd. A writer publishes its
- * tail, fences, and makes a syscall (FUTEX_WAKE or an eventfd write) only when
- * the bell says the reader sleeps; while the reader spins it makes none.
+ * record (a reader its head), fences, and makes a syscall (FUTEX_WAKE or an
+ * eventfd write) only when the bell says the peer sleeps; while the peer spins
+ * it makes none.
  */
 #include "config.h"
 
@@ -105,7 +112,8 @@
 #define SHM_LINE	128u		/* one index per line: no false sharing, even paired */
 #define SHM_MAGIC_LINK	0x4c534b52u	/* "RKSL" */
 #define SHM_MAGIC_BCAST	0x42534b52u	/* "RKSB" */
-#define SHM_VERSION	1u
+#define SHM_VERSION	2u		/* a link segment's layout: records polled by their length */
+#define SHM_BCAST_VERSION 1u		/* the broadcast segment's (ARCHITECTURE.md: fixed) */
 #define SHM_POLL_BUDGET	64		/* records one poll delivers */
 #define SHM_ACCEPT_BUDGET 16		/* connections one wake of the listener takes */
 #define SHM_FD_MSG	"RKSHMFD1"
@@ -114,7 +122,7 @@
  * The broadcast segment, one memfd and one mapping of SHM_HDR_SIZE +
  * SHM_BCAST_SIZE bytes (page-aligned, whole pages, so it can be registered with
  * CUDA as it is: ARCHITECTURE.md, "Same-host links"; keep the two in step):
- *   0      u32 magic SHM_MAGIC_BCAST, u32 SHM_VERSION, u32 ring size, u32 zero
+ *   0      u32 magic SHM_MAGIC_BCAST, u32 SHM_BCAST_VERSION, u32 ring size, u32 zero
  *   128    u64 tail (BS_TAIL): bytes ever written, a multiple of 8; the leader's
  *   136..  zero up to SHM_HDR_SIZE, reserved (room for a published epoch word)
  *   4096   the ring: at position p, data[p & (size - 1)], wrapping, a record:
@@ -123,14 +131,15 @@
  *          (its seq counts the broadcast stream), zero-padded to 8.
  * Followers map it read-only; each one's consumed position is LS_B_HEAD in its
  * own link segment. A link segment is the control page below and then two
- * rings of ring_size bytes (leader -> follower first), with chunk records.
+ * rings of ring_size bytes (leader -> follower first), with chunk records at
+ * multiples of REC_ALIGN (layout version 2: rec_put()).
  */
 
 /* The control page. Each index is written by one side only. */
 #define SEG_MAGIC	0		/* u32, then u32 version, u32 ring size, u32 zero */
-#define LS_LF_TAIL	(1 * SHM_LINE)	/* leader -> follower ring: the leader's tail */
+#define LS_LF_TAIL	(1 * SHM_LINE)	/* leader -> follower ring: unused, zero (version 1's tail) */
 #define LS_LF_HEAD	(2 * SHM_LINE)	/* ... the follower's head */
-#define LS_FL_TAIL	(3 * SHM_LINE)	/* follower -> leader ring: the follower's tail */
+#define LS_FL_TAIL	(3 * SHM_LINE)	/* follower -> leader ring: unused, zero */
 #define LS_FL_HEAD	(4 * SHM_LINE)	/* ... the leader's head */
 #define LS_F_BELL	(5 * SHM_LINE)	/* the follower's bell */
 #define LS_L_BELL	(6 * SHM_LINE)	/* the leader's bell */
@@ -143,6 +152,8 @@
 #define BELL_SLEEP	(BELL_FUTEX | BELL_EFD)
 
 #define REC_HDR		16u	/* u32 length, u32 zero, u64 mark (chunk) or skip mask */
+#define REC_ALIGN	SHM_LINE	/* a link record starts on a line pair of its own */
+#define REC_LINE	64u		/* a cache line: the first one of a record is polled */
 
 static inline uint64_t pad8(uint64_t n)
 {
@@ -198,10 +209,11 @@ void rk__shm_test_mask(unsigned int f)
 struct ring {
 	uint8_t *data;
 	uint64_t size;			/* a power of two */
-	_Atomic uint64_t *tail;		/* the writer's */
+	_Atomic uint64_t *tail;		/* the writer's (broadcast ring; a link ring has none) */
 	_Atomic uint64_t *head;		/* the reader's */
 	uint64_t pos;			/* ours: the writer's tail or the reader's head */
-	uint64_t seen;			/* writer: the reader's head when we last read it */
+	uint64_t seen;			/* writer: the reader's head when we last read it;
+					 * link reader: the head we last published */
 };
 
 struct rk__shm;
@@ -353,24 +365,27 @@ static int64_t ring_avail(const struct ring *r)
 }
 
 /*
- * Writer: room the reader left, or -RK_ESHMRING. The reader's head is read
- * only when the head we saw last leaves less than @need bytes: its line then
- * stays with the reader while the ring has room, and a frame moves no line
- * but its records' and our tail's. Acquire: pairs with the reader's release
- * of its head, after it copied the bytes out. A head seen once stays valid:
- * heads only grow, so room computed from it is never more than there is.
+ * Link ring writer: bytes it may fill with records, or -RK_ESHMRING. The last
+ * REC_ALIGN bytes before the reader's head are never counted: they hold the
+ * zero length word after our last record (rec_put()). The reader's head is
+ * read only when the head we saw last leaves less than @need bytes: its line
+ * then stays with the reader while the ring has room, and a frame moves no
+ * line but its records'. Acquire: pairs with the reader's release of its head
+ * (head_publish()), after it copied the bytes out. A head seen once stays
+ * valid: heads only grow, so room computed from it is never more than there is.
  */
 static int64_t ring_room(struct ring *r, uint64_t need)
 {
-	uint64_t h = r->seen;
+	uint64_t h = r->seen, free = r->size - (r->pos - h);
 
-	if (r->size - (r->pos - h) >= need)
-		return (int64_t)(r->size - (r->pos - h));
+	if (free >= REC_ALIGN && free - REC_ALIGN >= need)
+		return (int64_t)(free - REC_ALIGN);
 	h = atomic_load_explicit(r->head, memory_order_acquire);
-	if (r->pos - h > r->size || (h & 7))
+	if (r->pos - h > r->size || (h & (REC_ALIGN - 1)))
 		return -RK_ESHMRING;
 	r->seen = h;
-	return (int64_t)(r->size - (r->pos - h));
+	free = r->size - (r->pos - h);
+	return free > REC_ALIGN ? (int64_t)(free - REC_ALIGN) : 0;
 }
 
 static void rec_hdr(uint8_t h[REC_HDR], uint32_t len, uint64_t mark)
@@ -378,6 +393,81 @@ static void rec_hdr(uint8_t h[REC_HDR], uint32_t len, uint64_t mark)
 	rk__le32_store(h, len);
 	rk__le32_store(h + 4, 0);
 	rk__le64_store(h + 8, mark);
+}
+
+/*
+ * Link records. A record starts on a multiple of REC_ALIGN (a line pair: a
+ * chunk of up to 112 bytes moves in one pair, which the pair-line prefetcher
+ * of many x86 parts fetches on the one miss), and its u32 length word is what
+ * the reader polls: no tail index is written or read, so a frame moves only
+ * its record's lines. The writer stores the length last, with release, and
+ * first zeroes the length word where its next record will start, so a reader
+ * that reaches it stops there and never takes the ring's bytes of an earlier
+ * lap for a record. The word is little-endian as every other field.
+ */
+static inline uint64_t rec_span(uint64_t len)
+{
+	return (REC_HDR + len + REC_ALIGN - 1) & ~(uint64_t)(REC_ALIGN - 1);
+}
+
+static inline _Atomic uint32_t *rec_word(const struct ring *r, uint64_t pos)
+{
+	return (_Atomic uint32_t *)(void *)(r->data + (pos & (r->size - 1)));
+}
+
+static inline uint32_t le32_word(uint32_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	return __builtin_bswap32(v);
+#else
+	return v;
+#endif
+}
+
+/* Reader: the length word of the record at our head (0: none yet). Acquire:
+ * pairs with rec_put()'s release, so the record's bytes are there to copy. */
+static inline uint32_t rec_len(const struct ring *r)
+{
+	return le32_word(atomic_load_explicit(rec_word(r, r->pos), memory_order_acquire));
+}
+
+/*
+ * Writer: a record of @len bytes of @p at @pos, published by its length word.
+ * The reader polls the record's first line (and asks for the second), so the
+ * stores go far to near: the next record's zero word, the bytes past the
+ * first line, then the first line's and its length word last, back to back;
+ * a poll that takes the first line away between two of our stores to it
+ * would cost its transfer twice.
+ */
+static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, uint64_t mark)
+{
+	uint8_t h[REC_LINE - 4];
+	uint32_t first = len < REC_LINE - REC_HDR ? len : REC_LINE - REC_HDR;
+
+	atomic_store_explicit(rec_word(r, pos + rec_span(len)), 0, memory_order_relaxed);
+	if (len > first)
+		ring_write(r, pos + REC_LINE, (const uint8_t *)p + first, len - first);
+	rk__le32_store(h, 0);
+	rk__le64_store(h + 4, mark);
+	memcpy(h + REC_HDR - 4, p, first);
+	ring_write(r, pos + 4, h, REC_HDR - 4 + first);
+	/* Release: the bytes and the next zero word before the length that
+	 * publishes them; pairs with rec_len()'s acquire. */
+	atomic_store_explicit(rec_word(r, pos), le32_word(len), memory_order_release);
+}
+
+/* Link reader: publish how far we read, so the writer may reuse it. Lazy: once
+ * a quarter ring in a poll's batch, and before every fence that tells a writer
+ * of room (space_settle(), rk__shm_flush()), which each poll that read ends
+ * in; so the writer's view lags at most one poll, and a writer asleep for room
+ * is woken only after the head it will read. Release: pairs with ring_room()'s
+ * acquire: the bytes are copied out before the writer reuses them. */
+static void head_publish(struct rk__shm_link *s)
+{
+	if (s->rx.seen == s->rx.pos)
+		return;
+	s->rx.seen = s->rx.pos;
+	atomic_store_explicit(s->rx.head, s->rx.pos, memory_order_release);
 }
 
 static void futex_wake(_Atomic uint32_t *w)
@@ -562,6 +652,13 @@ static void fd_close(int *fd)
 	*fd = -1;
 }
 
+/* Each segment kind has its own layout version: a peer of another link layout
+ * fails seg_map() and the link stays on TCP. */
+static uint32_t seg_version(uint32_t magic)
+{
+	return magic == SHM_MAGIC_LINK ? SHM_VERSION : SHM_BCAST_VERSION;
+}
+
 /* A sealed memfd of @len bytes mapped read-write, its header written. With
  * @future_write it is sealed against any later writable mapping (ours stays).
  * Return: 0 or -errno. */
@@ -587,7 +684,7 @@ static int seg_create(const char *name, size_t len, uint32_t magic, uint32_t rin
 		goto err_close;
 	}
 	rk__le32_store(base + SEG_MAGIC, magic);
-	rk__le32_store(base + SEG_MAGIC + 4, SHM_VERSION);
+	rk__le32_store(base + SEG_MAGIC + 4, seg_version(magic));
 	rk__le32_store(base + SEG_MAGIC + 8, ring);
 	if (future_write)
 		seals |= F_SEAL_FUTURE_WRITE;
@@ -627,7 +724,7 @@ static int seg_map(int fd, size_t len, uint32_t magic, uint32_t ring, bool ro, u
 	if (base == MAP_FAILED)
 		return -errno;
 	if (rk__le32_load(base + SEG_MAGIC) != magic ||
-	    rk__le32_load(base + SEG_MAGIC + 4) != SHM_VERSION ||
+	    rk__le32_load(base + SEG_MAGIC + 4) != seg_version(magic) ||
 	    rk__le32_load(base + SEG_MAGIC + 8) != ring) {
 		munmap(base, len);
 		return -RK_EFIELD;
@@ -826,36 +923,41 @@ bad:
 }
 
 /*
- * Deliver what the rings hold past @btail's and @av's reading (the broadcast
- * tail, then the link's bytes available): link chunks in order, each after the
- * broadcast frames its mark says were written before it. Return frames and
- * chunks delivered (busy events), or 0 when the link failed. Out of line: a
- * poll that finds nothing does not pay for the loop's registers.
+ * Deliver what the rings hold: link chunks in order from the one whose length
+ * word @len was read at our head, each after the broadcast frames its mark
+ * says were written before it, then the broadcast frames up to @btail (a tail
+ * read before @len). Return frames and chunks delivered (busy events), or 0
+ * when the link failed. Out of line: a poll that finds nothing does not pay
+ * for the loop's registers.
  */
-static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t btail, int64_t av)
+static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t btail,
+						uint32_t len)
 {
 	struct rk_link *l = s->l;
 	uint8_t h[REC_HDR];
-	uint64_t rec, mark;
-	uint32_t len;
+	uint64_t span, mark;
 	int n = 0, ret;
 
-	while (av > 0 && n < SHM_POLL_BUDGET && link_reading(l)) {
-		if (av < REC_HDR)
-			goto bad;
-		ring_read(&s->rx, s->rx.pos, h, REC_HDR);
-		len = rk__le32_load(h);
+	while (len && n < SHM_POLL_BUDGET && link_reading(l)) {
+		/* the rest of the header, copied once; @len is the word we acquired */
+		ring_read(&s->rx, s->rx.pos + 4, h + 4, REC_HDR - 4);
 		mark = rk__le64_load(h + 8);
-		rec = REC_HDR + pad8(len);
-		if (!len || len > SHM_CHUNK_MAX || rk__le32_load(h + 4) || rec > (uint64_t)av)
+		span = rec_span(len);
+		/*
+		 * The next record's length word, asked for now: the writer zeroed
+		 * it with this record, so it is a miss, and it is read when this
+		 * record is delivered; the miss overlaps the delivery instead of
+		 * following it (in a round trip: before the answer goes).
+		 */
+		__builtin_prefetch(rec_word(&s->rx, s->rx.pos + span));
+		if (len > SHM_CHUNK_MAX || rk__le32_load(h + 4) || span > s->rx.size - REC_ALIGN)
 			goto bad;
 		if (s->bcast ? mark < s->last_mark || (mark & 7) : mark != 0)
 			goto bad;
 		ring_read(&s->rx, s->rx.pos + REC_HDR, s->stage, len);
-		s->rx.pos += rec;
-		av -= (int64_t)rec;
-		/* Release: the bytes are copied out before the writer reuses them. */
-		atomic_store_explicit(s->rx.head, s->rx.pos, memory_order_release);
+		s->rx.pos += span;
+		if (s->rx.pos - s->rx.seen >= s->rx.size / 4)
+			head_publish(s);	/* a long batch: let the writer go on */
 		/* a writer waiting for room is woken with the next fence: space_owed */
 		s->space_owed = true;
 		if (s->bcast && mark > s->brx.pos) {
@@ -868,6 +970,7 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 		n++;
 		if (rk__link_rx(l, s->stage, len))
 			return 0;	/* the link failed */
+		len = link_reading(l) ? rec_len(&s->rx) : 0;
 	}
 	if (s->bcast && s->brx.pos < btail && link_reading(l)) {
 		ret = bcast_until(s, btail, SHM_POLL_BUDGET);
@@ -881,17 +984,24 @@ bad:
 	return 0;
 }
 
+/*
+ * One look at the rings. While nothing comes this reads two lines that stay
+ * in our cache (the broadcast tail, when we read that ring, and the length
+ * word at our head) and writes none; a frame's arrival is the miss on the
+ * second, which brings the record itself.
+ */
 static int rx_poll(struct rk__shm_link *s)
 {
-	int64_t av, bav = 0;
+	int64_t bav = 0;
+	uint32_t len;
 
 	if (!s->rx_ring || !link_reading(s->l))
 		return 0;
 	/*
-	 * The broadcast tail before the link's: a chunk written before any
-	 * broadcast frame up to it was published before it too (release, release;
-	 * acquire, acquire), so the link tail read next covers it, and no frame
-	 * of the broadcast ring overtakes a chunk sent before it.
+	 * The broadcast tail before the link's record: a chunk written before
+	 * any broadcast frame up to it was published before it too (release,
+	 * release; acquire, acquire), so the length word read next covers it,
+	 * and no frame of the broadcast ring overtakes a chunk sent before it.
 	 */
 	if (s->bcast) {
 		bav = ring_avail(&s->brx);
@@ -901,23 +1011,16 @@ static int rx_poll(struct rk__shm_link *s)
 		}
 	}
 	/*
-	 * The lines of the next record's first 128 bytes (two or three: records
-	 * start on any 8 bytes), asked for before the tail: when a frame came,
-	 * the two misses (tail, then record) overlap instead of following each
-	 * other. A hint only: what is read is what the tail published (acquire
-	 * below).
+	 * The record's second line, asked for with the first: when a frame
+	 * came, the two misses overlap instead of following each other (the
+	 * length word is read, then the bytes after it). A hint only: what is
+	 * read is what the length word published.
 	 */
-	__builtin_prefetch(s->rx.data + (s->rx.pos & (s->rx.size - 1)));
 	__builtin_prefetch(s->rx.data + ((s->rx.pos + 64) & (s->rx.size - 1)));
-	__builtin_prefetch(s->rx.data + ((s->rx.pos + 127) & (s->rx.size - 1)));
-	av = ring_avail(&s->rx);
-	if (av < 0) {
-		shm_fail(s, -RK_ESHMRING, "link ring");
+	len = rec_len(&s->rx);
+	if (!len && !bav)
 		return 0;
-	}
-	if (!av && !bav)
-		return 0;
-	return rx_deliver(s, s->brx.pos + (uint64_t)bav, av);
+	return rx_deliver(s, s->brx.pos + (uint64_t)bav, len);
 }
 
 /*
@@ -934,6 +1037,7 @@ static void space_settle(struct rk__shm_link *s)
 	if (!s->space_owed)
 		return;
 	s->space_owed = false;
+	head_publish(s);
 	peer_wake(s, BELL_SPACE);
 }
 
@@ -966,7 +1070,6 @@ bool rk__shm_rx_ring(const struct rk_link *l)
 void rk__shm_flush(struct rk_link *l)
 {
 	struct rk__shm_link *s = l->shm;
-	uint8_t h[REC_HDR];
 	const uint8_t *p;
 	size_t n, done = 0, c;
 	uint64_t mark;
@@ -980,7 +1083,7 @@ void rk__shm_flush(struct rk_link *l)
 		return;
 	}
 	/* all of it, in records of at most SHM_CHUNK_MAX, each padded */
-	room = ring_room(&s->tx, n + (n / SHM_CHUNK_MAX + 1) * (REC_HDR + 8));
+	room = ring_room(&s->tx, n + (n / SHM_CHUNK_MAX + 1) * (REC_HDR + REC_ALIGN));
 	if (room < 0) {
 		shm_fail(s, -RK_ESHMRING, "link ring head");
 		return;
@@ -992,11 +1095,9 @@ void rk__shm_flush(struct rk_link *l)
 			c = (size_t)room - REC_HDR;
 		if (c > SHM_CHUNK_MAX)
 			c = SHM_CHUNK_MAX;
-		rec_hdr(h, (uint32_t)c, mark);
-		ring_write(&s->tx, s->tx.pos, h, REC_HDR);
-		ring_write(&s->tx, s->tx.pos + REC_HDR, p + done, c);
-		s->tx.pos += REC_HDR + pad8(c);
-		room -= (int64_t)(REC_HDR + pad8(c));
+		rec_put(&s->tx, s->tx.pos, p + done, (uint32_t)c, mark);
+		s->tx.pos += rec_span(c);
+		room -= (int64_t)rec_span(c);
 		done += c;
 	}
 	s->tx_blocked = done < n;
@@ -1006,9 +1107,8 @@ void rk__shm_flush(struct rk_link *l)
 		space_settle(s);
 		return;
 	}
-	/* Release: the record's bytes before the tail that publishes them. */
-	atomic_store_explicit(s->tx.tail, s->tx.pos, memory_order_release);
-	s->space_owed = false;		/* told with this fence: space_settle() */
+	head_publish(s);		/* the room we made, told with this fence... */
+	s->space_owed = false;		/* ...so space_settle() has nothing left to do */
 	peer_wake(s, BELL_SLEEP);
 	rk__link_tx_done(l, done);
 }
@@ -1118,8 +1218,8 @@ static bool pending(struct rk__shm_link *s)
 {
 	int64_t room;
 
-	if (s->rx_ring && ring_avail(&s->rx) != 0)
-		return true;	/* data, or a bad tail the poll will fail */
+	if (s->rx_ring && rec_len(&s->rx))
+		return true;	/* a record, or a bad one the poll will fail */
 	if (s->rx_ring && s->bcast && ring_avail(&s->brx) != 0)
 		return true;
 	if (!s->tx_blocked)
@@ -1984,20 +2084,25 @@ int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, 
 		return -ENOTCONN;
 	c = s->ctx;
 	switch (what) {
-	case RK__SHM_POKE_TAIL:
-		atomic_store_explicit(s->tx.tail, s->tx.pos + s->tx.size + 8, memory_order_release);
+	case RK__SHM_POKE_OVERSIZE:
+		/* as long as a chunk may not be, its bytes whatever the ring holds */
+		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), le32_word(SHM_CHUNK_MAX + 8),
+				      memory_order_release);
 		break;
-	case RK__SHM_POKE_RECORD:
+	case RK__SHM_POKE_RESERVED:
+		rk__le32_store(h, 1);
+		ring_write(&s->tx, s->tx.pos + 4, h, 4);
+		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), le32_word(8),
+				      memory_order_release);
+		break;
+	case RK__SHM_POKE_MARK:
+		rec_put(&s->tx, s->tx.pos, "12345678", 8, s->marks ? c->btx.pos + 1 : 8);
+		break;
 	case RK__SHM_POKE_CHUNK:
-		if (what == RK__SHM_POKE_CHUNK && (!n || n > SHM_CHUNK_MAX))
+		if (!n || n > SHM_CHUNK_MAX)
 			return -EINVAL;
-		rec_hdr(h, what == RK__SHM_POKE_CHUNK ? (uint32_t)n : 0,
-			s->marks ? c->btx.pos : 0);
-		ring_write(&s->tx, s->tx.pos, h, REC_HDR);
-		if (what == RK__SHM_POKE_CHUNK)
-			ring_write(&s->tx, s->tx.pos + REC_HDR, p, n);
-		s->tx.pos += REC_HDR + pad8(what == RK__SHM_POKE_CHUNK ? n : 0);
-		atomic_store_explicit(s->tx.tail, s->tx.pos, memory_order_release);
+		rec_put(&s->tx, s->tx.pos, p, (uint32_t)n, s->marks ? c->btx.pos : 0);
+		s->tx.pos += rec_span(n);
 		break;
 	case RK__SHM_POKE_BHEAD:
 		if (s->leader || !s->bcast)

@@ -11,8 +11,10 @@
  *   io_uring send, which waits for room in the kernel.
  * - ring: with RK_WAIT=block, and on a link moving to (or on) shared memory,
  *   a multishot receive into the loop's provided-buffer ring (plain recv into
- *   the link's buffer where the kernel lacks buffer rings) stays in flight, and
- *   every flush is an io_uring send, as before the direct path existed.
+ *   the link's buffer where the kernel lacks buffer rings) stays in flight.
+ *   On shared memory every flush is an io_uring send; under RK_WAIT=block a
+ *   flush writes directly first, as above, and only what the socket does not
+ *   take goes to an io_uring send.
  *
  * Per direction, at most one of them holds the socket at any time, so no byte
  * is reordered: no direct read while a ring receive is in flight (a spinning
@@ -88,9 +90,10 @@ static inline struct tcp_link *tl_of(struct rk_link *l)
 static void tcp_recv_arm(struct tcp_link *t, bool multi);
 
 /*
- * The ring path, for good: RK_WAIT=block (the loop never spins, and a multishot
- * receive submitted with the wait costs least), or a link that is moving to
- * shared memory or on it (shm.c watches its socket through this receive).
+ * The ring receive, for good: RK_WAIT=block (the loop never spins, and a
+ * multishot receive submitted with the wait costs least), or a link that is
+ * moving to shared memory or on it (shm.c watches its socket through this
+ * receive). Sends go direct under RK_WAIT=block too (tcp_flush()).
  */
 static bool tcp_ring_only(const struct tcp_link *t)
 {
@@ -374,7 +377,14 @@ static void tcp_flush(struct rk_link *l)
 		n = rk__shm_tx_tcp(l, n);	/* what goes before the switch to the ring */
 	if (!n)
 		return;
-	if (tcp_ring_only(t)) {
+	/*
+	 * A link on (or moving to) shared memory sends on the ring: shm.c orders
+	 * its switch after that send. Every other flush, RK_WAIT=block's too,
+	 * writes the socket directly first: a frame the socket takes whole then
+	 * costs one send() and no SQE, CQE or task work, and the loop's next
+	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path").
+	 */
+	if (l->shm) {
 		if (!tcp_send_ring(t, p, n))
 			rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
 		return;

@@ -775,6 +775,9 @@ int rk_world_destroy(struct rk_world *w)
 	/* a scheduler still sends through it, or a callback is running: nothing done */
 	if (w->holds || rk__loop_running(w->loop))
 		return -EBUSY;
+	/* its teardown runs the loop, which only the ring's thread can */
+	if (rk__loop_foreign(w->loop))
+		return -EEXIST;
 	w->destroying = true;
 	w->ops = NULL;		/* no ready, frame or peer_error callback from here on */
 	rk_timer_stop(&w->hb_timer);

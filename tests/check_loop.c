@@ -586,6 +586,85 @@ START_TEST(test_timer_chain)
 }
 END_TEST
 
+/* ---- a blocking wait's timer as a ring timeout (park_timer()) ------------------------ */
+
+struct spaced_poster {
+	struct rk_loop *loop;
+	struct rk_post posts[20];
+	int n;
+	unsigned int gap_us;
+	int got;			/* incremented by the posts' callbacks, on the loop */
+};
+
+static void *spaced_poster_thread(void *arg)
+{
+	struct spaced_poster *sp = arg;
+	int i;
+
+	for (i = 0; i < sp->n; i++) {
+		usleep(sp->gap_us);
+		rk_post_init(&sp->posts[i], busy_post_cb, &sp->got);
+		rk_loop_post(sp->loop, &sp->posts[i]);
+	}
+	return NULL;
+}
+
+/*
+ * RK_WAIT_BLOCK with a timer 200 ms away and posts waking the loop every 2 ms:
+ * the first wait arms one ring timeout at the timer's deadline and every later
+ * wait sleeps on it (no timeout of its own), and it still ends the run on time.
+ * Then a timer earlier than an armed ring timeout gets a timed wait of its own
+ * (no second ring timeout for it), and fires on time too.
+ */
+START_TEST(test_block_ring_timeout)
+{
+	struct spaced_poster sp = { .n = 20, .gap_us = 2000 };
+	struct rk_timer stop, late, early;
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct guard g;
+	pthread_t th;
+	uint64_t t0, blocks;
+
+	test_config(&c);
+	c.wait.mode = RK_WAIT_BLOCK;
+	loop = new_loop(&c);
+	sp.loop = loop;
+	rk_timer_init(&stop, stop_cb, loop);
+	guard_start(&g, loop, 5 * SEC);
+	t0 = fresh_now(loop);
+	ck_assert_int_eq(rk_timer_start(loop, &stop, 200 * MS, 0), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, spaced_poster_thread, &sp), 0);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_DEFAULT), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert(!g.fired);
+	ck_assert_uint_ge(rk__now_ns(), t0 + 200 * MS);
+	blocks = stats_of(loop).blocks;
+	ck_assert_uint_ge(blocks, 2);
+	ck_assert_uint_eq(rk__loop_ring_timeouts(loop), 1);
+
+	/* A ring timeout armed at 'late', 300 ms away; then 'early', 20 ms away. */
+	rk_timer_init(&late, never_cb, &sp.got);
+	rk_timer_init(&early, stop_cb, loop);
+	ck_assert_int_eq(rk_timer_start(loop, &late, 300 * MS, 0), 0);
+	sp.n = 1;
+	ck_assert_int_eq(pthread_create(&th, NULL, spaced_poster_thread, &sp), 0);
+	while (stats_of(loop).blocks == blocks)
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(rk__loop_ring_timeouts(loop), 2);
+	t0 = fresh_now(loop);
+	ck_assert_int_eq(rk_timer_start(loop, &early, 20 * MS, 0), 0);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_DEFAULT), 0);
+	ck_assert(!g.fired);
+	ck_assert_uint_ge(rk__now_ns(), t0 + 20 * MS);
+	ck_assert_uint_eq(rk__loop_ring_timeouts(loop), 2);
+	rk_timer_stop(&late);
+	rk_timer_stop(&g.t);
+	free_loop(loop);
+}
+END_TEST
+
 /* ---- posts and wakes ---------------------------------------------------------------- */
 
 struct seq_post {
@@ -1971,6 +2050,7 @@ static Suite *loop_suite(void)
 	tcase_add_test(tc, test_timer_restart);
 	tcase_add_test(tc, test_timer_order);
 	tcase_add_test(tc, test_timer_chain);
+	tcase_add_test(tc, test_block_ring_timeout);
 
 	tc = tcase(s, "posts", TIMEOUT_S);
 	tcase_add_test(tc, test_post_local);

@@ -669,6 +669,89 @@ START_TEST(test_big_frames)
 }
 END_TEST
 
+/* ---- the link ring's records ------------------------------------------------------ */
+
+/*
+ * The reader polls the length word at its head, so what the ring held a lap
+ * before must never read as a record. Lap 1: frames whose data, wherever a
+ * later record could start (every 128 bytes), looks like a valid 8-byte
+ * record header; lap 2: small frames, each read at once, so the reader looks
+ * at its next head (last lap's bytes but for the writer's zero word) after
+ * every one. Every frame arrives once, in order, and nothing fails.
+ */
+START_TEST(test_wrap_stale)
+{
+	static const uint8_t fake[16] = { 8 };	/* u32 length 8, u32 zero, u64 mark 0 */
+	struct rank r[2] = { 0 };
+	uint8_t buf[4000];
+	uint32_t seq;
+	size_t j;
+
+	start(r, 2, NULL);
+	/* user data byte j sits at 56 + j past its record's start (16 + 32 + 8):
+	 * the slots at multiples of 128 are the bytes with j % 16 == 8 onwards */
+	for (j = 0; j < sizeof(buf); j++)
+		buf[j] = fake[(j + 8) % 16];
+	for (seq = 0; seq < 400; seq++) {	/* 400 x 4096 bytes: more than the 1 MiB ring */
+		memcpy(buf, &seq, 4);
+		ck_assert_int_eq(rk_world_send_user(r[0].w, 1, TAG_SEQ, buf, sizeof(buf)), 0);
+		ck_assert(PUMP_UNTIL(5000, r[1].nseq == seq + 1, &r[0], &r[1]));
+	}
+	for (; seq < 400 + 3000; seq++) {	/* 3000 x 128 bytes over lap 1's */
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq, 8), 0);
+		ck_assert(PUMP_UNTIL(5000, r[1].nseq == seq + 1 || r[1].nerr, &r[0], &r[1]));
+		ck_assert_msg(!r[1].nerr, "frame %u: %s", seq, rk_errname(r[1].err));
+	}
+	PUMP_UNTIL(20, false, &r[0], &r[1]);
+	ck_assert_uint_eq(r[1].nseq, seq);
+	ck_assert_uint_eq(r[1].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
+/*
+ * The reader publishes its head lazily, but every poll that read publishes it
+ * before it ends: a writer that found the ring full (and spins, not asleep)
+ * writes again right after one poll of the reader, however few bytes that
+ * poll took (here far less than the quarter ring after which a batch
+ * publishes on its own). Then every frame arrives, in order.
+ */
+START_TEST(test_full_ring_head)
+{
+	struct rank r[2] = { 0 };
+	struct rk_link_stats a, b;
+	struct rk_link *l0;
+	uint64_t sent;
+	uint32_t seq;
+
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* both idle, nothing in flight */
+	l0 = rk_world_link(r[0].w, 1);
+	link_stats(&r[0], 1, &a);
+	/* rank 1 reads nothing while rank 0 fills the 1 MiB ring with 1200 x 1152 bytes */
+	for (seq = 0; seq < 1200; seq++) {
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq, 1000), 0);
+		rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	}
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_gt(b.shm_ring_full, a.shm_ring_full);
+	sent = l0->tx_sent;
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	ck_assert_uint_eq(l0->tx_sent, sent);		/* full: nothing more goes */
+	rk_loop_run(r[1].loop, RK_RUN_NOWAIT);		/* one poll's worth of records */
+	ck_assert_uint_gt(r[1].nrx, 0);
+	ck_assert_uint_lt(r[1].nrx * 1152ull, (1u << 20) / 4);
+	rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	ck_assert_uint_gt(l0->tx_sent, sent);		/* it saw the room at once */
+	ck_assert(PUMP_UNTIL(20000, r[1].nseq == 1200, &r[0], &r[1]));
+	ck_assert_uint_eq(r[1].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
 /* ---- a peer's memory is not trusted ------------------------------------------------ */
 
 static const struct poke_case {
@@ -678,9 +761,11 @@ static const struct poke_case {
 	int frame;		/* for CHUNK/BCAST: 1 bad magic, 2 bad payload CRC */
 	int expect;		/* the reader's error, which its world reports */
 } pokes[] = {
-	{ "link tail past the ring", true, RK__SHM_POKE_TAIL, 0, -RK_ESHMRING },
-	{ "follower's tail past the ring", false, RK__SHM_POKE_TAIL, 0, -RK_ESHMRING },
-	{ "empty record", true, RK__SHM_POKE_RECORD, 0, -RK_ESHMRING },
+	{ "link record longer than a chunk", true, RK__SHM_POKE_OVERSIZE, 0, -RK_ESHMRING },
+	{ "follower's record longer than a chunk", false, RK__SHM_POKE_OVERSIZE, 0, -RK_ESHMRING },
+	{ "record with its zero field set", true, RK__SHM_POKE_RESERVED, 0, -RK_ESHMRING },
+	{ "leader's record with a bad mark", true, RK__SHM_POKE_MARK, 0, -RK_ESHMRING },
+	{ "follower's record with a mark", false, RK__SHM_POKE_MARK, 0, -RK_ESHMRING },
 	{ "garbage in a chunk", false, RK__SHM_POKE_CHUNK, 1, -RK_EMAGIC },
 	{ "bad payload CRC in a chunk", true, RK__SHM_POKE_CHUNK, 2, -RK_EPAYCRC },
 	{ "broadcast position past the tail", false, RK__SHM_POKE_BHEAD, 0, -RK_ESHMRING },
@@ -1228,6 +1313,8 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_broadcast_order);
 	tcase_add_test(tc, test_slow_reader);
 	tcase_add_test(tc, test_big_frames);
+	tcase_add_test(tc, test_wrap_stale);
+	tcase_add_test(tc, test_full_ring_head);
 	tc = new_tcase(s, "untrusted");
 	tcase_add_loop_test(tc, test_poke, 0, (int)ARRAY_SIZE(pokes));
 	tcase_add_test(tc, test_stranger_socket);

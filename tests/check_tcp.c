@@ -72,12 +72,14 @@ struct side {
 	uint64_t tx_count, n_frames;
 	uint64_t rng;
 	unsigned int flips, flip_left;
+	bool fixed;			/* keep the wait policy side_init() set: no flips */
 	struct side *peer;
 	/* the paths tests: echo every frame */
 	bool echo;
 };
 
 static atomic_uint g_done;		/* stress sides that received all their frames */
+static bool g_defer;			/* side_init(): RK_DEFER_TASKRUN rings */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -140,6 +142,8 @@ static void flip_wait(struct side *s)
 {
 	struct rk_wait_policy w;
 
+	if (s->fixed)
+		return;
 	rk_wait_policy_init(&w);
 	w.predict = false;
 	w.timed_ns = 0;
@@ -261,6 +265,7 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.wait.predict = false;
 	c.wait.timed_ns = 0;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
+	c.wait.defer_taskrun = g_defer;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -446,16 +451,155 @@ START_TEST(test_block_wakes_by_ring)
 }
 END_TEST
 
-/* RK_WAIT_BLOCK keeps the ring path both ways (the loop never spins). */
-START_TEST(test_wait_block_stays_on_ring)
+/* RK_WAIT_BLOCK receives on the ring only (the loop never spins, so no poll
+ * reads), and still writes every echo directly: a frame the socket takes
+ * whole needs no ring send. */
+START_TEST(test_wait_block_rx_ring_tx_direct)
 {
 	struct rk_link_stats st;
 
 	path_run(RK_WAIT_BLOCK, false, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_ring, PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_tx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+}
+END_TEST
+
+/* ---- RK_DEFER_TASKRUN: the ring bound to the thread that runs the loop --------- */
+
+struct raw_peer {
+	int fd;
+	struct rk_loop *loop;
+	struct rk_post stop;
+	int ok;				/* echoes that came back intact */
+	int foreign_run;		/* rk_loop_run() from this thread */
+	bool run_only;			/* only that run, no frames */
+};
+
+static bool raw_io(int fd, uint8_t *p, size_t n, bool wr)
+{
+	ssize_t r;
+
+	while (n) {
+		r = wr ? write(fd, p, n) : read(fd, p, n);
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static enum rk_activity stop_loop_post(struct rk_post *p)
+{
+	struct raw_peer *r = p->data;
+
+	rk_loop_stop(r->loop);
+	return RK_IDLE;
+}
+
+/* The raw peer on a helper thread (no ck_assert here: it records, the test
+ * asserts): PATH_FRAMES frames, each after the last one's echo, then a stop. */
+static void *raw_peer_thread(void *arg)
+{
+	uint8_t frame[RK_WIRE_HDR_LEN + 72], back[sizeof(frame)];
+	struct raw_peer *r = arg;
+	struct rk_wire_hdr h;
+	int i;
+
+	if (r->run_only) {
+		r->foreign_run = rk_loop_run(r->loop, RK_RUN_NOWAIT);
+		return NULL;
+	}
+	for (i = 0; i < PATH_FRAMES; i++) {
+		uint8_t *pl = frame + RK_WIRE_HDR_LEN;
+
+		if (rk_wire_encode_user(pl, 72, (uint32_t)i, "0123456789abcdef", 16) != 24 ||
+		    rk_wire_encode_hdr(frame, RK_FRAME_USER, 0, 1, (uint64_t)i, pl, 24) < 0 ||
+		    !raw_io(r->fd, frame, RK_WIRE_HDR_LEN + 24, true) ||
+		    !raw_io(r->fd, back, RK_WIRE_HDR_LEN + 24, false) ||
+		    rk_wire_decode_hdr(back, sizeof(back), 1024, &h) != RK_WIRE_HDR_LEN + 24 ||
+		    h.seq != (uint64_t)i || memcmp(back + RK_WIRE_HDR_LEN, pl, 24))
+			break;
+		r->ok++;
+	}
+	rk_post_init(&r->stop, stop_loop_post, r);
+	rk_loop_post(r->loop, &r->stop);
+	return NULL;
+}
+
+/*
+ * RK_WAIT_BLOCK on a SINGLE_ISSUER|DEFER_TASKRUN ring, run on the test's
+ * thread: every frame wakes the wait through the deferred task work of the
+ * ring receive, every echo goes direct, and the ring is this thread's alone
+ * (a run from the peer's thread is refused with -EEXIST, nothing run).
+ */
+START_TEST(test_defer_block_path)
+{
+	struct raw_peer r = { 0 };
+	struct rk_link_stats st;
+	struct rk_loop_stats ls;
+	struct side s;
+	pthread_t th;
+	int fds[2];
+
+	tcp_pair(fds);
+	g_defer = true;
+	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
+	g_defer = false;
+	if (!rk_loop_config(s.loop)->wait.defer_taskrun) {
+		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
+		close(fds[0]);
+		side_fini(&s);
+		return;
+	}
+	s.echo = true;
+	r.fd = fds[0];
+	r.loop = s.loop;
+	/* the first run binds the ring to this thread; another thread's is refused */
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
+	r.run_only = true;
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.foreign_run, -EEXIST);
+	r.run_only = false;
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_DEFAULT), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.ok, PATH_FRAMES);
+	ck_assert_int_eq(s.failed, 0);
+	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
+	rk_link_stats(s.link, &st);
+	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_rx_direct, 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+	rk_loop_stats(s.loop, &ls);
+	ck_assert_uint_ge(ls.blocks, 1);
+	close(fds[0]);
+	side_fini(&s);
+}
+END_TEST
+
+/* Without RK_DEFER_TASKRUN (the default) any one thread at a time may run the loop. */
+START_TEST(test_no_defer_any_thread)
+{
+	struct raw_peer r = { .run_only = true };
+	struct side s;
+	pthread_t th;
+	int fds[2];
+
+	tcp_pair(fds);
+	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
+	ck_assert(!rk_loop_config(s.loop)->wait.defer_taskrun);
+	r.loop = s.loop;
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(r.foreign_run, 0);
+	close(fds[0]);
+	side_fini(&s);
 }
 END_TEST
 
@@ -484,24 +628,21 @@ static void *stress_thread(void *arg)
 
 /*
  * Both sides send STRESS_FRAMES frames of 1 B .. 1 MiB, a window of them ahead,
- * one more for each frame received, and flip their wait policy (spin, block,
- * adaptive blocking at once, adaptive with a short window) every 1-6 frames:
- * every switch of either direction between the direct and the ring path, with
- * receives and sends in flight, partial sends and frames split over many
- * reads. Every frame must arrive once, in order, byte for byte, and both paths
- * must have carried bytes both ways.
+ * one more for each frame received. Every frame must arrive once, in order,
+ * byte for byte. @run picks the sizes and, when odd, small socket buffers (most
+ * large flushes then go out in parts); @fixed: both loops stay in that policy,
+ * else they flip it every 1-6 frames (flip_wait()). Returns the links' stats.
  */
-START_TEST(test_switch_stress)
+static void stress_run(int run, bool fixed, enum rk_wait_mode mode, struct rk_link_stats *sa,
+		       struct rk_link_stats *sb)
 {
 	struct side a, b;
-	struct rk_link_stats sa, sb;
 	pthread_t ta, tb;
 	int fds[2];
 
 	atomic_store(&g_done, 0);
 	tcp_pair(fds);
-	if (_i % 2) {
-		/* small socket buffers: most large flushes go out in parts */
+	if (run % 2) {
 		int sz = 32768;
 
 		setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
@@ -509,13 +650,15 @@ START_TEST(test_switch_stress)
 		setsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 		setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
 	}
-	side_init(&a, 0, fds[0], RK_WAIT_SPIN);
-	side_init(&b, 1, fds[1], RK_WAIT_SPIN);
+	side_init(&a, 0, fds[0], mode);
+	side_init(&b, 1, fds[1], mode);
+	a.fixed = b.fixed = fixed;
 	a.peer = &b;
 	b.peer = &a;
 	a.n_frames = b.n_frames = STRESS_FRAMES;
-	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;	/* each run its own sizes and flips */
-	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)_i;
+	/* each run its own sizes and flips */
+	a.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;
+	b.rng += 0x2545f4914f6cdd1dull * (uint64_t)run;
 	ck_assert_int_eq(pthread_create(&ta, NULL, stress_thread, &a), 0);
 	ck_assert_int_eq(pthread_create(&tb, NULL, stress_thread, &b), 0);
 	pthread_join(ta, NULL);
@@ -526,16 +669,54 @@ START_TEST(test_switch_stress)
 	ck_assert_int_eq(b.bad, 0);
 	ck_assert_uint_eq(a.rx_count, STRESS_FRAMES);
 	ck_assert_uint_eq(b.rx_count, STRESS_FRAMES);
-	rk_link_stats(a.link, &sa);
-	rk_link_stats(b.link, &sb);
-	ck_assert_uint_eq(sa.rx_frames, STRESS_FRAMES);
-	ck_assert_uint_eq(sb.rx_frames, STRESS_FRAMES);
+	rk_link_stats(a.link, sa);
+	rk_link_stats(b.link, sb);
+	ck_assert_uint_eq(sa->rx_frames, STRESS_FRAMES);
+	ck_assert_uint_eq(sb->rx_frames, STRESS_FRAMES);
+	side_fini(&a);
+	side_fini(&b);
+}
+
+/*
+ * The flips go through spin, block, adaptive blocking at once and adaptive
+ * with a short window: every switch of either direction between the direct and
+ * the ring path, with receives and sends in flight, partial sends and frames
+ * split over many reads. Both paths must have carried bytes both ways (sends
+ * go to the ring only for what the socket did not take: with small buffers).
+ */
+START_TEST(test_switch_stress)
+{
+	struct rk_link_stats sa, sb;
+
+	stress_run(_i, false, RK_WAIT_SPIN, &sa, &sb);
 	ck_assert_uint_gt(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
 	ck_assert_uint_gt(sa.tcp_rx_ring + sb.tcp_rx_ring, 0);
 	ck_assert_uint_gt(sa.tcp_tx_direct + sb.tcp_tx_direct, 0);
-	ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
-	side_fini(&a);
-	side_fini(&b);
+	if (_i % 2)
+		ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
+}
+END_TEST
+
+/*
+ * RK_WAIT_BLOCK throughout: every byte comes in on the ring receive, every
+ * flush writes directly first, and with small socket buffers the part of a
+ * large flush the socket did not take goes to a ring send, while the next
+ * flush waits for it: the two send paths of one direction never overlap.
+ */
+START_TEST(test_block_send_stress)
+{
+	struct rk_link_stats sa, sb;
+
+	stress_run(_i, true, RK_WAIT_BLOCK, &sa, &sb);
+	ck_assert_uint_eq(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_rx_ring, 0);
+	ck_assert_uint_gt(sb.tcp_rx_ring, 0);
+	ck_assert_uint_gt(sa.tcp_tx_direct, 0);
+	ck_assert_uint_gt(sb.tcp_tx_direct, 0);
+	if (_i % 2) {
+		ck_assert_uint_gt(sa.tcp_tx_ring, 0);
+		ck_assert_uint_gt(sb.tcp_tx_ring, 0);
+	}
 }
 END_TEST
 
@@ -547,8 +728,11 @@ static Suite *tcp_suite(void)
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_spin_goes_direct);
 	tcase_add_test(tc, test_block_wakes_by_ring);
-	tcase_add_test(tc, test_wait_block_stays_on_ring);
+	tcase_add_test(tc, test_wait_block_rx_ring_tx_direct);
 	tcase_add_loop_test(tc, test_switch_stress, 0, 4);
+	tcase_add_loop_test(tc, test_block_send_stress, 0, 2);
+	tcase_add_test(tc, test_defer_block_path);
+	tcase_add_test(tc, test_no_defer_any_thread);
 	suite_add_tcase(s, tc);
 	return s;
 }

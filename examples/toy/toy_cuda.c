@@ -1090,10 +1090,10 @@ static int arm_try(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_
 		if (!find(b, ws.stream_id))
 			return TOY_CUDA_SKIP_STREAM;	/* a retire dropped it */
 	}
-	/* the plan kernel reads the predicted round's largest extent of the region,
-	 * whatever was published */
+	/* the plan kernel reads the predicted round's largest extent of the region
+	 * in 16-byte chunks, whatever was published */
 	ext = rk_wire_round_size(n, res_tokwin(n, dmax));
-	if (ext < 0 || (uint64_t)ext > rk_epoch_desc_max(ep))
+	if (ext < 0 || ((uint64_t)ext + 15) / 16 * 16 > rk_epoch_desc_max(ep))
 		return TOY_CUDA_SKIP_REGION;
 	ret = res_slots(b, k, res_nout(n, dmax));
 	if (!ret)

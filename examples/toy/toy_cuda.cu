@@ -169,16 +169,49 @@ __device__ static inline uint64_t gtimer(void)
 #define W_STREAM 40u
 #define TOK_PER_THREAD (TOY_CUDA_TOKWIN_MAX / TOY_CUDA_PLAN_THREADS)
 
+/* The most descriptor bytes the plan kernel copies: the header, the streams
+ * and the token window, in 16-byte chunks */
+#define DESC_CHUNKS ((W_HDR + TOY_CUDA_PRED_MAX * W_STREAM + 4 * TOY_CUDA_TOKWIN_MAX + 15) / 16)
+
+/* 16 bytes of host-mapped memory in one load, never cached (ld.volatile is a
+ * relaxed load at system scope): the host rewrites the region every round */
+__device__ static inline uint4 ld128(const uint8_t *p)
+{
+	uint4 v;
+
+	asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+		     : "l"(p)
+		     : "memory");
+	return v;
+}
+
+/* Fields of the copy in shared memory: a ROUND's u32 fields sit at multiples
+ * of 4 and its u64 ones at multiples of 8 (W_HDR and W_STREAM are) */
+__device__ static inline uint32_t sh32(const uint8_t *p)
+{
+	return *(const uint32_t *)p;
+}
+
+__device__ static inline uint64_t sh64(const uint8_t *p)
+{
+	return *(const uint64_t *)p;
+}
+
 /*
  * One block of TOY_CUDA_PLAN_THREADS threads. @pred is host-mapped pinned
  * memory the host filled before it pre-armed this kernel (a graph holds its
  * address, so it is read at run time, never cached: the host reuses the slot
  * two arms later); @n, @dmax, @tokwin and @V are fixed for the kernel's graph.
- * Thread 0 waits for the epoch; then every load over PCIe is issued before
- * any of them is compared (bitwise ors, no early exit): one round trip to
- * host memory, not one per field. The host armed it only with @tokwin tokens
- * of stream @n's layout inside the region, so a shorter descriptor is read
- * past its end harmlessly (stale bytes, and the length check fails).
+ * Every read over PCIe that does not depend on the round is issued before
+ * the wait (the prediction: its latency hides behind the poll). Thread 0
+ * waits for the epoch; then the block copies the descriptor's armed extent
+ * into shared memory, 16 bytes a thread and load, all loads in flight at
+ * once: one round trip to host memory, then everything is compared from
+ * shared memory (bitwise ors, no early exit). The host armed it only with
+ * @tokwin tokens of stream @n's layout inside the region (rounded up to 16
+ * bytes), so a shorter descriptor is read past its end harmlessly (stale
+ * bytes, and the length check fails).
  */
 __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 				const uint8_t *desc, toy_cuda_kpredict *pred, uint32_t n,
@@ -186,19 +219,29 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 				uint32_t *tok, uint32_t *gate)
 {
 	uint8_t *pp = (uint8_t *)pred;
+	__shared__ uint4 sh_desc[DESC_CHUNKS];
 	__shared__ uint64_t sh_want, sh_ep, sh_t0, sh_t1;
-	__shared__ uint32_t sh_polls, sh_total, sh_nout;
+	__shared__ uint32_t sh_polls, sh_total, sh_nout, sh_len;
 	__shared__ uint32_t sh_ntok[TOY_CUDA_PRED_MAX], sh_ndr[TOY_CUDA_PRED_MAX];
 	__shared__ uint32_t sh_toff[TOY_CUDA_PRED_MAX], sh_ooff[TOY_CUDA_PRED_MAX];
 	__shared__ int bad;
+	const uint8_t *sd = (const uint8_t *)sh_desc, *st, *ps;
 	uint32_t i = threadIdx.x, r, j, pos = 0, ppos = 0, ntok = 0, ndr = 0, slot = 0, last = 0;
-	uint32_t maxtok = 0, len = 0, dn = 0, polls = 0, nap = 0, tv[TOK_PER_THREAD];
-	uint64_t want, sid = 0, pid = 0, ep, d0 = 0, t0;
-	const uint8_t *st, *ps;
+	uint32_t maxtok = 0, dn, polls = 0, nap = 0, c, nchunk;
+	uint64_t want, sid = 0, pid = 0, ep, d0, t0;
 
 	/* the fold kernel may be launched now: it waits for this grid's end
 	 * (griddepcontrol.wait), so it is resident when the round comes */
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	/* the prediction, before the wait: it does not change once armed */
+	if (i < n) {
+		ps = pp + offsetof(toy_cuda_kpredict, s) + (size_t)i * sizeof(pred->s[0]);
+		pid = ld64(ps);
+		ppos = ld32(ps + 8);
+		slot = ld32(ps + 12);
+		last = ld32(ps + 16);
+		maxtok = ld32(ps + 20);
+	}
 	if (i == 0) {
 		t0 = gtimer();
 		want = ld64(pp + offsetof(toy_cuda_kpredict, want));
@@ -219,31 +262,20 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 		bad = 0;
 	}
 	__syncthreads();
+	/* the descriptor, once: every chunk's load issued before any is used */
 	want = sh_want;
-	if (i == 0) {
-		len = *(const volatile uint32_t *)d_len;
-		d0 = ld64(desc);
-		dn = ld32(desc + 8);
-	}
+	nchunk = (W_HDR + n * W_STREAM + 4 * tokwin + 15) / 16;
+	if (i == 0)
+		sh_len = *(const volatile uint32_t *)d_len;
+	for (c = i; c < nchunk; c += TOY_CUDA_PLAN_THREADS)
+		sh_desc[c] = ld128(desc + 16 * (size_t)c);
+	__syncthreads();
 	if (i < n) {
-		st = desc + W_HDR + i * W_STREAM;
-		ps = pp + offsetof(toy_cuda_kpredict, s) + (size_t)i * sizeof(pred->s[0]);
-		sid = ld64(st);
-		pos = ld32(st + 8);
-		ntok = ld32(st + 12);
-		ndr = ld32(st + 16);
-		pid = ld64(ps);
-		ppos = ld32(ps + 8);
-		slot = ld32(ps + 12);
-		last = ld32(ps + 16);
-		maxtok = ld32(ps + 20);
-	}
-#pragma unroll
-	for (r = 0; r < TOK_PER_THREAD; r++) {
-		j = i + r * TOY_CUDA_PLAN_THREADS;
-		tv[r] = j < tokwin ? ld32(desc + W_HDR + n * W_STREAM + 4 * j) : 0;
-	}
-	if (i < n) {
+		st = sd + W_HDR + i * W_STREAM;
+		sid = sh64(st);
+		pos = sh32(st + 8);
+		ntok = sh32(st + 12);
+		ndr = sh32(st + 16);
 		sh_ntok[i] = ntok;
 		sh_ndr[i] = ndr;
 	}
@@ -257,11 +289,13 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 			tot += (uint64_t)sh_ntok[j] + sh_ndr[j];
 			out += (uint64_t)sh_ndr[j] + 1;
 		}
+		d0 = sh64(sd);
+		dn = sh32(sd + 8);
 		sh_total = tot > tokwin ? tokwin : (uint32_t)tot;
 		sh_nout = (uint32_t)(out > 0xffffffffu ? 0xffffffffu : out);
 		bad |= (sh_ep != want) | (tot > tokwin) |
-		       ((uint64_t)len != W_HDR + (uint64_t)n * W_STREAM + 4 * tot) | (d0 != want) |
-		       (dn != n);
+		       ((uint64_t)sh_len != W_HDR + (uint64_t)n * W_STREAM + 4 * tot) |
+		       (d0 != want) | (dn != n);
 	}
 	__syncthreads();
 	if (i < n) {
@@ -280,9 +314,11 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 	for (r = 0; r < TOK_PER_THREAD; r++) {
 		j = i + r * TOY_CUDA_PLAN_THREADS;
 		if (j < sh_total) {
-			if (tv[r] >= V)
+			uint32_t t = sh32(sd + W_HDR + n * W_STREAM + 4 * j);
+
+			if (t >= V)
 				atomicOr(&bad, 1);
-			tok[j] = tv[r];
+			tok[j] = t;
 		}
 	}
 	__syncthreads();
@@ -294,10 +330,13 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 		pred->t_plan = gtimer();
 		pred->polls = sh_polls;
 		pred->gate = bad ? 1u : 0u;
-		__threadfence_system();
-		/* every read of the slot is done (their values are used above) */
-		*(volatile uint64_t *)(pp + offsetof(toy_cuda_kpredict, done)) = want;
-		__threadfence_system();
+		/* every read of the slot is done (their values are used above); the
+		 * stamps before it (a release store, no full fence: the grid's end
+		 * makes it visible to the fold kernel and the round's mark) */
+		asm volatile("st.release.sys.global.u64 [%0], %1;"
+			     :
+			     : "l"(pp + offsetof(toy_cuda_kpredict, done)), "l"(want)
+			     : "memory");
 	}
 }
 

@@ -17,7 +17,11 @@
 #    whether every token hash agreed (decode-exact every way).
 # Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
 # MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
-# runs every rank under RK_WAIT=block, e.g. on-block), BASE (the mode the
+# runs every rank under RK_WAIT=block, e.g. on-block, one ending in -fblock
+# only the followers, the leader under the default; a mode starting with
+# base- runs the rest of its name with the programs of the built tree
+# BASE_BUILD: MODES="off base-off" BASE=base-off compares two builds, the
+# same run), BASE (the mode the
 # ratios divide by, off), DRAFTS ("plain,drafted"),
 # TPS (cuda: "1"; cpu: "2 4"), RUNS (3), REQUESTS (32), TOKENS (64),
 # STREAMS (1,4,8), SIZES ("name:rk-serve options;...", default cuda: small
@@ -70,17 +74,34 @@ job()
 		hosts=$hosts,localhost
 		i=$((i + 1))
 	done
-	rmode=${4%-block}
+	jlaunch=$launch
+	jserve=$serve
+	rmode=${4#base-}
+	if [ "$rmode" != "$4" ]; then
+		[ -n "${BASE_BUILD:-}" ] || { echo "FAIL: mode $4 needs BASE_BUILD"; rc=1; return; }
+		jlaunch=$BASE_BUILD/examples/launch/rk-launch
+		jserve=$BASE_BUILD/examples/serve/rk-serve
+	fi
+	m4=$rmode
+	rmode=${m4%-fblock}
 	wenv=
-	[ "$rmode" != "$4" ] && wenv=RK_WAIT=block
+	fwrap=
+	if [ "$rmode" != "$m4" ]; then
+		# the followers block, the leader keeps the default (rk-launch sets RK_RANK)
+		fwrap=$out/fblock.sh
+		echo '[ "$RK_RANK" = 0 ] || export RK_WAIT=block; exec "$@"' >"$fwrap"
+	else
+		rmode=${m4%-block}
+		[ "$rmode" != "$m4" ] && wenv=RK_WAIT=block
+	fi
 	extra=
 	if [ "$rmode" = on-stream ]; then
 		rmode=on
 		extra=--cuda-resident-wait=stream
 	fi
 	# shellcheck disable=SC2086
-	env $wenv RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$launch" --hosts "$hosts" -- \
-		"$serve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
+	env $wenv RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$jlaunch" --hosts "$hosts" -- \
+		${fwrap:+sh "$fwrap"} "$jserve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
 		--bench-modes greedy --bench-draft "${DRAFTS:-plain,drafted}" \
 		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" $extra \
 		${ARGS:-} </dev/null >"$out/job.out" 2>&1

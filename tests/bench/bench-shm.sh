@@ -14,7 +14,12 @@
 # Env: RUNS (5), COUNT (20000 round trips per run), IDLE (60; 0: skip), TPS
 # ("2 4"), POLICIES ("adaptive block"), REQUESTS (32), TOKENS (64), STREAMS
 # ("1,4"), SERVE_ARGS (more rk-serve options, e.g. "--hidden 4096"), STEPS
-# ("pingpong decode"). Exit 0 when every run completed, 1 otherwise.
+# ("pingpong decode"), PERF (empty: none; else perf stat event names, comma
+# separated, e.g. "cycles,instructions,cache-misses": after the pingpong table,
+# one rk-pingpong --wait=spin run per transport under perf stat, both ranks
+# counted, each event per round trip; events this perf does not know are left
+# out, those the machine cannot count print "-").
+# Exit 0 when every run completed, 1 otherwise.
 b=${builddir:-.}
 pingpong=$b/examples/pingpong/rk-pingpong
 launch=$b/examples/launch/rk-launch
@@ -51,6 +56,13 @@ shm_of()
 echo "bench-shm: shared-memory links (RK_SHM=on) against TCP loopback (RK_SHM=off)," \
 	"$runs runs each, alternating"
 echo "host: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
+# --pin puts rank r on CPU r: two SMT siblings share one core's execution units
+# (a spinning rank slows the working one) where two cores pay for line transfers
+sib()
+{
+	cat "/sys/devices/system/cpu/cpu$1/topology/thread_siblings_list" 2>/dev/null || echo "?"
+}
+echo "pinned CPUs: 0 (siblings $(sib 0)), 1 (siblings $(sib 1))"
 
 case " $steps " in *" pingpong "*)
 	echo
@@ -83,6 +95,30 @@ case " $steps " in *" pingpong "*)
 		printf '%-9s %10s %10s %10s %10s %8s %8s\n' "$m" "$t50" "$s50" "$t99" "$s99" \
 			"$(ratio "$s50" "$t50")" "$(ratio "$s99" "$t99")"
 	done
+	if [ -n "${PERF:-}" ]; then
+		# counters per round trip: the warmup's 1000 are counted too, and the setup
+		ev=
+		if command -v perf >/dev/null; then
+			for e in $(echo "$PERF" | tr ',' ' '); do	# the events this perf knows
+				perf stat -x, -e "$e" true >/dev/null 2>&1 && ev=${ev:+$ev,}$e
+			done
+		fi
+		if [ -z "$ev" ]; then
+			echo "perf: SKIP (no perf, or none of: $PERF)"
+		else
+			PERF=$ev
+			for tr in tcp shm; do
+				RK_SHM=$(shm_of $tr) timeout 300 perf stat -x, -o "$tmp/perf.$tr" \
+					-e "$PERF" "$pingpong" --local --pin --runs 1 --count "$count" \
+					--wait spin >"$tmp/pp" 2>&1 || { echo "FAIL: perf over $tr"; exit 1; }
+				awk -F, -v tr="$tr" -v n="$((count + 1000))" '
+					$3 != "" && $1 !~ /^#/ { v = $1 + 0
+						printf "perf %s: %s %s per round trip\n", tr, $3,
+						       ($1 ~ /not/ ? "-" : sprintf("%.4g%s", v / n, $2 == "" ? "" : " " $2)) }' \
+					"$tmp/perf.$tr"
+			done
+		fi
+	fi
 	if [ "$idle" -gt 0 ]; then
 		# both transports idle side by side (idle ranks do not compete)
 		for tr in tcp shm; do

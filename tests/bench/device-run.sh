@@ -50,13 +50,15 @@
 #                   round trips per run (20000), BCAST_RUNS=0 or KILL_TRIALS=0 skips
 #                   those benches; SHM_BASE=DIR, a built tree (an earlier run's WORK
 #                   source folder): then its rk-pingpong and this one's, alternating,
-#                   SHM_AB times each (2))
+#                   SHM_AB times each (2); SHM_PERF: perf stat events for each of
+#                   those, bench-shm.sh's PERF)
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
-#                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL pass
-#                   through (SQPOLL=1 adds the rk-sqpoll-spin/-adaptive rows), and so do
-#                   GAP_REPS, BUSY (0: the gap run only), GAPSET and BASE (a built tree,
-#                   e.g. an earlier run's WORK: its rk-pingpong as rk-base-* rows): peers.txt)
+#                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL,
+#                   DESIGNS, MODES, DEFER, ONECPU, SHM, BASE, GAP_REPS, BUSY (0: the gap
+#                   run only) and GAPSET pass through (SQPOLL=1 adds the rk-sqpoll-spin/
+#                   -adaptive rows, DEFER=1 rk-defer-MODE rows, BASE=DIR a built tree's
+#                   rk-pingpong as rk-base-* rows): peers.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -439,7 +441,8 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 				lim=$(($(left) - 20))
 				[ $lim -gt 120 ] && lim=120
 				step shm-ab $lim "$slog" env STEPS=pingpong RUNS="${SHM_RUNS:-3}" \
-					IDLE=0 COUNT="${SHM_COUNT:-20000}" builddir="$b" \
+					IDLE=0 COUNT="${SHM_COUNT:-20000}" PERF="${SHM_PERF:-}" \
+					builddir="$b" \
 					sh tests/bench/bench-shm.sh
 			done
 			i=$((i + 1))

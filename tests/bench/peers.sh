@@ -37,6 +37,16 @@
 #   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
 #                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
 #                                 host with cores to spare, against rk-spin in the same run)
+#   MODES ["spin adaptive block"] the rk-* (and rk-base-*) busy rows' wait modes (not RK_*:
+#                                 rankrt refuses RK_ variables it does not know)
+#   DEFER [0]                     1: also rk-defer-MODE busy rows for those modes
+#                                 (RK_DEFER_TASKRUN=1: a SINGLE_ISSUER|DEFER_TASKRUN ring)
+#   ONECPU [0]                    1: client and server both on CPU 0 (rk-pingpong under
+#                                 taskset -c 0, the peers with --cpus 0,0): each round trip
+#                                 is then both ends' CPU path plus two context switches,
+#                                 without the cross-CPU wake, so software cost shows
+#                                 through a VM's noisy idle wakes
+#   GAPS=none                     skips the periodic-gap run
 # The gap run also has rk-nolearn (RK_LEARN=0: the wait before links learned their gaps)
 # beside rk-adaptive (the default, learning), so both compare in one run.
 # A design whose library is missing is left out (named on stderr). Without
@@ -96,7 +106,16 @@ base=()
 if [ -n "${BASE:-}" ]; then
 	[ -x "$BASE/examples/pingpong/rk-pingpong" ] ||
 		{ echo "peers.sh: no $BASE/examples/pingpong/rk-pingpong" >&2; exit 1; }
-	base=(rk-base-spin rk-base-adaptive rk-base-block)
+	base=()
+	for m in ${MODES:-spin adaptive block}; do base+=(rk-base-"$m"); done
+fi
+pin=(--pin)
+cpus=()
+onecpu=()
+if [ "${ONECPU:-0}" = 1 ]; then
+	pin=()
+	cpus=(--cpus 0,0)
+	onecpu=(taskset -c 0)
 fi
 
 host="$(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(uname -r)"
@@ -108,19 +127,22 @@ med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else prin
 # would otherwise move to shared memory); the rk-shm-* rows are that same-host link.
 rk_row()
 {
-	local out shm=off mode=$1 bin=$pp sq=0 learn=(env RK_LEARN=1)
+	local out shm=off mode=$1 bin=$pp sq=0 defer=0 learn=(env RK_LEARN=1)
 	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} learn=(env) ;; esac
+	case $mode in defer-*) defer=1 mode=${mode#defer-} ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
 	case $mode in margin[0-9]*) learn=(env RK_LEARN=1 RK_PREDICT_MARGIN_US=${mode#margin}) mode=adaptive ;; esac
-	out=$("${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local --pin --wait "$mode" \
+	[ "$defer" = 0 ] || learn+=(RK_DEFER_TASKRUN=1)
+	out=$("${onecpu[@]}" "${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local "${pin[@]}" --wait "$mode" \
 		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" | tail -1)
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
 }
 peer_row() # DESIGN COUNT WARMUP [GAP]
 {
-	"$peers" "$1" --count "$2" --warmup "$3" --gap-us "${4:-0}" | awk '{print $2, $3, $4, $5, $6}'
+	"$peers" "$1" --count "$2" --warmup "$3" --gap-us "${4:-0}" "${cpus[@]}" |
+		awk '{print $2, $3, $4, $5, $6}'
 }
 row() # NAME COUNT WARMUP GAP
 {
@@ -131,7 +153,12 @@ row() # NAME COUNT WARMUP GAP
 }
 
 # ---- busy round trips ----
-all=(rk-spin rk-adaptive rk-block "${base[@]}" "${designs[@]}")
+all=()
+for m in ${MODES:-spin adaptive block}; do all+=(rk-"$m"); done
+if [ "${DEFER:-0}" = 1 ]; then
+	for m in ${MODES:-spin adaptive block}; do all+=(rk-defer-"$m"); done
+fi
+all+=("${base[@]}" "${designs[@]}")
 [ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
 [ "${SQPOLL:-0}" = 1 ] && all+=(rk-sqpoll-spin rk-sqpoll-adaptive)
 [ "${BUSY:-1}" = 0 ] && REPS=0
@@ -142,16 +169,20 @@ for rep in $(seq "$REPS"); do
 		echo "$d $r" >>"$tmp/busy"
 	done
 done
-floor=$(awk '$1 == "sock-spin" {print $2}' "$tmp/busy" | med)
-floor99=$(awk '$1 == "sock-spin" {print $3}' "$tmp/busy" | med)
+# the floor: sock-spin, or sock-block when the run has no sock-spin
+fl=sock-spin
+grep -q '^sock-spin ' "$tmp/busy" || fl=sock-block
+floor=$(awk -v f=$fl '$1 == f {print $2}' "$tmp/busy" | med)
+floor99=$(awk -v f=$fl '$1 == f {print $3}' "$tmp/busy" | med)
 {
 	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
 	echo
-	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
-	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; client on CPU 0,"
-	echo "server on CPU 1; CPU is both processes' user+system time per round trip, warmup included."
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} DEFER=${DEFER:-0} ONECPU=${ONECPU:-0} MODES=\"${MODES:-spin adaptive block}\" BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
+	if [ "${ONECPU:-0}" = 1 ]; then where="client and server both on CPU 0"; else where="client on CPU 0, server on CPU 1"; fi
+	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; $where;"
+	echo "CPU is both processes' user+system time per round trip, warmup included."
 	echo
-	echo "| design | p50 RTT us | p99 us | p50 / sock-spin | p99 / sock-spin | CPU us per round trip |"
+	echo "| design | p50 RTT us | p99 us | p50 / $fl | p99 / $fl | CPU us per round trip |"
 	echo "|---|---|---|---|---|---|"
 } >"$OUT/peers.md"
 : >"$OUT/peers-busy.dat"
@@ -170,6 +201,7 @@ done
 gapset=(rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block)
 [ -n "${BASE:-}" ] && gapset=(rk-spin rk-base-adaptive rk-adaptive rk-nolearn rk-block sock-spin sock-block)
 [ -n "${GAPSET:-}" ] && read -r -a gapset <<<"$GAPSET"
+[ "$GAPS" != none ] || GAPS=
 for rep in $(seq "$GAP_REPS"); do
 	for g in $GAPS; do
 		n=$((GAP_MS * 1000 / g))
@@ -180,7 +212,7 @@ for rep in $(seq "$GAP_REPS"); do
 		done
 	done
 done
-{
+[ -z "$GAPS" ] || {
 	echo
 	echo "### Periodic gaps: wake latency of a server idle G us, against pure spinning (rk-spin)"
 	echo
@@ -233,7 +265,9 @@ plot for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 EOF
 sed -i "s/@GAPSET@/${gapset[*]}/" "$OUT/peers.gp"
 if command -v gnuplot >/dev/null; then
-	(cd "$OUT" && gnuplot peers.gp)
+	# without a gap run (GAPS=none) the second plot has no points: not an error
+	(cd "$OUT" && gnuplot peers.gp 2>/dev/null) || [ -z "$GAPS" ] ||
+		echo "peers.sh: gnuplot failed: run 'gnuplot peers.gp' in $OUT" >&2
 else
 	echo "peers.sh: no gnuplot: run 'gnuplot peers.gp' in $OUT to plot" >&2
 fi
