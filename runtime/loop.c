@@ -114,6 +114,11 @@ struct rk_loop {
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
 	uint64_t cut_busy;		/* the last_busy whose window was cut (counted once) */
+	/* whose arrivals the last busy work was: see spin_window() */
+	struct rk_source *busy_learner;	/* a learner, NULL = other work, or mixed */
+	struct rk_source *iter_learner;	/* this iteration's learner with arrivals */
+	unsigned int iter_learned;	/* ...its busy arrivals in this iteration */
+	bool iter_mixed;		/* ...and another learner's too */
 
 	/* RK_DEFER_TASKRUN: the ring is created disabled and bound to the first
 	 * thread that runs the loop (loop_bind()) */
@@ -544,21 +549,57 @@ static uint64_t sources_expect(struct rk_loop *loop)
 
 /* ---- learned arrivals (struct rk__gaps, runtime_int.h) ---------------------------- */
 
+/* Warm, not held, and its gaps long and regular: what it predicts can be slept on.
+ * Irregular gaps (a deviation above a quarter of the mean) leave the waits to the
+ * window and block rules. */
+static bool gaps_trusted(const struct rk__gaps *g)
+{
+	return g->n >= RK__GAPS_WARM && !g->hold && g->mean >= RK__GAPS_MIN_NS &&
+	       g->dev * 4 <= g->mean;
+}
+
+/*
+ * The deviation to predict with. While the learner has fewer than
+ * RK__GAPS_SETTLE gaps, at least mean/128: the spread of two or three gaps
+ * can be near 0 by chance, and a wake that late for the next one costs a
+ * block's latency (the tail); a little more spinning costs less.
+ */
+static uint64_t gaps_dev(const struct rk__gaps *g)
+{
+	if (g->n < RK__GAPS_SETTLE && g->dev < g->mean / 128)
+		return g->mean / 128;
+	return g->dev;
+}
+
+/*
+ * When the next burst is overdue: mean + 4 deviations after this one's start,
+ * plus a slack of mean/16 (20 us to 1 ms). Past it the learner predicts
+ * nothing. Short, because every microsecond of it is spun for: a link whose
+ * traffic stops costs this much spinning at idle entry, and a burst that comes
+ * later still is rare enough (4 deviations) for a block's wake latency.
+ */
+static uint64_t gaps_until(const struct rk__gaps *g)
+{
+	uint64_t slack = g->mean / 16;
+
+	if (slack < RK__PRED_MIN_SLACK)
+		slack = RK__PRED_MIN_SLACK;
+	if (slack > RK__GAPS_SLACK_MAX_NS)
+		slack = RK__GAPS_SLACK_MAX_NS;
+	return g->first + g->mean + 4 * gaps_dev(g) + slack;
+}
+
 static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
 {
 	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
-	uint64_t slack;
 
-	if (g->n < RK__GAPS_WARM || g->hold || g->mean < RK__GAPS_MIN_NS)
-		return 0;
-	if (g->dev * 4 > g->mean)	/* irregular: the window and block rules decide */
+	if (!gaps_trusted(g))
 		return 0;
 	if (now < g->last + RK__GAPS_BURST_NS)	/* the burst may go on: spin for it */
 		return 0;
-	slack = g->mean / 4 > RK__PRED_MIN_SLACK ? g->mean / 4 : RK__PRED_MIN_SLACK;
-	if (now > g->first + g->mean + 4 * g->dev + slack)
+	if (now > gaps_until(g))
 		return 0;	/* overdue: it says nothing more */
-	return g->first + g->mean - 3 * g->dev;
+	return g->first + g->mean - 3 * gaps_dev(g);	/* > first: dev <= mean / 4 */
 }
 
 static const struct rk_source_ops gaps_ops = {
@@ -575,9 +616,17 @@ static void gaps_sample(struct rk__gaps *g, uint64_t d)
 {
 	uint64_t dev;
 
+	if (!g->n || d < g->lo)
+		g->lo = d;
 	if (!g->n) {
 		g->mean = d;
 		g->dev = d / 8;
+	} else if (g->n == 1) {
+		/* the spread of the first two gaps, not the guess above: a few
+		 * regular gaps then predict (RK__GAPS_WARM), and every gap that is
+		 * not predicted costs a spin window */
+		g->dev = d > g->mean ? d - g->mean : g->mean - d;
+		g->mean = (g->mean + d) / 2;
 	} else {
 		dev = d > g->mean ? d - g->mean : g->mean - d;
 		g->dev = (g->dev * 3 + dev) / 4;
@@ -599,6 +648,11 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 		loop->learners = &g->src;
 		g->hold_next = RK__GAPS_HOLD;
 	}
+	/* whose work this iteration's is: spin_window() */
+	if (loop->iter_learner && loop->iter_learner != &g->src)
+		loop->iter_mixed = true;
+	loop->iter_learner = &g->src;
+	loop->iter_learned++;
 	if (g->first && now < g->last + RK__GAPS_BURST_NS) {
 		g->last = now;		/* the same burst */
 		return;
@@ -640,6 +694,10 @@ void rk__gaps_detach(struct rk__gaps *g)
 		loop->pred_src = NULL;
 	if (loop->pred_next == &g->src)
 		loop->pred_next = NULL;
+	if (loop->busy_learner == &g->src)
+		loop->busy_learner = NULL;
+	if (loop->iter_learner == &g->src)
+		loop->iter_learner = NULL;
 	g->src.next = NULL;
 	g->src.loop = NULL;
 }
@@ -665,20 +723,47 @@ static void gaps_early(struct rk_source *src)
  * The spin window after the last busy event: spin_ns, or, once the loop has
  * seen RK__GAP_WARM gaps between busy events, 4 times their ~99th percentile
  * (never below learn_spin_min_ns): a window far longer than any gap seen
- * spins for nothing at the start of an idle episode.
+ * spins for nothing at the start of an idle episode. And when the last busy
+ * work was all one trusted learner's arrivals, the window ends where that
+ * learner's next burst is overdue (gaps_until()): the learner has said when
+ * its next one comes, and the predictive wait slept and spun for it; spinning
+ * on past that is the idle-entry spin of a link whose traffic stopped. While
+ * that learner is still cold (RK__GAPS_WARM), but each gap it sampled was
+ * twice the window or more, the window is learn_spin_min_ns: at 100 ms gaps
+ * each of those costs 1 ms of spinning, not 20. Other work (a post, a timer,
+ * a GPU completion) keeps the quantile's window.
  */
 #define RK__GAP_WARM	64
 static uint64_t spin_window(const struct rk_loop *loop)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
-	uint64_t win;
+	const struct rk__gaps *g;
+	uint64_t win, until;
 
-	if (!w->learn || !w->predict || loop->gap_n < RK__GAP_WARM)
+	if (!w->learn || !w->predict)
 		return w->spin_ns;
-	win = loop->gap_hi * 4;
-	if (win < w->learn_spin_min_ns)
-		win = w->learn_spin_min_ns;
-	return win < w->spin_ns ? win : w->spin_ns;
+	win = w->spin_ns;
+	if (loop->gap_n >= RK__GAP_WARM) {
+		win = loop->gap_hi * 4;
+		if (win < w->learn_spin_min_ns)
+			win = w->learn_spin_min_ns;
+		if (win > w->spin_ns)
+			win = w->spin_ns;
+	}
+	if (loop->busy_learner) {
+		g = rk__container_of(loop->busy_learner, struct rk__gaps, src);
+		if (gaps_trusted(g)) {
+			until = gaps_until(g);
+			until = until > loop->last_busy ? until - loop->last_busy : 0;
+			if (until < win)
+				win = until;
+		} else if (g->n && !g->hold && g->lo / 2 >= win && w->learn_spin_min_ns < win) {
+			/* cold, but no gap of its ever came within twice the
+			 * window: the next is unlikely to (a block's latency if so) */
+			win = w->learn_spin_min_ns;
+		}
+	}
+	return win;
 }
 
 /*
@@ -717,6 +802,7 @@ static int arm_sources(struct rk_loop *loop)
 				loop->stats.events += (uint64_t)ret;
 				loop->stats.busy_events += (uint64_t)ret;
 				loop->last_busy = loop->now;
+				loop->busy_learner = NULL;
 			}
 		}
 		if (ret > 0)
@@ -1314,17 +1400,23 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 
 /*
  * A source predicts its next event at @expect: sleep until @expect less the
- * margin when that is at least predict_min away, else spin. Return false to
- * leave the decision to the rest of the policy (a timer is due before the wake).
+ * margin when that is at least predict_min away (RK__GAPS_SLEEP_MIN_NS for a
+ * learner), else spin; a timer due before the wake is slept and spun for
+ * instead. This decides the wait: the window and block rules do not apply.
  * Adaptive mode only: 'block' and 'spin' keep their one phase.
  */
-static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
+static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
 	uint64_t margin = predict_margin(loop);
 	uint64_t wake = expect > margin ? expect - margin : 0;
+	uint64_t min = w->predict_min_ns;
 
-	if (wake <= loop->now + w->predict_min_ns) {
+	/* A learned arrival this close is most likely the answer to what this
+	 * loop just sent: a sleep would save little and wake late for it. */
+	if (is_learner(loop->pred_next) && min < RK__GAPS_SLEEP_MIN_NS)
+		min = RK__GAPS_SLEEP_MIN_NS;
+	if (wake <= loop->now + min) {
 		/*
 		 * Due (or too close to sleep): spin; the source stops predicting
 		 * once it is overdue, so this is bounded. When only the learned
@@ -1333,7 +1425,7 @@ static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		 * one bad stretch stops every later sleep, and with them the
 		 * samples that could narrow it again.
 		 */
-		if (expect > loop->now + w->predict_margin_ns + w->predict_min_ns &&
+		if (expect > loop->now + w->predict_margin_ns + min &&
 		    expect != loop->skip_expect) {
 			loop->skip_expect = expect;
 			loop->late_boost -= loop->late_boost / 32;
@@ -1341,12 +1433,28 @@ static bool predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 			loop->oversleep_hi -= loop->oversleep_hi / 16;
 		}
 		loop_spin(loop);
-		return true;
+		return;
 	}
-	if (wake - loop->now > tmo)
-		return false;
+	if (wake - loop->now > (tmo > margin ? tmo - margin : 0)) {
+		/*
+		 * A timer is due first, or so soon after the wake that its own
+		 * wake comes first. Nothing is predicted before the wake, so the
+		 * spin window does not apply (it would spin up to 20 ms for a
+		 * timer a heartbeat away): sleep until the timer less the margin,
+		 * as for a predicted event, and spin to it, so it runs on time
+		 * and on a thread that is awake (not one the timer's lateness
+		 * just woke). A sleep for the timer, no source's: its lateness
+		 * teaches the margin, and no source is judged early or late by it.
+		 */
+		if (tmo <= margin + w->predict_min_ns) {
+			loop_spin(loop);
+			return;
+		}
+		loop->pred_next = NULL;
+		loop_park(loop, tmo - margin, PARK_PREDICT);
+		return;
+	}
 	loop_park(loop, wake - loop->now, PARK_PREDICT);
-	return true;
 }
 
 static void loop_wait(struct rk_loop *loop)
@@ -1366,8 +1474,10 @@ static void loop_wait(struct rk_loop *loop)
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->learners)) {
 		expect = sources_expect(loop);
-		if (expect && predict_wait(loop, expect, tmo))
+		if (expect) {
+			predict_wait(loop, expect, tmo);
 			return;
+		}
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns) {
 		if (since < spin_window(loop)) {
@@ -1412,6 +1522,9 @@ static void iter_begin(struct rk_loop *loop)
 	account(loop, loop->now);
 	loop->iter_busy = 0;
 	loop->iter_events = 0;
+	loop->iter_learner = NULL;
+	loop->iter_learned = 0;
+	loop->iter_mixed = false;
 	loop->stats.iterations++;
 }
 
@@ -1444,6 +1557,8 @@ static void iter_account(struct rk_loop *loop)
 		if (loop->last_busy && t > loop->last_busy)
 			gap_learn(loop, t - loop->last_busy);
 		loop->last_busy = t;
+		loop->busy_learner = !loop->iter_mixed && loop->iter_learned >= loop->iter_busy ?
+				     loop->iter_learner : NULL;
 	}
 }
 

@@ -25,7 +25,7 @@
 #define RK_DEF_RX_BUF_COUNT	64
 #define RK_DEF_MAX_FRAME	(4u << 20)
 #define RK_DEF_TX_LIMIT		(64ull << 20)
-#define RK_DEF_HEARTBEAT_MS	500
+#define RK_DEF_HEARTBEAT_MS	1000
 #define RK_DEF_PEER_TIMEOUT_MS	5000
 #define RK_DEF_CONNECT_MS	30000
 #define RK_DEF_HANDSHAKE_MS	2000
@@ -270,13 +270,21 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * What the loop learns of one source of arrivals (a link's frames): the gap
  * from the start of one burst of busy arrivals to the start of the next (an
  * arrival within RK__GAPS_BURST_NS of the one before is the same burst), as a
- * mean and mean deviation (EWMA 1/8, 1/4). While the gaps are regular (the
- * deviation at most a quarter of the mean) and long enough to sleep through,
- * the loop expects the next burst at mean - 3 deviations after this one's
- * start, sleeps until then less its margin and spins the rest (the predictive
- * wait, ARCHITECTURE.md). An arrival seen right after a sleep came at most
- * then: when the burst's start was seen so too, the delays cancel; when only
- * the end was, the gap teaches only an earlier time (or anything while cold). After a
+ * mean and mean deviation (EWMA 1/8, 1/4; the second gap sets the deviation to
+ * the spread of the first two, so a few gaps are enough to predict). While the
+ * gaps are regular (the deviation at most a quarter of the mean) and long enough
+ * to sleep through, the loop expects the next burst at mean - 3 deviations after
+ * this one's start, sleeps until then less its margin and spins the rest (the
+ * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
+ * slack (gaps_until(), loop.c); a burst later than that is the window's and
+ * block's. While the last busy work was this learner's, the spin window ends
+ * there too, so a link that stops costs that short spin, not a window; and
+ * while it is still cold, but every gap it has seen was twice the window or
+ * longer, the window is RK_LEARN_SPIN_MIN_US: spinning it would only wait for
+ * a frame that has never come that soon. An
+ * arrival seen right after a sleep came at most then: when the burst's start
+ * was seen so too, the delays cancel; when only the end was, the gap teaches
+ * only an earlier time (or anything while cold). After a
  * predictive sleep cut short by other busy work (a post, another link) the
  * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
  * each further cut, until a prediction works again: the loop has work it
@@ -289,6 +297,7 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 struct rk__gaps {
 	struct rk_source src;		/* on the loop's learner list, never polled */
 	uint64_t mean, dev;
+	uint64_t lo;			/* the shortest gap sampled */
 	uint64_t first, last;		/* this burst's first and last arrival, 0 = none */
 	uint32_t n;			/* samples taken */
 	uint32_t hold;			/* bursts left without predicting */
@@ -298,7 +307,10 @@ struct rk__gaps {
 
 #define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
 #define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
-#define RK__GAPS_WARM		8		/* samples before predicting */
+#define RK__GAPS_WARM		2		/* samples before predicting */
+#define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
+#define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
+#define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */
 #define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
 #define RK__GAPS_HOLD_MAX	1024
 
@@ -306,6 +318,20 @@ struct rk__gaps {
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g);
 /* Take @g off its loop (no-op when it never arrived). Loop thread. */
 void rk__gaps_detach(struct rk__gaps *g);
+
+/*
+ * Whether the heartbeat tick at @now sends on a link whose last frame went out
+ * at @last_tx, the ticks @hb apart (world.c): idle for half a period or more.
+ * The heartbeat it sent at the previous tick is a period old, give or take the
+ * timer's jitter, so "idle for a whole period" would skip every tick that came
+ * a little earlier than the one before, and the heartbeats would go one or two
+ * periods apart at random. An idle rank's CPU is its wakes: one tick and one
+ * peer's heartbeat a period, each period.
+ */
+static inline bool rk__heartbeat_due(uint64_t now, uint64_t last_tx, uint64_t hb)
+{
+	return now - last_tx >= hb / 2;
+}
 
 /* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
 

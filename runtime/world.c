@@ -520,7 +520,7 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 			rk__link_fail(l, -RK_EPEERDEAD, true);
 			continue;
 		}
-		if (now - l->last_tx >= cfg->heartbeat_ns) {
+		if (rk__heartbeat_due(now, l->last_tx, cfg->heartbeat_ns)) {
 			struct rk_wire_heartbeat hb = { .time_ns = now };
 
 			n = rk_wire_encode_heartbeat(buf, sizeof(buf), &hb);

@@ -1250,9 +1250,14 @@ static void check_learn_periodic(bool learn)
 		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
 		ck_assert_uint_eq(s1.learn_waits, s0.learn_waits + 1);
 		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
-		/* until before the next frame, less the margin */
+		/* until before the next frame, less the margin; exact gaps have no
+		 * deviation, so the first learned sleeps end 3 x mean/128 before
+		 * it (the floor while settling), the later ones right there (the
+		 * second gap set the deviation from the spread, not a guess) */
 		ck_assert_uint_gt(rec.park_ns, L_GAP / 2);
 		ck_assert_uint_le(rec.park_ns, L_GAP - L_STEP - margin);
+		ck_assert_uint_eq(rec.park_ns, L_GAP - L_STEP - margin -
+					       (i < RK__GAPS_SETTLE ? 3 * (L_GAP / 128) : 0));
 		slept++;
 		/* woken at the deadline: it spins for the frame */
 		s0 = learn_step(&fc, loop, t + L_STEP + rec.park_ns);
@@ -1417,6 +1422,215 @@ START_TEST(test_learn_holds_after_cut)
 }
 END_TEST
 
+/* A learner settled by RK__GAPS_SETTLE + 1 frames @gap apart, seen while
+ * spinning; the last one at the returned time, its learned sleep and spin done. */
+static uint64_t learn_warm(struct fake_clock *fc, struct rk_loop *loop, struct fpred *rec,
+			   struct larr *a, uint64_t gap)
+{
+	uint64_t t = fc->t;
+	unsigned int i;
+
+	for (i = 0; i <= RK__GAPS_SETTLE; i++) {
+		t += gap;
+		arrive(fc, a, t);
+		rec->park_ns = 0;
+		learn_step(fc, loop, t + L_STEP);
+		if (rec->park_ns)
+			learn_step(fc, loop, t + L_STEP + rec->park_ns);
+	}
+	ck_assert_uint_ge(stats_of(loop).learn_waits, 1);
+	return t;
+}
+
+/*
+ * A link whose frames stop (idle entry): after the last one the loop sleeps
+ * until the next is due less the margin and spins for it, but only until the
+ * learner calls it overdue (mean + 4 deviations + mean/16, here 1.0625 ms after
+ * the frame); then the window, cut to that same point because the last busy
+ * work was the learner's, has ended: the loop blocks (a bound timer ends the
+ * block). A loop that kept the configured 200 ms window (or a slack of a quarter
+ * gap) would spin on.
+ */
+START_TEST(test_learn_idle_entry_short)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t, until;
+	int fired = 0;
+
+	t = learn_warm(&fc, loop, &rec, &a, L_GAP);
+	ck_assert_uint_eq(a.g.dev, 0);
+	until = t + L_GAP + L_GAP / 16;
+	rk_timer_init(&bound, never_cb, &fired);
+	/* the frame after it never comes: spun for up to the overdue point */
+	s0 = learn_step(&fc, loop, t + L_GAP + 10 * US);
+	s1 = learn_step(&fc, loop, until - 1 * US);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_uint_eq(s1.blocks, s0.blocks);
+	ck_assert_uint_lt(s1.spin_window_ns, 2 * MS);
+	/* past it: block, not spin */
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 1 * MS, 0), 0);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, until + 1 * US);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(s1.window_cuts, s0.window_cuts + 1);
+	rk_timer_stop(&bound);
+	/* other busy work last (a post): the configured window is back */
+	busy_kick(loop);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, fc.t + 5 * MS);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_uint_eq(s1.spin_window_ns, 200 * MS);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
+ * A cold learner whose gaps were all long (500 ms, against the 200 ms window):
+ * after its first frame (no gap yet) the loop spins the window; after the
+ * second (one gap sampled, not yet enough to predict) the window is
+ * RK_LEARN_SPIN_MIN_US, so 2 ms after the frame the loop blocks.
+ */
+START_TEST(test_learn_cold_long_gaps)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t = fc.t;
+	int fired = 0;
+
+	rk_timer_init(&bound, never_cb, &fired);
+	arrive(&fc, &a, t);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	t += 500 * MS;
+	arrive(&fc, &a, t);
+	ck_assert_uint_eq(a.g.n, 1);
+	ck_assert_uint_lt(a.g.n, RK__GAPS_WARM);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 500 * US);	/* inside 1 ms: spins */
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
+	rk_timer_stop(&bound);
+	ck_assert_int_eq(fired, 0);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
+ * A learned arrival less than RK__GAPS_SLEEP_MIN_NS away (what a loop that just
+ * sent a request expects: the answer) is spun for, not slept for, though the
+ * sleep would be longer than RK_PREDICT_MIN_US (20 us).
+ */
+START_TEST(test_learn_no_short_sleep)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	uint64_t t, margin;
+
+	t = learn_warm(&fc, loop, &rec, &a, L_GAP);
+	margin = stats_of(loop).predict_margin_ns;
+	ck_assert_uint_lt(margin, 200 * US);
+	t += L_GAP;
+	arrive(&fc, &a, t);
+	/* the next frame is due in margin + 60 us: a 60 us sleep is not taken */
+	rec.no_park = true;
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, t + L_GAP - margin - 60 * US);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_uint_eq(s1.predict_waits, s0.predict_waits);
+	rec.no_park = false;
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
+ * A source predicts its event 10 ms ahead, inside a 200 ms spin window, and a
+ * timer is due in 3 ms: the loop sleeps until the timer less the margin (a
+ * predictive wait, for no source: nothing early or late), spins to it, runs
+ * it, then sleeps for the prediction. Spinning the window to the timer was the
+ * old way: 3 ms of CPU for every timer that comes before a predicted event (a
+ * heartbeat before a 100 ms gap's next frame).
+ */
+START_TEST(test_predict_timer_first)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc;
+	struct fpred p = { 0 };
+	struct rk_loop_stats s0, s1;
+	struct rk_timer tm;
+	uint64_t t0, margin;
+	int fired = 0;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 200 * MS;
+	loop = fpred_loop(&c, &fc, &p);
+	busy_kick(loop);	/* the window is open */
+	t0 = fc.t;
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = t0 + 10 * MS;
+	rk_timer_init(&tm, never_cb, &fired);	/* counts: here it must fire, once */
+	ck_assert_int_eq(rk_timer_start(loop, &tm, 3 * MS, 0), 0);
+	s0 = stats_of(loop);
+	fc.t = t0 + 10 * US;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(p.park_ns, 3 * MS - 10 * US - margin);
+	/* woken before the timer: spin to it */
+	fc.t = t0 + 3 * MS - margin;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	s0 = stats_of(loop);
+	ck_assert_uint_eq(s0.spin_iters, s1.spin_iters + 1);
+	ck_assert_uint_eq(s0.predict_waits, s1.predict_waits);
+	ck_assert_uint_eq(s0.predict_late + s0.learn_waits, 0);
+	ck_assert_int_eq(fired, 0);
+	fc.t = t0 + 3 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_int_eq(fired, 1);
+	/* then the prediction's own sleep */
+	fc.t = t0 + 3 * MS + 10 * US;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
+	ck_assert_uint_eq(p.park_ns, 10 * MS - margin - (3 * MS + 10 * US));
+	fc.t = t0 + 10 * MS;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	/* a prediction due just after a timer (its wake after the timer's own):
+	 * the sleep ends at the timer less the margin, not at the prediction's */
+	t0 = fc.t;
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = t0 + 3 * MS + margin / 2;
+	ck_assert_int_eq(rk_timer_start(loop, &tm, 3 * MS, 0), 0);
+	fc.t = t0 + 10 * US;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_assert_uint_eq(p.park_ns, 3 * MS - 10 * US - margin);
+	rk_timer_stop(&tm);
+	fpred_free(loop, &p);
+}
+END_TEST
+
 /*
  * The learned spin window: after 100 busy events 10 us apart, the window
  * after the last one is the floor (RK_LEARN_SPIN_MIN_US, 1 ms), not the
@@ -1513,6 +1727,10 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_learn_holds_after_cut);
 	tcase_add_test(tc, test_learned_window_cut);
 	tcase_add_test(tc, test_learned_window_off);
+	tcase_add_test(tc, test_learn_idle_entry_short);
+	tcase_add_test(tc, test_learn_no_short_sleep);
+	tcase_add_test(tc, test_learn_cold_long_gaps);
+	tcase_add_test(tc, test_predict_timer_first);
 	return s;
 }
 

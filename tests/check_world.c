@@ -2840,12 +2840,41 @@ static TCase *new_tcase(Suite *s, const char *name)
 	return tc;
 }
 
+/*
+ * The heartbeat tick's rule (rk__heartbeat_due()): ticks one period apart,
+ * each a little early or late (timer jitter), on an idle link. Every tick
+ * sends, so the heartbeats go one period apart; a rule of "idle for a whole
+ * period" skips each tick that comes earlier than the one before (here the
+ * 2nd and 4th), and then a heartbeat waits two periods. A link that sent a
+ * frame a moment before a tick (busy) does not send one.
+ */
+START_TEST(test_heartbeat_every_tick)
+{
+	static const int64_t jitter_us[] = { 0, 30, -10, 5, -40, 60, 0, -1 };
+	const uint64_t us = 1000, hb = 1000 * MS, t0 = 1000000 * MS;
+	uint64_t last_tx = t0, now;
+	unsigned int i, sent = 0;
+
+	for (i = 1; i < ARRAY_SIZE(jitter_us); i++) {
+		now = t0 + i * hb + (uint64_t)(jitter_us[i] * (int64_t)us);
+		if (rk__heartbeat_due(now, last_tx, hb)) {
+			last_tx = now;
+			sent++;
+		}
+	}
+	ck_assert_uint_eq(sent, ARRAY_SIZE(jitter_us) - 1);
+	/* a frame 100 ms before the tick: not idle, no heartbeat */
+	ck_assert(!rk__heartbeat_due(t0 + hb, t0 + hb - 100 * MS, hb));
+}
+END_TEST
+
 static Suite *world_suite(void)
 {
 	Suite *s = suite_create("world");
 	TCase *tc;
 
 	tc = new_tcase(s, "link");
+	tcase_add_test(tc, test_heartbeat_every_tick);
 	tcase_add_test(tc, test_frames_both_ways);
 	tcase_add_test(tc, test_send_from_ready);
 	tcase_add_test(tc, test_flush_now);

@@ -346,6 +346,7 @@ static void usage(FILE *f)
 		"  --idle=S           after the traffic, stay idle S seconds on the default\n"
 		"                     policy and report each rank's CPU seconds (default 0)\n"
 		"  --pin              pin rank r to CPU r\n"
+		"  --stats            at exit, each rank prints its loop's counters on stderr\n"
 		"  --leader=ADDR      leader address (else RK_LEADER; --local picks a free port):\n"
 		"                     tcp://host:port, or roce://host:port?dev=rxe0&gid=1 for\n"
 		"                     RDMA links (host:port is the TCP side channel; a rank on\n"
@@ -388,6 +389,26 @@ static int parse_modes(const char *s, struct pp *p)
 	return p->nmodes ? 0 : -1;
 }
 
+/* --stats: what the wait policy did on this rank (for tuning it; one line per rank) */
+static void print_stats(const struct pp *p)
+{
+	struct rk_loop_stats st;
+
+	rk_loop_stats(p->loop, &st);
+	fprintf(stderr,
+		"rk-pingpong[r%d] stats: spin_ms %.1f blocked_ms %.1f blocks %llu predict_waits %llu "
+		"early %llu late %llu cut %llu oversleep_us_avg %.1f margin_us %.1f learn_waits %llu "
+		"learn_holds %llu window_cuts %llu spin_window_us %.0f\n",
+		p->rank, (double)st.ns_spin / 1e6, (double)st.ns_blocked / 1e6,
+		(unsigned long long)st.blocks, (unsigned long long)st.predict_waits,
+		(unsigned long long)st.predict_early, (unsigned long long)st.predict_late,
+		(unsigned long long)st.predict_cut,
+		st.predict_waits ? (double)st.ns_oversleep / 1e3 / (double)st.predict_waits : 0.0,
+		(double)st.predict_margin_ns / 1e3, (unsigned long long)st.learn_waits,
+		(unsigned long long)st.learn_holds, (unsigned long long)st.window_cuts,
+		(double)st.spin_window_ns / 1e3);
+}
+
 static pid_t spawn_follower(const char *self, int argc, char **argv, const char *leader)
 {
 	char **args = calloc((size_t)argc + 2, sizeof(char *));
@@ -418,14 +439,14 @@ int main(int argc, char **argv)
 		{ "runs", required_argument, NULL, 'r' }, { "size", required_argument, NULL, 's' },
 		{ "idle", required_argument, NULL, 'i' }, { "pin", no_argument, NULL, 'p' },
 		{ "leader", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
-		{ "gap-us", required_argument, NULL, 'g' },
+		{ "gap-us", required_argument, NULL, 'g' }, { "stats", no_argument, NULL, 'S' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pp p = { .count = 20000, .size = 64, .warmup = 1000, .runs = 3 };
 	struct rk_config cfg;
 	char err[2048], leader_addr[64]; /* an unknown variable's message lists every known one */
-	bool local = false, pin = false;
+	bool local = false, pin = false, stats = false;
 	unsigned int idle = 0;
 	pid_t child = -1;
 	int c, ret, status;
@@ -467,6 +488,9 @@ int main(int argc, char **argv)
 			break;
 		case 'p':
 			pin = true;
+			break;
+		case 'S':
+			stats = true;
 			break;
 		case 'g':
 			if (cli_u32("rk-pingpong", "gap-us", optarg, 0, 10000000, &p.gap_us))
@@ -573,6 +597,8 @@ int main(int argc, char **argv)
 		if (ret)
 			fprintf(stderr, "rk-pingpong[r1]: %s\n", rk_strerror(ret));
 	}
+	if (stats)
+		print_stats(&p);
 	rk_world_destroy(p.world);
 	rk_loop_destroy(p.loop);
 	free(p.rtt);

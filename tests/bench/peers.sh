@@ -27,7 +27,13 @@
 #   DESIGNS                       the peers' designs to run (default: every one built)
 #   BASE                          another build directory (e.g. main's): its rk-pingpong
 #                                 runs too, as rk-base-* rows beside this build's, for a
-#                                 before/after in the same run
+#                                 before/after in the same run (the gap run: rk-base-adaptive)
+#   BUSY [1]                      0: skip the busy round trips (only the gap run)
+#   GAPSET                        the gap run's designs (default: rk-spin rk-adaptive
+#                                 rk-nolearn rk-block sock-spin sock-block, and
+#                                 rk-base-adaptive with BASE); rk-spin is the reference;
+#                                 rk-marginN: rk-adaptive with RK_PREDICT_MARGIN_US=N (a
+#                                 longer spin before each learned arrival)
 #   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
 #                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
 #                                 host with cores to spare, against rk-spin in the same run)
@@ -127,6 +133,7 @@ rk_row()
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
+	case $mode in margin[0-9]*) learn=(env RK_LEARN=1 RK_PREDICT_MARGIN_US=${mode#margin}) mode=adaptive ;; esac
 	[ "$defer" = 0 ] || learn+=(RK_DEFER_TASKRUN=1)
 	out=$("${onecpu[@]}" "${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local "${pin[@]}" --wait "$mode" \
 		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" | tail -1)
@@ -154,6 +161,8 @@ fi
 all+=("${base[@]}" "${designs[@]}")
 [ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
 [ "${SQPOLL:-0}" = 1 ] && all+=(rk-sqpoll-spin rk-sqpoll-adaptive)
+[ "${BUSY:-1}" = 0 ] && REPS=0
+: >"$tmp/busy"
 for rep in $(seq "$REPS"); do
 	for d in "${all[@]}"; do
 		r=$(row "$d" "$COUNT" "$WARMUP" 0) || { echo "peers.sh: $d failed" >&2; continue; }
@@ -168,7 +177,7 @@ floor99=$(awk -v f=$fl '$1 == f {print $3}' "$tmp/busy" | med)
 {
 	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
 	echo
-	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS SQPOLL=${SQPOLL:-0} DEFER=${DEFER:-0} ONECPU=${ONECPU:-0} MODES=\"${MODES:-spin adaptive block}\" tests/bench/peers.sh\`"
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} DEFER=${DEFER:-0} ONECPU=${ONECPU:-0} MODES=\"${MODES:-spin adaptive block}\" BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
 	if [ "${ONECPU:-0}" = 1 ]; then where="client and server both on CPU 0"; else where="client on CPU 0, server on CPU 1"; fi
 	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; $where;"
 	echo "CPU is both processes' user+system time per round trip, warmup included."
@@ -190,6 +199,8 @@ done
 
 # ---- periodic gaps ----
 gapset=(rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block)
+[ -n "${BASE:-}" ] && gapset=(rk-spin rk-base-adaptive rk-adaptive rk-nolearn rk-block sock-spin sock-block)
+[ -n "${GAPSET:-}" ] && read -r -a gapset <<<"$GAPSET"
 [ "$GAPS" != none ] || GAPS=
 for rep in $(seq "$GAP_REPS"); do
 	for g in $GAPS; do
@@ -246,12 +257,13 @@ set ylabel 'RTT us'
 set logscale xy
 set xrange [500:200000]
 set key left top
-L = "rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block"
+L = "@GAPSET@"
 plot for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 	using 2:3 with linespoints lc i title word(L, i), \
      for [i=1:words(L)] '< grep "^'.word(L, i).' " peers-gap.dat' \
 	using 2:4 with lines dt 2 lc i notitle
 EOF
+sed -i "s/@GAPSET@/${gapset[*]}/" "$OUT/peers.gp"
 if command -v gnuplot >/dev/null; then
 	# without a gap run (GAPS=none) the second plot has no points: not an error
 	(cd "$OUT" && gnuplot peers.gp 2>/dev/null) || [ -z "$GAPS" ] ||
