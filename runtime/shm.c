@@ -59,6 +59,7 @@
  */
 #include "config.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -415,20 +416,11 @@ static inline _Atomic uint32_t *rec_word(const struct ring *r, uint64_t pos)
 	return (_Atomic uint32_t *)(void *)(r->data + (pos & (r->size - 1)));
 }
 
-static inline uint32_t le32_word(uint32_t v)
-{
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	return __builtin_bswap32(v);
-#else
-	return v;
-#endif
-}
-
 /* Reader: the length word of the record at our head (0: none yet). Acquire:
  * pairs with rec_put()'s release, so the record's bytes are there to copy. */
 static inline uint32_t rec_len(const struct ring *r)
 {
-	return le32_word(atomic_load_explicit(rec_word(r, r->pos), memory_order_acquire));
+	return le32toh(atomic_load_explicit(rec_word(r, r->pos), memory_order_acquire));
 }
 
 /*
@@ -453,7 +445,7 @@ static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, u
 	ring_write(r, pos + 4, h, REC_HDR - 4 + first);
 	/* Release: the bytes and the next zero word before the length that
 	 * publishes them; pairs with rec_len()'s acquire. */
-	atomic_store_explicit(rec_word(r, pos), le32_word(len), memory_order_release);
+	atomic_store_explicit(rec_word(r, pos), htole32(len), memory_order_release);
 }
 
 /* Link reader: publish how far we read, so the writer may reuse it. Lazy: once
@@ -2086,13 +2078,13 @@ int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, 
 	switch (what) {
 	case RK__SHM_POKE_OVERSIZE:
 		/* as long as a chunk may not be, its bytes whatever the ring holds */
-		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), le32_word(SHM_CHUNK_MAX + 8),
+		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), htole32(SHM_CHUNK_MAX + 8),
 				      memory_order_release);
 		break;
 	case RK__SHM_POKE_RESERVED:
 		rk__le32_store(h, 1);
 		ring_write(&s->tx, s->tx.pos + 4, h, 4);
-		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), le32_word(8),
+		atomic_store_explicit(rec_word(&s->tx, s->tx.pos), htole32(8),
 				      memory_order_release);
 		break;
 	case RK__SHM_POKE_MARK:
