@@ -433,16 +433,17 @@ static inline uint32_t rec_len(const struct ring *r)
  */
 static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, uint64_t mark)
 {
-	uint8_t h[REC_LINE - 4];
+	/* a record starts on a REC_ALIGN multiple of a ring that is one: its
+	 * first line never wraps, and is written in place */
+	uint8_t *line = r->data + (pos & (r->size - 1));
 	uint32_t first = len < REC_LINE - REC_HDR ? len : REC_LINE - REC_HDR;
 
 	atomic_store_explicit(rec_word(r, pos + rec_span(len)), 0, memory_order_relaxed);
 	if (len > first)
 		ring_write(r, pos + REC_LINE, (const uint8_t *)p + first, len - first);
-	rk__le32_store(h, 0);
-	rk__le64_store(h + 4, mark);
-	memcpy(h + REC_HDR - 4, p, first);
-	ring_write(r, pos + 4, h, REC_HDR - 4 + first);
+	rk__le32_store(line + 4, 0);
+	rk__le64_store(line + 8, mark);
+	memcpy(line + REC_HDR, p, first);
 	/* Release: the bytes and the next zero word before the length that
 	 * publishes them; pairs with rec_len()'s acquire. */
 	atomic_store_explicit(rec_word(r, pos), htole32(len), memory_order_release);
@@ -926,14 +927,22 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 						uint32_t len)
 {
 	struct rk_link *l = s->l;
-	uint8_t h[REC_HDR];
+	_Atomic uint32_t *h;
 	uint64_t span, mark;
+	uint32_t zero;
 	int n = 0, ret;
 
 	while (len && n < SHM_POLL_BUDGET && link_reading(l)) {
-		/* the rest of the header, copied once; @len is the word we acquired */
-		ring_read(&s->rx, s->rx.pos + 4, h + 4, REC_HDR - 4);
-		mark = rk__le64_load(h + 8);
+		/*
+		 * The rest of the header, in place (a record's first line never
+		 * wraps: rec_put()), each word loaded once: relaxed atomics, so
+		 * the compiler may not read the peer's memory again after the
+		 * checks; ordered by the acquire of @len, the word we read.
+		 */
+		h = rec_word(&s->rx, s->rx.pos);
+		zero = le32toh(atomic_load_explicit(h + 1, memory_order_relaxed));
+		mark = le64toh(atomic_load_explicit((_Atomic uint64_t *)(void *)(h + 2),
+						    memory_order_relaxed));
 		span = rec_span(len);
 		/*
 		 * The next record's length word, asked for now: the writer zeroed
@@ -942,7 +951,7 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 		 * following it (in a round trip: before the answer goes).
 		 */
 		__builtin_prefetch(rec_word(&s->rx, s->rx.pos + span));
-		if (len > SHM_CHUNK_MAX || rk__le32_load(h + 4) || span > s->rx.size - REC_ALIGN)
+		if (len > SHM_CHUNK_MAX || zero || span > s->rx.size - REC_ALIGN)
 			goto bad;
 		if (s->bcast ? mark < s->last_mark || (mark & 7) : mark != 0)
 			goto bad;

@@ -174,11 +174,12 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 static void tcp_recv_arm(struct tcp_link *t, bool multi)
 {
 	struct rk_link *l = &t->link;
-	struct rk__bufring *br = rk__loop_bufring(l->loop);
+	struct rk__bufring *br;
 	struct io_uring_sqe *sqe;
 
 	if (t->recv_armed || t->rx_over || l->state == RK_LINK_CLOSED)
-		return;
+		return;		/* every spin of a link on shm asks: answer before a call */
+	br = rk__loop_bufring(l->loop);
 	if ((!multi || !br) && !tcp_buf(t)) {
 		rk__link_fail(l, -ENOMEM, false);
 		return;
