@@ -443,7 +443,10 @@ static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, u
 		ring_write(r, pos + REC_LINE, (const uint8_t *)p + first, len - first);
 	rk__le32_store(line + 4, 0);
 	rk__le64_store(line + 8, mark);
-	memcpy(line + REC_HDR, p, first);
+	if (first == REC_LINE - REC_HDR)
+		memcpy(line + REC_HDR, p, REC_LINE - REC_HDR);	/* a constant: three moves */
+	else
+		memcpy(line + REC_HDR, p, first);
 	/* Release: the bytes and the next zero word before the length that
 	 * publishes them; pairs with rec_len()'s acquire. */
 	atomic_store_explicit(rec_word(r, pos), htole32(len), memory_order_release);
