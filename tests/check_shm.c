@@ -669,6 +669,42 @@ START_TEST(test_big_frames)
 }
 END_TEST
 
+/*
+ * Every small size a record comes in: frames of 0-200 data bytes (records of
+ * 40-240 bytes, around the 48 bytes of a record's first line that the writer
+ * stores and the reader loads in place, and the CRC's 8/16/32-byte steps),
+ * first one a record (each delivered before the next is sent), then all in
+ * one burst (a record of many frames). Each arrives once, in order, intact.
+ */
+START_TEST(test_record_sizes)
+{
+	struct rank r[2] = { 0 };
+	uint8_t buf[200];
+	uint64_t hash = 0;
+	unsigned int i, n = 0, round;
+
+	start(r, 2, NULL);
+	for (round = 0; round < 2; round++) {
+		for (i = 0; i <= sizeof(buf); i++, n++) {
+			memset(buf, (int)(n * 7 + 1), sizeof(buf));
+			memcpy(buf, &n, i < 4 ? i : 4);
+			hash = rk__fnv1a64(buf, i) ^ (hash * 31);
+			ck_assert_int_eq(rk_world_send_user(r[0].w, 1, TAG_BIG, buf, i), 0);
+			if (!round)
+				ck_assert(PUMP_UNTIL(5000, r[1].nrx == n + 1, &r[0], &r[1]));
+		}
+		ck_assert(PUMP_UNTIL(5000, r[1].nrx == n, &r[0], &r[1]));
+	}
+	PUMP_UNTIL(20, false, &r[0], &r[1]);
+	ck_assert_uint_eq(r[1].nrx, n);
+	for (i = 0; i < n; i++)
+		ck_assert_uint_eq(r[1].rx[i].len, i % (sizeof(buf) + 1));
+	ck_assert_uint_eq(r[1].rx_hash, hash);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
 /* ---- the link ring's records ------------------------------------------------------ */
 
 /*
@@ -1313,6 +1349,7 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_broadcast_order);
 	tcase_add_test(tc, test_slow_reader);
 	tcase_add_test(tc, test_big_frames);
+	tcase_add_test(tc, test_record_sizes);
 	tcase_add_test(tc, test_wrap_stale);
 	tcase_add_test(tc, test_full_ring_head);
 	tc = new_tcase(s, "untrusted");
