@@ -507,6 +507,11 @@ START_TEST(test_crc32c_paths)
 				ck_assert_uint_eq(rk__crc32c_hw(seed, buf + off, n), ref);
 		}
 	}
+	for (off = 0; off < 1000; off++) {	/* the header's own, unrolled */
+		uint32_t ref = crc32c_ref(0, buf + off, RK__CRC32C_HDR);
+
+		ck_assert_uint_eq(rk__crc32c_hdr(buf + off), ref);
+	}
 	for (i = 0; i < ARRAY_SIZE(big); i++) {
 		for (off = 0; off < 8; off += 7) {
 			uint32_t ref = crc32c_ref(0, buf + off, big[i]);

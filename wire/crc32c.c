@@ -527,3 +527,29 @@ uint32_t rk_wire_crc32c(uint32_t crc, const void *p, size_t n)
 {
 	return atomic_load_explicit(&crc32c_impl, memory_order_relaxed)(crc, p, n);
 }
+
+#ifdef RK_CRC32C_X86
+static HW_TARGET uint32_t crc32c_hw_hdr(const uint8_t *p)
+{
+	uint64_t c = 0xffffffffu;
+	uint32_t v;
+
+	c = _mm_crc32_u64(c, load64(p));
+	c = _mm_crc32_u64(c, load64(p + 8));
+	c = _mm_crc32_u64(c, load64(p + 16));
+	memcpy(&v, p + 24, sizeof(v));
+	return ~_mm_crc32_u32((uint32_t)c, v);
+}
+#endif
+
+uint32_t rk__crc32c_hdr(const uint8_t *p)
+{
+	crc32c_fn fn = atomic_load_explicit(&crc32c_impl, memory_order_relaxed);
+
+	_Static_assert(RK__CRC32C_HDR == 3 * 8 + 4, "crc32c_hw_hdr() takes 3 words and a half");
+#ifdef RK_CRC32C_X86
+	if (fn == rk__crc32c_hw)
+		return crc32c_hw_hdr(p);
+#endif
+	return fn(0, p, RK__CRC32C_HDR);	/* the portable one, or the first call's choice */
+}

@@ -25,6 +25,7 @@
 #define HDR_SEQ		16
 #define HDR_PAYLOAD_CRC	24
 #define HDR_CRC		28	/* covers bytes [0, HDR_CRC) */
+_Static_assert(HDR_CRC == RK__CRC32C_HDR, "rk__crc32c_hdr() covers the header's checked bytes");
 
 #define USER_HDR_LEN		RK_WIRE_USER_HDR_LEN
 #define ERROR_HDR_LEN		16
@@ -111,7 +112,7 @@ int64_t rk_wire_decode_hdr(const uint8_t *p, size_t n, uint32_t max_len, struct 
 	t.hdr_crc = rk__le32_load(p + HDR_CRC);
 
 	/* The CRC comes first: no field of a corrupted header is worth interpreting. */
-	if (rk_wire_crc32c(0, p, HDR_CRC) != t.hdr_crc)
+	if (rk__crc32c_hdr(p) != t.hdr_crc)
 		return -RK_EHDRCRC;
 	if (t.version != RK_WIRE_VERSION)
 		return -RK_EVERSION;
@@ -157,7 +158,7 @@ int rk_wire_encode_hdr(uint8_t *out, unsigned int type, unsigned int flags, uint
 	rk__le32_store(out + HDR_LEN, len);
 	rk__le64_store(out + HDR_SEQ, seq);
 	rk__le32_store(out + HDR_PAYLOAD_CRC, rk_wire_crc32c(0, payload, len));
-	rk__le32_store(out + HDR_CRC, rk_wire_crc32c(0, out, HDR_CRC));
+	rk__le32_store(out + HDR_CRC, rk__crc32c_hdr(out));
 	return RK_WIRE_HDR_LEN;
 }
 

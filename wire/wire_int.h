@@ -120,4 +120,9 @@ uint32_t rk__crc32c_sw(uint32_t crc, const void *p, size_t n);
 uint32_t rk__crc32c_hw(uint32_t crc, const void *p, size_t n);
 int rk__crc32c_have_hw(void);
 
+/* rk_wire_crc32c(0, p, RK__CRC32C_HDR): a frame header's check, every frame
+ * twice a hop, unrolled for its one length. Any thread. */
+#define RK__CRC32C_HDR	28
+uint32_t rk__crc32c_hdr(const uint8_t *p);
+
 #endif /* RK_WIRE_INT_H */
