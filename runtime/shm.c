@@ -431,7 +431,8 @@ static inline uint32_t rec_len(const struct ring *r)
  * a poll that takes the first line away between two of our stores to it
  * would cost its transfer twice.
  */
-static void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len, uint64_t mark)
+static inline void rec_put(struct ring *r, uint64_t pos, const void *p, uint32_t len,
+			   uint64_t mark)
 {
 	/* a record starts on a REC_ALIGN multiple of a ring that is one: its
 	 * first line never wraps, and is written in place */
