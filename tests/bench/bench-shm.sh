@@ -11,6 +11,11 @@
 #
 #   builddir=_build tests/bench/bench-shm.sh
 #
+# Each pingpong run is one process measuring the modes of WAITS (default all:
+# adaptive, spin, block, in that order, each after its own 1000-round-trip
+# warmup), so its spin row comes second in its process; tests/bench/peers.sh's
+# rk-shm-spin row is a process of its own (--wait spin). WAITS=spin measures
+# what that row measures.
 # Env: RUNS (5), COUNT (20000 round trips per run), IDLE (60; 0: skip), TPS
 # ("2 4"), POLICIES ("adaptive block"), REQUESTS (32), TOKENS (64), STREAMS
 # ("1,4"), SERVE_ARGS (more rk-serve options, e.g. "--hidden 4096"), STEPS
@@ -66,13 +71,13 @@ echo "pinned CPUs: 0 (siblings $(sib 0)), 1 (siblings $(sib 1))"
 
 case " $steps " in *" pingpong "*)
 	echo
-	echo "1. rk-pingpong --local --pin, 64-byte frames, $count round trips per run"
+	echo "1. rk-pingpong --local --pin${WAITS:+ --wait=$WAITS}, 64-byte frames, $count round trips per run"
 	r=1
 	while [ "$r" -le "$runs" ]; do
 		for tr in tcp shm; do
 			[ $((r % 2)) = 0 ] && tr=$([ $tr = tcp ] && echo shm || echo tcp)
 			if ! RK_SHM=$(shm_of $tr) timeout 300 "$pingpong" --local --pin --runs 1 \
-				--count "$count" >"$tmp/pp" 2>&1; then
+				--count "$count" ${WAITS:+--wait=$WAITS} >"$tmp/pp" 2>&1; then
 				echo "FAIL: rk-pingpong over $tr, run $r:"
 				cat "$tmp/pp"
 				exit 1
@@ -88,6 +93,7 @@ case " $steps " in *" pingpong "*)
 	printf '%-9s %10s %10s %10s %10s %8s %8s\n' mode tcp_p50 shm_p50 tcp_p99 shm_p99 \
 		p50_ratio p99_ratio
 	for m in adaptive spin block; do
+		[ -s "$tmp/p50.shm.$m" ] || continue	# not in WAITS
 		t50=$(median <"$tmp/p50.tcp.$m")
 		s50=$(median <"$tmp/p50.shm.$m")
 		t99=$(median <"$tmp/p99.tcp.$m")

@@ -51,7 +51,8 @@
 #                   those benches; SHM_BASE=DIR, a built tree (an earlier run's WORK
 #                   source folder): then its rk-pingpong and this one's, alternating,
 #                   SHM_AB times each (2); SHM_PERF: perf stat events for each of
-#                   those, bench-shm.sh's PERF)
+#                   those, bench-shm.sh's PERF; SHM_WAITS: its WAITS, the wait modes
+#                   each rk-pingpong process measures, e.g. spin: as peers.sh's rows)
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL,
@@ -429,6 +430,7 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 	# STEPS is bench-shm.sh's own knob too: name its steps, or it sees ours
 	step shm-pingpong-decode $lim "$slog" env STEPS="${SHM_STEPS:-pingpong decode}" \
 		RUNS="${SHM_RUNS:-3}" IDLE="${SHM_IDLE:-60}" COUNT="${SHM_COUNT:-20000}" \
+		WAITS="${SHM_WAITS:-}" \
 		TPS="2 4" POLICIES=adaptive REQUESTS=32 builddir=. sh tests/bench/bench-shm.sh
 	# SHM_BASE: another build of the same tree kind (a kept WORK of an earlier run
 	# of this script, e.g. main's tarball): its rk-pingpong and this one's, SHM_AB
@@ -442,6 +444,7 @@ if want shm && [ -x examples/serve/rk-serve ]; then
 				[ $lim -gt 120 ] && lim=120
 				step shm-ab $lim "$slog" env STEPS=pingpong RUNS="${SHM_RUNS:-3}" \
 					IDLE=0 COUNT="${SHM_COUNT:-20000}" PERF="${SHM_PERF:-}" \
+					WAITS="${SHM_WAITS:-}" \
 					builddir="$b" \
 					sh tests/bench/bench-shm.sh
 			done
