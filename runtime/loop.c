@@ -110,6 +110,10 @@ struct rk_loop {
 	bool tmo_armed;
 	uint64_t tmo_arms;		/* ring timeouts armed (rk__loop_ring_timeouts()) */
 
+	/* RK_PREWARM: the loopback pair rehearse_tcp() sends around, -1 = none yet */
+	int warm_fd[2];
+	bool warm_off;			/* the pair failed once: no more rehearsals */
+
 	/* the learned spin window: see spin_window() */
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
@@ -1038,6 +1042,7 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		sqpoll_decide(loop);
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
+	loop->warm_fd[0] = loop->warm_fd[1] = -1;
 	loop->wake_op.fn = wake_done;
 	loop->tmo_op.fn = tmo_done;
 	loop->sig_op.fn = sig_done;
@@ -1100,6 +1105,10 @@ int rk_loop_destroy(struct rk_loop *loop)
 	bufring_teardown(loop);
 	io_uring_queue_exit(&loop->ring);
 	close(loop->wake_fd);
+	if (loop->warm_fd[0] >= 0) {
+		close(loop->warm_fd[0]);
+		close(loop->warm_fd[1]);
+	}
 	if (loop->sig_fd >= 0) {
 		close(loop->sig_fd);
 		pthread_sigmask(SIG_SETMASK, &loop->sig_oldmask, NULL);
@@ -1337,6 +1346,36 @@ static uint64_t predict_margin(const struct rk_loop *loop)
 	return loop->cfg.wait.predict_margin_ns + over + loop->late_boost;
 }
 
+/*
+ * RK_PREWARM: a predictive sleep ended early, as meant, and the frame it woke
+ * for most likely comes over TCP: run the kernel's TCP path once now, on the
+ * loop's own loopback pair, so that the frame and its answer find it in the
+ * caches. Only while a link reads its socket directly (a link on shared
+ * memory or on the ring only gains nothing); a pair that fails is closed and
+ * never made again (one log line).
+ */
+static void rehearse_tcp(struct rk_loop *loop)
+{
+	struct rk_source *s;
+	int ret;
+
+	if (!loop->cfg.wait.prewarm || loop->warm_off)
+		return;
+	for (s = loop->sources; s; s = s->next)
+		if (rk__tcp_source_direct(s))
+			break;
+	if (!s)
+		return;
+	ret = rk__tcp_rehearse(loop->warm_fd);
+	if (!ret) {
+		loop->stats.prewarms++;
+		return;
+	}
+	loop->warm_off = true;
+	rk__info(loop->cfg.rank, "no TCP rehearsal after predictive sleeps: %s",
+		 rk_strerror(ret));
+}
+
 /* A predictive sleep's source came late: widen the margin. */
 static void predict_late(struct rk_loop *loop)
 {
@@ -1392,6 +1431,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 		predict_late(loop);
 	} else {
 		loop->stats.predict_early++;
+		rehearse_tcp(loop);
 		loop->late_boost -= loop->late_boost / 32;
 		if (is_learner(loop->pred_src))
 			gaps_early(loop->pred_src);
@@ -1744,6 +1784,7 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 	loop->cfg.wait.predict_min_ns = w->predict_min_ns ? w->predict_min_ns : 1000;
 	loop->cfg.wait.learn = w->learn;
 	loop->cfg.wait.learn_spin_min_ns = w->learn_spin_min_ns;
+	loop->cfg.wait.prewarm = w->prewarm;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

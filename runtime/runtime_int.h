@@ -19,6 +19,7 @@
 #define RK_DEF_PREDICT_MIN_US	20
 #define RK_DEF_LEARN		1
 #define RK_DEF_LEARN_SPIN_MIN_US	1000
+#define RK_DEF_PREWARM		1
 #define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
@@ -493,6 +494,13 @@ void *rk__listener_arg(struct rk__listener *ls);
 /* Close; *@gone becomes true once its memory is freed (a later iteration). */
 void rk__tcp_listener_close(struct rk__listener *ls, bool *gone);
 int rk__tcp_listener_port(struct rk__listener *ls);
+/* A link's TCP source that reads its socket directly (not a link on shared
+ * memory or on the ring only): a frame it waits for crosses the TCP path. */
+bool rk__tcp_source_direct(const struct rk_source *src);
+/* RK_PREWARM: send 64 bytes around the loopback pair @fds and read them back,
+ * making the pair at the first call (both -1). Return 0, or -errno (the pair
+ * is closed, both -1 again). Loop thread. */
+int rk__tcp_rehearse(int fds[2]);
 /* Wrap a connected socket in a link (starts receiving). */
 int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,
 			 void *owner, enum rk__link_state state, struct rk_link **out);

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -720,6 +722,120 @@ START_TEST(test_block_send_stress)
 }
 END_TEST
 
+/* ---- RK_PREWARM: a predictive sleep that ends early rehearses the TCP path ---- */
+
+struct pw_src {
+	struct rk_source src;
+	uint64_t expect;	/* injected-clock ns */
+};
+
+static int pw_poll(struct rk_source *src, uint64_t now)
+{
+	(void)src;
+	(void)now;
+	return 0;
+}
+
+static uint64_t pw_expect(struct rk_source *src, uint64_t now)
+{
+	(void)now;
+	return ((struct pw_src *)src->data)->expect;
+}
+
+static int pw_arm(struct rk_source *src)
+{
+	(void)src;
+	return 0;
+}
+
+static const struct rk_source_ops pw_ops = {
+	.name = "predicting", .poll = pw_poll, .arm = pw_arm, .expect = pw_expect };
+
+static uint64_t pw_clock(void *arg)
+{
+	return *(uint64_t *)arg;
+}
+
+/*
+ * A loop with one TCP link on its direct path and a source that predicts an
+ * event 10 ms ahead, on an injected clock: the loop sleeps until the
+ * prediction less the margin; the iteration that wakes there early (the event
+ * not in yet) rehearses the TCP path once with RK_PREWARM on (_i == 0), never
+ * with it off (_i == 1); the spin after it does not rehearse again.
+ */
+START_TEST(test_prewarm_after_predictive_sleep)
+{
+	bool on = _i == 0;
+	struct rk_wait_policy w;
+	struct rk_loop_stats st;
+	struct pw_src ps = { .src = { .ops = &pw_ops } };
+	uint64_t t = 1000ull * 1000 * MS, margin;
+	struct side s;
+	int fds[2];
+
+	tcp_pair(fds);
+	side_init(&s, 0, fds[1], RK_WAIT_ADAPTIVE);
+	w = rk_loop_config(s.loop)->wait;
+	w.spin_ns = 200 * MS;
+	w.predict = true;
+	w.prewarm = on;
+	rk_loop_set_wait(s.loop, &w);
+	rk_loop_set_clock(s.loop, pw_clock, &t);
+	ps.src.data = &ps;
+	ck_assert_int_eq(rk_loop_add_source(s.loop, &ps.src), 0);
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
+	rk_loop_stats(s.loop, &st);
+	margin = st.predict_margin_ns;
+	ps.expect = t + 10 * MS;
+
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* the sleep */
+	rk_loop_stats(s.loop, &st);
+	ck_assert_uint_eq(st.predict_waits, 1);
+	ck_assert_uint_eq(st.prewarms, 0);
+	t = ps.expect - margin;
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* woken early */
+	rk_loop_stats(s.loop, &st);
+	ck_assert_uint_eq(st.predict_early, 1);
+	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
+	t = ps.expect - 1;
+	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* spinning to it */
+	rk_loop_stats(s.loop, &st);
+	ck_assert_uint_eq(st.predict_waits, 1);
+	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
+
+	ck_assert_int_eq(rk_loop_remove_source(s.loop, &ps.src), 0);
+	rk_loop_set_clock(s.loop, NULL, NULL);
+	close(fds[0]);
+	side_fini(&s);
+}
+END_TEST
+
+/* The rehearsal itself: the pair is made at the first call and reused; its
+ * bytes come back each time (none pile up in the pair). */
+START_TEST(test_rehearse_pair)
+{
+	int fds[2] = { -1, -1 }, first[2], i, n;
+
+	ck_assert_int_eq(rk__tcp_rehearse(fds), 0);
+	ck_assert_int_ge(fds[0], 0);
+	ck_assert_int_ge(fds[1], 0);
+	first[0] = fds[0];
+	first[1] = fds[1];
+	for (i = 0; i < 100; i++)
+		ck_assert_int_eq(rk__tcp_rehearse(fds), 0);
+	ck_assert_int_eq(fds[0], first[0]);
+	ck_assert_int_eq(fds[1], first[1]);
+	ck_assert_int_eq(ioctl(fds[1], FIONREAD, &n), 0);
+	ck_assert_int_eq(n, 0);
+	/* a pair whose peer is gone fails, and is closed */
+	close(fds[1]);
+	fds[1] = open("/dev/null", O_RDONLY);
+	ck_assert_int_lt(rk__tcp_rehearse(fds), 0);
+	ck_assert_int_eq(fds[0], -1);
+	ck_assert_int_eq(fds[1], -1);
+}
+END_TEST
+
 static Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
@@ -733,6 +849,8 @@ static Suite *tcp_suite(void)
 	tcase_add_loop_test(tc, test_block_send_stress, 0, 2);
 	tcase_add_test(tc, test_defer_block_path);
 	tcase_add_test(tc, test_no_defer_any_thread);
+	tcase_add_loop_test(tc, test_prewarm_after_predictive_sleep, 0, 2);
+	tcase_add_test(tc, test_rehearse_pair);
 	suite_add_tcase(s, tc);
 	return s;
 }

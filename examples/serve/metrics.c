@@ -95,6 +95,8 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(window_cuts), 1 },
 	{ "rankrt_loop_spin_window_seconds", NULL, "The spin window in use now (learned).",
 	  GAUGE, LOOP(spin_window_ns), 1e-9 },
+	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps "
+	  "(RK_PREWARM).", COUNTER, LOOP(prewarms), 1 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,

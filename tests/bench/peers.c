@@ -10,7 +10,10 @@
  *   peers --list       the designs this binary was built with
  *
  * Designs: sock-spin (non-blocking recv() retried on EAGAIN: the floor),
- * sock-block (blocking recv()), uring-block (io_uring, one SQE at a time,
+ * sock-block (blocking recv()), sock-nap and sock-napwarm (a server that sleeps
+ * until shortly before the next message of a --gap-us run, then spins; the
+ * second rehearses a loopback TCP round trip first: see nap_recv()),
+ * uring-block (io_uring, one SQE at a time,
  * io_uring_submit_and_wait()), uring-spin (io_uring with COOP_TASKRUN and
  * TASKRUN_FLAG, CQ peeked in a loop), libuv (uv_run(UV_RUN_ONCE)), zmq (ZeroMQ
  * PAIR, blocking zmq_recv()), ucx-busy (UCX ucp tag API, ucp_worker_progress()
@@ -21,7 +24,8 @@
  * Prints one line: design p50_us p99_us cpu_s_client cpu_s_server round_trips.
  * CPU is each process's user+system time from connection to the last round
  * trip, warmup included. With --gap-us the client sleeps G us before each round
- * trip, so the RTT is the wake latency of a server idle that long. A benchmark:
+ * trip (PEERS_CLIENT_SPIN=1: spins them), so the RTT is the wake latency of a
+ * server idle that long. A benchmark:
  * it asserts nothing about time.
  */
 #define _GNU_SOURCE
@@ -70,6 +74,8 @@ struct peer {
 	const struct cfg *c;
 	bool server;
 	int fd;
+	uint64_t last_arrival;		/* sock-nap*: when the last message came */
+	int warm[2];			/* sock-napwarm: a loopback pair of its own */
 #ifdef PEERS_HAVE_URING
 	struct io_uring ring;
 #endif
@@ -219,6 +225,132 @@ static int block_send(struct peer *p, const void *b, size_t n)
 static int block_recv(struct peer *p, void *b, size_t n)
 {
 	return sock_xfer(p->fd, b, n, false, 0);
+}
+
+
+/*
+ * sock-nap: the server sleeps until the next message is due (the last
+ * arrival + the gap) less PEERS_NAP_US (default 200) and spins from there, as
+ * a wait that knows the gap does; sock-napwarm also sends PEERS_WARM_B bytes
+ * (default 64) around a loopback TCP pair of its own every PEERS_WARM_US (default
+ * 20) while it spins. An experiment: does a core that slept pay on its next
+ * message however early it woke, and does running the same kernel path first
+ * buy that back?
+ */
+static unsigned int env_u(const char *name, unsigned int dflt)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? (unsigned int)strtoul(v, NULL, 10) : dflt;
+}
+
+static int warm_pair(int fds[2])
+{
+	struct sockaddr_in a;
+	socklen_t alen = sizeof(a);
+	int one = 1, ls;
+
+	ls = socket(AF_INET, SOCK_STREAM, 0);
+	loopback(&a, 0);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) || listen(ls, 1) ||
+	    getsockname(ls, (struct sockaddr *)&a, &alen))
+		return -errno;
+	fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+	if (fds[0] < 0 || connect(fds[0], (struct sockaddr *)&a, sizeof(a)))
+		return -errno;
+	fds[1] = accept(ls, NULL, NULL);
+	close(ls);
+	if (fds[1] < 0)
+		return -errno;
+	setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fds[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return 0;
+}
+
+static int nap_open_any(struct peer *p, void (*ready)(void), bool warm)
+{
+	const char *k = getenv("PEERS_WARM_KIND");
+
+	p->warm[0] = p->warm[1] = -1;
+	if (warm && p->server && k && !strcmp(k, "unix")) {
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, p->warm))
+			return -errno;
+	} else if (warm && p->server && k && !strcmp(k, "syscall")) {
+		p->warm[0] = p->warm[1] = 1000;	/* no fd: getppid() */
+	} else if (warm && p->server && warm_pair(p->warm))
+		return -EIO;
+	return tcp_open(p, ready);
+}
+
+static int nap_open(struct peer *p, void (*ready)(void))
+{
+	return nap_open_any(p, ready, false);
+}
+
+static int napwarm_open(struct peer *p, void (*ready)(void))
+{
+	return nap_open_any(p, ready, true);
+}
+
+static void nap_close(struct peer *p)
+{
+	if (p->warm[0] == 1000)
+		p->warm[0] = p->warm[1] = -1;
+	if (p->warm[0] >= 0)
+		close(p->warm[0]);
+	if (p->warm[1] >= 0)
+		close(p->warm[1]);
+	tcp_close(p);
+}
+
+static int nap_recv(struct peer *p, void *b, size_t n)
+{
+	uint64_t margin = (uint64_t)env_u("PEERS_NAP_US", 200) * 1000;
+	uint64_t every = (uint64_t)env_u("PEERS_WARM_US", 20) * 1000;
+	size_t wb = env_u("PEERS_WARM_B", 64);
+	uint64_t due, next_warm = 0;
+	char junk[MAX_SIZE];
+	size_t done = 0;
+
+	if (!p->server || !p->c->gap_us || !p->last_arrival)
+		goto spin;
+	due = p->last_arrival + (uint64_t)p->c->gap_us * 1000;
+	if (due > now_ns() + margin) {
+		struct timespec ts;
+		uint64_t at = due - margin;
+
+		ts.tv_sec = (time_t)(at / 1000000000ull);
+		ts.tv_nsec = (long)(at % 1000000000ull);
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+spin:
+	while (done < n) {
+		ssize_t r = recv(p->fd, (uint8_t *)b + done, n - done, MSG_DONTWAIT);
+
+		if (r > 0) {
+			done += (size_t)r;
+			continue;
+		}
+		if (r == 0)
+			return -ECONNRESET;
+		if (errno != EAGAIN && errno != EINTR)
+			return -errno;
+		if (p->warm[0] >= 0 && !done && wb && wb <= sizeof(junk)) {
+			uint64_t t = now_ns();
+
+			if (t >= next_warm && p->warm[0] == 1000) {
+				(void)getppid();
+				next_warm = t + every;
+			} else if (t >= next_warm) {
+				if (sock_xfer(p->warm[0], junk, wb, true, 0) ||
+				    sock_xfer(p->warm[1], junk, wb, false, 0))
+					return -EIO;
+				next_warm = t + every;
+			}
+		}
+	}
+	p->last_arrival = now_ns();
+	return 0;
 }
 
 /* ---- io_uring: one SQE per send or receive ---- */
@@ -617,6 +749,8 @@ static void ucx_close(struct peer *p)
 static const struct design designs[] = {
 	{ "sock-spin", tcp_open, spin_send, spin_recv, tcp_close },
 	{ "sock-block", tcp_open, block_send, block_recv, tcp_close },
+	{ "sock-nap", nap_open, spin_send, nap_recv, nap_close },
+	{ "sock-napwarm", napwarm_open, spin_send, nap_recv, nap_close },
 #ifdef PEERS_HAVE_URING
 	{ "uring-block", uring_block_open, uring_block_send, uring_block_recv, uring_close },
 	{ "uring-spin", uring_spin_open, uring_spin_send, uring_spin_recv, uring_close },
@@ -695,6 +829,7 @@ static int run_client(const struct design *d, const struct cfg *c, double *cpu, 
 				.tv_nsec = (long)(c->gap_us % 1000000) * 1000 };
 	uint8_t *out = calloc(1, c->size), *in = calloc(1, c->size);
 	unsigned int i, total = c->count + c->warmup;
+	bool client_spin = env_u("PEERS_CLIENT_SPIN", 0);
 	int ret;
 
 	if (!out || !in)
@@ -706,8 +841,14 @@ static int run_client(const struct design *d, const struct cfg *c, double *cpu, 
 	for (i = 0; i < total; i++) {
 		uint64_t t0;
 
-		if (c->gap_us)
+		if (c->gap_us && client_spin) {
+			uint64_t until = now_ns() + (uint64_t)c->gap_us * 1000;
+
+			while (now_ns() < until)
+				;
+		} else if (c->gap_us) {
 			nanosleep(&gap, NULL);
+		}
 		memcpy(out, &i, sizeof(i) < c->size ? sizeof(i) : c->size);
 		t0 = now_ns();
 		ret = d->send(&p, out, c->size);
