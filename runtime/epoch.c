@@ -31,18 +31,55 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
 #include "rk_sched.h"
 
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC		0x0001u
+#endif
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING	0x0002u
+#endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS		1033
+#define F_GET_SEALS		1034
+#define F_SEAL_SEAL		0x0001
+#define F_SEAL_SHRINK		0x0002
+#define F_SEAL_GROW		0x0004
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE	0x0010
+#endif
+
+struct rk__epoch_bell {
+	_Atomic uint32_t *waiters;	/* a reader's consumers asleep (rk__epoch_map()) */
+	_Atomic uint32_t *bell;		/* the futex word they sleep on */
+};
+
 struct rk_epoch {
 	uint8_t *base;		/* the mapping, RK_EPOCH_OFF_DESC + desc_max rounded to pages */
 	size_t len;
 	uint32_t desc_max;
 	atomic_uint refs;
+	/*
+	 * A reader's view of another process's region (rk__epoch_map()): the
+	 * mapping is read-only, so the futex word its consumers sleep on and
+	 * the count of sleepers are in memory this process may write (its link
+	 * segment), and its kicks and its close are its own. NULL in the writer.
+	 */
+	_Atomic uint32_t *vbell;
+	_Atomic uint32_t *vwaiters;
+	_Atomic uint32_t vkicks;
+	atomic_bool vclosed;
+	/* the writer: readers' words it rings after each publication (loop thread) */
+	struct rk__epoch_bell bells[RK__EPOCH_MAX_BELLS];
+	unsigned int nbells;
 };
 
 _Static_assert(RK_EPOCH_OFF_FUTEX % 64 == 0 && RK_EPOCH_OFF_SEQ % 64 == 0 &&
@@ -57,6 +94,21 @@ static inline _Atomic uint64_t *w64(const struct rk_epoch *e, size_t off)
 static inline _Atomic uint32_t *w32(const struct rk_epoch *e, size_t off)
 {
 	return (_Atomic uint32_t *)(void *)(e->base + off);
+}
+
+static inline _Atomic uint32_t *futex_word(const struct rk_epoch *e)
+{
+	return e->vbell ? e->vbell : w32(e, RK_EPOCH_OFF_FUTEX);
+}
+
+static inline _Atomic uint32_t *waiters_word(const struct rk_epoch *e)
+{
+	return e->vbell ? e->vwaiters : w32(e, RK_EPOCH_OFF_WAITERS);
+}
+
+static inline _Atomic uint32_t *kicks_word(const struct rk_epoch *e)
+{
+	return e->vbell ? (_Atomic uint32_t *)&e->vkicks : w32(e, RK_EPOCH_OFF_KICKS);
 }
 
 static inline void relax(void)
@@ -136,12 +188,24 @@ static void futex_wake_all(_Atomic uint32_t *word)
 /* The futex word changed: wake whoever announced a sleep. */
 static void bump_and_wake(struct rk_epoch *e)
 {
-	atomic_fetch_add_explicit(w32(e, RK_EPOCH_OFF_FUTEX), 1, memory_order_release);
+	unsigned int i;
+
+	atomic_fetch_add_explicit(futex_word(e), 1, memory_order_release);
 	/* pairs with the waiter's seq_cst fence between its 'waiters' increment
 	 * and its last look at the epoch (rk_epoch_wait()) */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(w32(e, RK_EPOCH_OFF_WAITERS), memory_order_relaxed))
-		futex_wake_all(w32(e, RK_EPOCH_OFF_FUTEX));
+	if (atomic_load_explicit(waiters_word(e), memory_order_relaxed))
+		futex_wake_all(futex_word(e));
+	/* a reader's sleepers, after the same fence: either we see its count,
+	 * or it sees the new epoch; its bell moves only when someone sleeps
+	 * (release: the epoch before the bell, for a waiter that reads the new
+	 * bell before it sleeps) */
+	for (i = 0; i < e->nbells; i++) {
+		if (!atomic_load_explicit(e->bells[i].waiters, memory_order_relaxed))
+			continue;
+		atomic_fetch_add_explicit(e->bells[i].bell, 1, memory_order_release);
+		futex_wake_all(e->bells[i].bell);
+	}
 }
 
 int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const void *desc,
@@ -151,6 +215,8 @@ int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const v
 	uint64_t s;
 	bool fits = len <= e->desc_max;
 
+	if (e->vbell)
+		return -EPERM;
 	if (!epoch || epoch >= RK_EPOCH_CLOSED ||
 	    epoch <= atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed))
 		return -EINVAL;
@@ -174,6 +240,9 @@ int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const v
 
 uint64_t rk_epoch_current(const struct rk_epoch *e)
 {
+	/* pairs with the release store in rk_epoch_close() of a view */
+	if (e->vbell && atomic_load_explicit(&e->vclosed, memory_order_acquire))
+		return RK_EPOCH_CLOSED;
 	/* pairs with the release store in rk_epoch_publish() */
 	return atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_acquire);
 }
@@ -203,8 +272,13 @@ int64_t rk_epoch_read(const struct rk_epoch *e, uint64_t *epoch, uint32_t *flags
 		if (s1 == s2)
 			break;
 	}
-	if (!s1)
+	if (e->vbell && atomic_load_explicit(&e->vclosed, memory_order_acquire)) {
+		ep = RK_EPOCH_CLOSED;	/* as the writer's rk_epoch_close() leaves it */
+		len = RK_EPOCH_NO_DESC;
+		fl = 0;
+	} else if (!s1) {
 		return -ENOENT;		/* nothing published yet */
+	}
 	if (epoch)
 		*epoch = ep;
 	if (flags)
@@ -218,21 +292,21 @@ int64_t rk_epoch_read(const struct rk_epoch *e, uint64_t *epoch, uint32_t *flags
 
 uint32_t rk_epoch_kicks(const struct rk_epoch *e)
 {
-	return atomic_load_explicit(w32(e, RK_EPOCH_OFF_KICKS), memory_order_acquire);
+	return atomic_load_explicit(kicks_word(e), memory_order_acquire);
 }
 
 void rk_epoch_kick(struct rk_epoch *e)
 {
 	/* release: what the kicker stored before (a stop flag) is seen by the
 	 * waiter that sees the new count */
-	atomic_fetch_add_explicit(w32(e, RK_EPOCH_OFF_KICKS), 1, memory_order_release);
+	atomic_fetch_add_explicit(kicks_word(e), 1, memory_order_release);
 	bump_and_wake(e);
 }
 
 int rk_epoch_wait(struct rk_epoch *e, uint64_t want, uint64_t spin_ns, uint32_t *kicks)
 {
-	_Atomic uint32_t *fw = w32(e, RK_EPOCH_OFF_FUTEX);
-	_Atomic uint32_t *waiters = w32(e, RK_EPOCH_OFF_WAITERS);
+	_Atomic uint32_t *fw = futex_word(e);
+	_Atomic uint32_t *waiters = waiters_word(e);
 	uint64_t t0 = 0;
 	uint32_t f, k0 = *kicks, k;
 	unsigned int i;
@@ -286,6 +360,12 @@ void rk_epoch_close(struct rk_epoch *e)
 	_Atomic uint64_t *seq = w64(e, RK_EPOCH_OFF_SEQ);
 	uint64_t s;
 
+	if (e->vbell) {
+		/* this process's consumers only; the writer's region is not ours */
+		atomic_store_explicit(&e->vclosed, true, memory_order_release);
+		bump_and_wake(e);
+		return;
+	}
 	if (atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed) ==
 	    RK_EPOCH_CLOSED)
 		return;
@@ -298,4 +378,125 @@ void rk_epoch_close(struct rk_epoch *e)
 	atomic_store_explicit(seq, s + 2, memory_order_release);
 	atomic_store_explicit(w64(e, RK_EPOCH_OFF_EPOCH), RK_EPOCH_CLOSED, memory_order_release);
 	bump_and_wake(e);
+}
+
+/* ---- a region other processes map (same-host links) ------------------------------ */
+
+static size_t region_len(uint32_t desc_max)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (page <= 0)
+		page = 4096;
+	return ((size_t)RK_EPOCH_OFF_DESC + desc_max + (size_t)page - 1) & ~((size_t)page - 1);
+}
+
+int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out)
+{
+	struct rk_epoch *e;
+	size_t len;
+	int fd, ret;
+
+	if (!out || !fdp || !desc_max || desc_max > RK_WIRE_MAX_PAYLOAD)
+		return -EINVAL;
+	len = region_len(desc_max);
+	fd = (int)syscall(SYS_memfd_create, "rankrt-epoch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0) {
+		ret = -errno;
+		goto err_close;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	e->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (e->base == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	/* after our own writable mapping: no later mapping may write */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE |
+					   F_SEAL_SEAL) < 0) {
+		ret = -errno;
+		goto err_unmap;
+	}
+	e->len = len;
+	e->desc_max = desc_max;
+	atomic_init(&e->refs, 1);
+	*fdp = fd;
+	*out = e;
+	return 0;
+err_unmap:
+	munmap(e->base, len);
+err_free:
+	free(e);
+err_close:
+	close(fd);
+	return ret;
+}
+
+int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
+		  struct rk_epoch **out)
+{
+	unsigned int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+	struct rk_epoch *e;
+	struct stat st;
+	size_t len;
+	int seals, ret;
+
+	if (!out || !waiters || !bell || !desc_max || desc_max > RK_WIRE_MAX_PAYLOAD)
+		return -EINVAL;
+	len = region_len(desc_max);
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return -errno;		/* not a memfd */
+	if (((unsigned int)seals & want) != want)
+		return -EPERM;		/* someone else could still write it */
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size != len)
+		return -RK_EFIELD;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->base = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (e->base == MAP_FAILED) {
+		ret = -errno;
+		free(e);
+		return ret;
+	}
+	e->len = len;
+	e->desc_max = desc_max;
+	e->vbell = bell;
+	e->vwaiters = waiters;
+	atomic_init(&e->refs, 1);
+	*out = e;
+	return 0;
+}
+
+int rk__epoch_bell_add(struct rk_epoch *e, _Atomic uint32_t *waiters, _Atomic uint32_t *bell)
+{
+	if (e->vbell || !waiters || !bell)
+		return -EINVAL;
+	if (e->nbells == RK__EPOCH_MAX_BELLS)
+		return -ENOSPC;
+	e->bells[e->nbells].waiters = waiters;
+	e->bells[e->nbells].bell = bell;
+	e->nbells++;
+	return 0;
+}
+
+void rk__epoch_bell_del(struct rk_epoch *e, _Atomic uint32_t *bell)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nbells; i++) {
+		if (e->bells[i].bell != bell)
+			continue;
+		e->bells[i] = e->bells[--e->nbells];
+		return;
+	}
 }

@@ -633,4 +633,44 @@ uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
 
+
+/* ---- round epochs other processes map (epoch.c) ------------------------------------ */
+
+struct rk_epoch;
+
+/* how many readers' bells a writer rings (one per same-host follower) */
+#define RK__EPOCH_MAX_BELLS	64
+
+/*
+ * rk__epoch_create_fd() - as rk_epoch_create(), in a memfd sealed against
+ * resizing and against any later writable mapping, for same-host followers
+ * to map read-only; *@fdp is the caller's to send and close. Loop thread.
+ * Return: 0, -EINVAL (@desc_max 0 or above RK_WIRE_MAX_PAYLOAD) or -errno.
+ */
+int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out);
+
+/*
+ * rk__epoch_map() - a reader's view of the region in memfd @fd (not taken):
+ * mapped read-only after checking that it is sealed against writers and
+ * resizing and has the size @desc_max implies. Its consumers sleep on @bell
+ * and count themselves in @waiters (memory the writer rings, see
+ * rk__epoch_bell_add(), and which must outlive the view); its kicks and its
+ * rk_epoch_close() are this process's only; rk_epoch_publish() on it fails
+ * with -EPERM. Nothing read from it is trusted beyond the seqlock's
+ * consistency: descriptors are decoded as peer bytes.
+ * Return: 0, -EINVAL, -EPERM (seals missing), -RK_EFIELD (size) or -errno.
+ */
+int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
+		  struct rk_epoch **out);
+
+/*
+ * rk__epoch_bell_add() - the writer @e also wakes a reader's consumers asleep
+ * on @bell (counted in @waiters) after each publication, kick and close,
+ * with no system call while @waiters is 0. rk__epoch_bell_del() before the
+ * words' memory goes. Writer's loop thread.
+ * Return: 0, -EINVAL (a view, or a NULL word), -ENOSPC (RK__EPOCH_MAX_BELLS).
+ */
+int rk__epoch_bell_add(struct rk_epoch *e, _Atomic uint32_t *waiters, _Atomic uint32_t *bell);
+void rk__epoch_bell_del(struct rk_epoch *e, _Atomic uint32_t *bell);
+
 #endif /* RK_RUNTIME_INT_H */

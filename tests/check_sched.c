@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
@@ -1305,6 +1306,162 @@ END_TEST
 
 /* ---- round epochs ------------------------------------------------------------------ */
 
+/* A same-host follower's view of the leader's region (rk__epoch_map()): the
+ * words of its link segment, here plain memory the "leader" rings. */
+struct view_waiter {
+	struct rk_epoch *e;
+	uint64_t want;
+	int ret;
+};
+
+static void *view_wait_thread(void *arg)
+{
+	struct view_waiter *w = arg;
+	uint32_t kicks = rk_epoch_kicks(w->e);
+
+	w->ret = rk_epoch_wait(w->e, w->want, 0, &kicks);	/* no spin: it sleeps */
+	return NULL;
+}
+
+static void until_asleep(_Atomic uint32_t *waiters)
+{
+	/* the consumer counted itself: a wake from here on reaches it */
+	while (!atomic_load(waiters))
+		sched_yield();
+}
+
+START_TEST(test_epoch_view_sees_writer)
+{
+	static _Atomic uint32_t waiters, bell;
+	uint8_t desc[16] = { 1, 2, 3, 4, 5, 6, 7, 8 }, out[16];
+	struct rk_epoch *w, *v;
+	uint64_t ep;
+	uint32_t fl;
+	size_t len;
+	void *base;
+	int fd;
+
+	ck_assert_int_eq(rk__epoch_create_fd(sizeof(desc), &fd, &w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, sizeof(desc) + 4096, &waiters, &bell, &v), -RK_EFIELD);
+	ck_assert_int_eq(rk__epoch_map(fd, sizeof(desc), &waiters, &bell, &v), 0);
+	/* nothing is iterated between the writer's store and the view's load */
+	ck_assert_int_eq(rk_epoch_publish(w, 7, 0x3, desc, 8), 0);
+	ck_assert_uint_eq(rk_epoch_current(v), 7);
+	ck_assert_int_eq(rk_epoch_read(v, &ep, &fl, out, sizeof(out)), 8);
+	ck_assert_uint_eq(ep, 7);
+	ck_assert_uint_eq(fl, 0x3);
+	ck_assert_mem_eq(out, desc, 8);
+	/* the view is a reader: it publishes nothing, and cannot be made writable */
+	ck_assert_int_eq(rk_epoch_publish(v, 8, 0, desc, 8), -EPERM);
+	base = rk_epoch_base(v, &len);
+	ck_assert_int_eq(mprotect(base, len, PROT_READ | PROT_WRITE), -1);
+	ck_assert_int_eq(errno, EACCES);
+	ck_assert_int_eq(rk__epoch_bell_add(v, &waiters, &bell), -EINVAL);
+	rk_epoch_release(v);
+	close(fd);
+	rk_epoch_release(w);
+}
+END_TEST
+
+START_TEST(test_epoch_view_unsealed)
+{
+	static _Atomic uint32_t waiters, bell;
+	struct rk_epoch *v;
+	int fd = memfd_create("unsealed", MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 4096), 0);
+	/* a region its sender could still write, or resize under us, is refused */
+	ck_assert_int_eq(rk__epoch_map(fd, 16, &waiters, &bell, &v), -EPERM);
+	close(fd);
+}
+END_TEST
+
+/* @how: 0 the writer publishes, 1 the view closes, 2 the view kicks, 3 the writer closes */
+START_TEST(test_epoch_view_wakes)
+{
+	static _Atomic uint32_t waiters, bell;
+	uint8_t desc[8] = { 9 };
+	struct view_waiter vw = { .want = 1 };
+	struct rk_epoch *w, *v;
+	pthread_t t;
+	int fd;
+
+	ck_assert_int_eq(rk__epoch_create_fd(sizeof(desc), &fd, &w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, sizeof(desc), &waiters, &bell, &v), 0);
+	close(fd);
+	ck_assert_int_eq(rk__epoch_bell_add(w, &waiters, &bell), 0);
+	vw.e = v;
+	ck_assert_int_eq(pthread_create(&t, NULL, view_wait_thread, &vw), 0);
+	until_asleep(&waiters);
+	switch (_i) {
+	case 0:
+		ck_assert_int_eq(rk_epoch_publish(w, 1, 0, desc, sizeof(desc)), 0);
+		break;
+	case 1:
+		rk_epoch_close(v);
+		break;
+	case 2:
+		rk_epoch_kick(v);
+		break;
+	case 3:
+		rk_epoch_close(w);
+		break;
+	}
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+	switch (_i) {
+	case 0:
+		ck_assert_int_eq(vw.ret, 1);	/* it slept, and the publication woke it */
+		ck_assert_uint_eq(rk_epoch_current(v), 1);
+		break;
+	case 1:
+		ck_assert_int_ge(vw.ret, 0);
+		ck_assert_uint_eq(rk_epoch_current(v), RK_EPOCH_CLOSED);
+		ck_assert_uint_eq(rk_epoch_current(w), 0);	/* the writer's is not ours */
+		ck_assert_int_eq(rk_epoch_read(v, NULL, NULL, NULL, 0), -RK_ETOOBIG);
+		break;
+	case 2:
+		ck_assert_int_eq(vw.ret, -EINTR);
+		ck_assert_uint_eq(rk_epoch_kicks(w), 0);
+		break;
+	case 3:
+		ck_assert_int_ge(vw.ret, 0);
+		ck_assert_uint_eq(rk_epoch_current(v), RK_EPOCH_CLOSED);
+		break;
+	}
+	ck_assert_uint_eq(atomic_load(&waiters), 0);
+	rk__epoch_bell_del(w, &bell);
+	rk_epoch_release(v);
+	rk_epoch_release(w);
+}
+END_TEST
+
+/* Nobody asleep: a publication rings no bell (and makes no system call). */
+START_TEST(test_epoch_view_quiet)
+{
+	static _Atomic uint32_t waiters, bell;
+	struct rk_epoch *w, *v;
+	int fd;
+
+	ck_assert_int_eq(rk__epoch_create_fd(8, &fd, &w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, 8, &waiters, &bell, &v), 0);
+	close(fd);
+	ck_assert_int_eq(rk__epoch_bell_add(w, &waiters, &bell), 0);
+	ck_assert_int_eq(rk_epoch_publish(w, 1, 0, "x", 1), 0);
+	ck_assert_uint_eq(atomic_load(&bell), 0);
+	atomic_store(&waiters, 1);	/* as a consumer on its way to sleep */
+	ck_assert_int_eq(rk_epoch_publish(w, 2, 0, "y", 1), 0);
+	ck_assert_uint_eq(atomic_load(&bell), 1);
+	atomic_store(&waiters, 0);
+	rk__epoch_bell_del(w, &bell);
+	ck_assert_int_eq(rk_epoch_publish(w, 3, 0, "z", 1), 0);
+	ck_assert_uint_eq(atomic_load(&bell), 1);
+	rk_epoch_release(v);
+	rk_epoch_release(w);
+}
+END_TEST
+
+
 START_TEST(test_epoch_publish_read)
 {
 	struct rk_epoch *e;
@@ -1483,6 +1640,10 @@ static Suite *sched_suite(void)
 	tc = tcase_create("epoch");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_epoch_publish_read);
+	tcase_add_test(tc, test_epoch_view_sees_writer);
+	tcase_add_test(tc, test_epoch_view_unsealed);
+	tcase_add_loop_test(tc, test_epoch_view_wakes, 0, 4);
+	tcase_add_test(tc, test_epoch_view_quiet);
 	tcase_add_loop_test(tc, test_epoch_consumer, 0, 3);
 	suite_add_tcase(s, tc);
 
