@@ -48,6 +48,8 @@
 #define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
+/* what a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window) */
+enum spin_why { SPIN_OTHER, SPIN_PREDICT, SPIN_WINDOW };
 
 struct rk_loop {
 	struct io_uring ring;
@@ -88,6 +90,7 @@ struct rk_loop {
 	unsigned int spin_run;		/* empty spin iterations since the last yield */
 	unsigned int spin_stale;	/* of them, begun without reading the clock */
 	enum phase phase;		/* what the time since 'mark' is spent on */
+	enum spin_why spin_why;		/* ...when spinning: why */
 	uint64_t mark;
 
 	/* predictive waits: see loop_wait() */
@@ -1121,6 +1124,10 @@ static void account(struct rk_loop *loop, uint64_t t)
 		break;
 	case PH_SPIN:
 		loop->stats.ns_spin += d;
+		if (loop->spin_why == SPIN_PREDICT)
+			loop->stats.ns_spin_predict += d;
+		else if (loop->spin_why == SPIN_WINDOW)
+			loop->stats.ns_spin_window += d;
 		break;
 	case PH_TIMED:
 		loop->stats.ns_timed += d;
@@ -1303,10 +1310,11 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 }
 
 /* One empty spin iteration: submit, let the kernel post deferred completions, pause. */
-static void loop_spin(struct rk_loop *loop)
+static void loop_spin(struct rk_loop *loop, enum spin_why why)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
 
+	loop->spin_why = why;
 	if (io_uring_sq_ready(&loop->ring))
 		io_uring_submit(&loop->ring);
 	if (ring_needs_enter(loop))
@@ -1432,7 +1440,7 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 			loop->oversleep_avg -= loop->oversleep_avg / 16;
 			loop->oversleep_hi -= loop->oversleep_hi / 16;
 		}
-		loop_spin(loop);
+		loop_spin(loop, SPIN_PREDICT);
 		return;
 	}
 	if (wake - loop->now > (tmo > margin ? tmo - margin : 0)) {
@@ -1447,7 +1455,7 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		 * teaches the margin, and no source is judged early or late by it.
 		 */
 		if (tmo <= margin + w->predict_min_ns) {
-			loop_spin(loop);
+			loop_spin(loop, SPIN_PREDICT);
 			return;
 		}
 		loop->pred_next = NULL;
@@ -1469,7 +1477,7 @@ static void loop_wait(struct rk_loop *loop)
 		return;
 	}
 	if (w->mode == RK_WAIT_SPIN) {
-		loop_spin(loop);
+		loop_spin(loop, SPIN_OTHER);
 		return;
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->learners)) {
@@ -1481,7 +1489,7 @@ static void loop_wait(struct rk_loop *loop)
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns) {
 		if (since < spin_window(loop)) {
-			loop_spin(loop);
+			loop_spin(loop, SPIN_WINDOW);
 			return;
 		}
 		if (loop->cut_busy != loop->last_busy) {
@@ -1695,7 +1703,7 @@ int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 	if (loop->iter_events || loop->flush_head)
 		io_uring_submit(&loop->ring);
 	else if (io_spins(loop))
-		loop_spin(loop);	/* a link drains at the speed it did before */
+		loop_spin(loop, SPIN_OTHER);	/* a link drains at the speed it did before */
 	else
 		loop_park(loop, timeout_ns, PARK_IO);
 	run_end(loop);

@@ -318,6 +318,9 @@ struct rk_loop_stats {
 	uint64_t learn_holds;		/* ...cut by other busy work: that link held off */
 	uint64_t window_cuts;		/* spin windows ended early by the learned window */
 	uint64_t spin_window_ns;	/* the spin window in use now */
+	/* of ns_spin: what the spin was for */
+	uint64_t ns_spin_predict;	/* the rest of a predicted event's or timer's margin */
+	uint64_t ns_spin_window;	/* the spin window after busy work */
 };
 
 /**
