@@ -732,9 +732,12 @@ static void gaps_early(struct rk_source *src)
  * its next one comes, and the predictive wait slept and spun for it; spinning
  * on past that is the idle-entry spin of a link whose traffic stopped. While
  * that learner is still cold (RK__GAPS_WARM), but each gap it sampled was
- * twice the window or more, the window is learn_spin_min_ns: at 100 ms gaps
- * each of those costs 1 ms of spinning, not 20. Other work (a post, a timer,
- * a GPU completion) keeps the quantile's window.
+ * twice learn_spin_min_ns or more, the window is learn_spin_min_ns: at 10 ms
+ * gaps each of those costs 1 ms of spinning, not the whole gap (the frame
+ * that ends it pays a block's latency, a few times per link). A learner that
+ * is warm but not trusted (irregular) gets that window only when every gap it
+ * sampled was twice the window or more. Other work (a post, a timer, a GPU
+ * completion) keeps the quantile's window.
  */
 #define RK__GAP_WARM	64
 static uint64_t spin_window(const struct rk_loop *loop)
@@ -760,9 +763,12 @@ static uint64_t spin_window(const struct rk_loop *loop)
 			until = until > loop->last_busy ? until - loop->last_busy : 0;
 			if (until < win)
 				win = until;
-		} else if (g->n && !g->hold && g->lo / 2 >= win && w->learn_spin_min_ns < win) {
-			/* cold, but no gap of its ever came within twice the
-			 * window: the next is unlikely to (a block's latency if so) */
+		} else if (g->n && !g->hold && w->learn_spin_min_ns < win &&
+			   (g->lo / 2 >= win ||
+			    (g->n < RK__GAPS_WARM && g->lo / 2 >= w->learn_spin_min_ns))) {
+			/* no gap of its ever came within twice the window, or it
+			 * is still cold and none came within twice the short one:
+			 * the next is unlikely to (a block's latency if so) */
 			win = w->learn_spin_min_ns;
 		}
 	}
