@@ -675,6 +675,8 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 		if (g->hold)
 			g->hold--;
 	}
+	if (late)
+		loop->stats.learn_woken++;
 	g->first = g->last = now;
 	g->first_late = late;
 	rk__loop_source_event(loop, &g->src);	/* what a prediction waited for */

@@ -1535,7 +1535,8 @@ END_TEST
  * A cold learner whose gaps are shorter than the window (10 ms against 200 ms)
  * but twice RK_LEARN_SPIN_MIN_US or more: after its second frame (one gap, not
  * yet enough to predict) the window is RK_LEARN_SPIN_MIN_US, not the gap, so
- * 2 ms after the frame the loop blocks.
+ * 2 ms after the frame the loop blocks, and the frame after it is one that
+ * waited for a wake (learn_woken).
  */
 START_TEST(test_learn_cold_short_gaps)
 {
@@ -1561,6 +1562,11 @@ START_TEST(test_learn_cold_short_gaps)
 	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
 	rk_timer_stop(&bound);
 	ck_assert_int_eq(fired, 0);
+	/* the next frame is first seen after that sleep: counted as woken, the
+	 * frames before it (seen while spinning) were not */
+	ck_assert_uint_eq(s1.learn_woken, 0);
+	arrive(&fc, &a, t + 10 * MS);
+	ck_assert_uint_eq(stats_of(loop).learn_woken, 1);
 	learn_free(loop, &rec, &a);
 }
 END_TEST

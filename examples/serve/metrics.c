@@ -100,6 +100,8 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(ns_spin_predict), 1e-9 },
 	{ "rankrt_loop_spin_seconds_total", "for=\"window\"", NULL, COUNTER,
 	  LOOP(ns_spin_window), 1e-9 },
+	{ "rankrt_loop_learn_woken_total", NULL, "A link's bursts first seen right after a sleep "
+	  "(they waited for a wake).", COUNTER, LOOP(learn_woken), 1 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,
