@@ -48,6 +48,8 @@
 #define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
+/* what a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window) */
+enum spin_why { SPIN_OTHER, SPIN_PREDICT, SPIN_WINDOW };
 
 struct rk_loop {
 	struct io_uring ring;
@@ -88,6 +90,7 @@ struct rk_loop {
 	unsigned int spin_run;		/* empty spin iterations since the last yield */
 	unsigned int spin_stale;	/* of them, begun without reading the clock */
 	enum phase phase;		/* what the time since 'mark' is spent on */
+	enum spin_why spin_why;		/* ...when spinning: why */
 	uint64_t mark;
 
 	/* predictive waits: see loop_wait() */
@@ -676,6 +679,8 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 		if (g->hold)
 			g->hold--;
 	}
+	if (late)
+		loop->stats.learn_woken++;
 	g->first = g->last = now;
 	g->first_late = late;
 	rk__loop_source_event(loop, &g->src);	/* what a prediction waited for */
@@ -733,9 +738,12 @@ static void gaps_early(struct rk_source *src)
  * its next one comes, and the predictive wait slept and spun for it; spinning
  * on past that is the idle-entry spin of a link whose traffic stopped. While
  * that learner is still cold (RK__GAPS_WARM), but each gap it sampled was
- * twice the window or more, the window is learn_spin_min_ns: at 100 ms gaps
- * each of those costs 1 ms of spinning, not 20. Other work (a post, a timer,
- * a GPU completion) keeps the quantile's window.
+ * twice learn_spin_min_ns or more, the window is learn_spin_min_ns: at 10 ms
+ * gaps each of those costs 1 ms of spinning, not the whole gap (the frame
+ * that ends it pays a block's latency, a few times per link). A learner that
+ * is warm but not trusted (irregular) gets that window only when every gap it
+ * sampled was twice the window or more. Other work (a post, a timer, a GPU
+ * completion) keeps the quantile's window.
  */
 #define RK__GAP_WARM	64
 static uint64_t spin_window(const struct rk_loop *loop)
@@ -761,9 +769,12 @@ static uint64_t spin_window(const struct rk_loop *loop)
 			until = until > loop->last_busy ? until - loop->last_busy : 0;
 			if (until < win)
 				win = until;
-		} else if (g->n && !g->hold && g->lo / 2 >= win && w->learn_spin_min_ns < win) {
-			/* cold, but no gap of its ever came within twice the
-			 * window: the next is unlikely to (a block's latency if so) */
+		} else if (g->n && !g->hold && w->learn_spin_min_ns < win &&
+			   (g->lo / 2 >= win ||
+			    (g->n < RK__GAPS_WARM && g->lo / 2 >= w->learn_spin_min_ns))) {
+			/* no gap of its ever came within twice the window, or it
+			 * is still cold and none came within twice the short one:
+			 * the next is unlikely to (a block's latency if so) */
 			win = w->learn_spin_min_ns;
 		}
 	}
@@ -1130,6 +1141,10 @@ static void account(struct rk_loop *loop, uint64_t t)
 		break;
 	case PH_SPIN:
 		loop->stats.ns_spin += d;
+		if (loop->spin_why == SPIN_PREDICT)
+			loop->stats.ns_spin_predict += d;
+		else if (loop->spin_why == SPIN_WINDOW)
+			loop->stats.ns_spin_window += d;
 		break;
 	case PH_TIMED:
 		loop->stats.ns_timed += d;
@@ -1312,10 +1327,11 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 }
 
 /* One empty spin iteration: submit, let the kernel post deferred completions, pause. */
-static void loop_spin(struct rk_loop *loop)
+static void loop_spin(struct rk_loop *loop, enum spin_why why)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
 
+	loop->spin_why = why;
 	if (io_uring_sq_ready(&loop->ring))
 		io_uring_submit(&loop->ring);
 	if (ring_needs_enter(loop))
@@ -1472,7 +1488,7 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 			loop->oversleep_avg -= loop->oversleep_avg / 16;
 			loop->oversleep_hi -= loop->oversleep_hi / 16;
 		}
-		loop_spin(loop);
+		loop_spin(loop, SPIN_PREDICT);
 		return;
 	}
 	if (wake - loop->now > (tmo > margin ? tmo - margin : 0)) {
@@ -1487,7 +1503,7 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		 * teaches the margin, and no source is judged early or late by it.
 		 */
 		if (tmo <= margin + w->predict_min_ns) {
-			loop_spin(loop);
+			loop_spin(loop, SPIN_PREDICT);
 			return;
 		}
 		loop->pred_next = NULL;
@@ -1509,7 +1525,7 @@ static void loop_wait(struct rk_loop *loop)
 		return;
 	}
 	if (w->mode == RK_WAIT_SPIN) {
-		loop_spin(loop);
+		loop_spin(loop, SPIN_OTHER);
 		return;
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->learners)) {
@@ -1521,7 +1537,7 @@ static void loop_wait(struct rk_loop *loop)
 	}
 	if (w->mode == RK_WAIT_ADAPTIVE && since < w->spin_ns) {
 		if (since < spin_window(loop)) {
-			loop_spin(loop);
+			loop_spin(loop, SPIN_WINDOW);
 			return;
 		}
 		if (loop->cut_busy != loop->last_busy) {
@@ -1735,7 +1751,7 @@ int rk__loop_run_io(struct rk_loop *loop, uint64_t timeout_ns)
 	if (loop->iter_events || loop->flush_head)
 		io_uring_submit(&loop->ring);
 	else if (io_spins(loop))
-		loop_spin(loop);	/* a link drains at the speed it did before */
+		loop_spin(loop, SPIN_OTHER);	/* a link drains at the speed it did before */
 	else
 		loop_park(loop, timeout_ns, PARK_IO);
 	run_end(loop);

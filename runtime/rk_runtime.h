@@ -330,6 +330,12 @@ struct rk_loop_stats {
 	uint64_t window_cuts;		/* spin windows ended early by the learned window */
 	uint64_t spin_window_ns;	/* the spin window in use now */
 	uint64_t prewarms;		/* TCP rehearsals after predictive sleeps (RK_PREWARM) */
+	/* of ns_spin: what the spin was for */
+	uint64_t ns_spin_predict;	/* the rest of a predicted event's or timer's margin */
+	uint64_t ns_spin_window;	/* the spin window after busy work */
+	uint64_t learn_woken;		/* a link's bursts first seen right after a sleep:
+					 * the frames that waited for a wake (of them,
+					 * predict_late woke for that link) */
 };
 
 /**

@@ -1640,6 +1640,9 @@ START_TEST(test_stats_accounts)
 			ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
 			ck_assert_uint_eq(d, POLL_NS);
 			ck_assert_uint_eq(s1.ns_spin - s0.ns_spin, d);
+			/* no source predicts: all of it is the window's */
+			ck_assert_uint_eq(s1.ns_spin_window - s0.ns_spin_window, d);
+			ck_assert_uint_eq(s1.ns_spin_predict, s0.ns_spin_predict);
 			break;
 		case 'T':
 			ck_assert_uint_eq(s1.timed_waits, s0.timed_waits + 1);

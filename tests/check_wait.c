@@ -1532,6 +1532,46 @@ START_TEST(test_learn_cold_long_gaps)
 END_TEST
 
 /*
+ * A cold learner whose gaps are shorter than the window (10 ms against 200 ms)
+ * but twice RK_LEARN_SPIN_MIN_US or more: after its second frame (one gap, not
+ * yet enough to predict) the window is RK_LEARN_SPIN_MIN_US, not the gap, so
+ * 2 ms after the frame the loop blocks, and the frame after it is one that
+ * waited for a wake (learn_woken).
+ */
+START_TEST(test_learn_cold_short_gaps)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t = fc.t;
+	int fired = 0;
+
+	rk_timer_init(&bound, never_cb, &fired);
+	arrive(&fc, &a, t);
+	t += 10 * MS;
+	arrive(&fc, &a, t);
+	ck_assert_uint_eq(a.g.n, 1);
+	s0 = learn_step(&fc, loop, t + 500 * US);	/* inside 1 ms: spins */
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
+	s1 = learn_step(&fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
+	rk_timer_stop(&bound);
+	ck_assert_int_eq(fired, 0);
+	/* the next frame is first seen after that sleep: counted as woken, the
+	 * frames before it (seen while spinning) were not */
+	ck_assert_uint_eq(s1.learn_woken, 0);
+	arrive(&fc, &a, t + 10 * MS);
+	ck_assert_uint_eq(stats_of(loop).learn_woken, 1);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
  * A learned arrival less than RK__GAPS_SLEEP_MIN_NS away (what a loop that just
  * sent a request expects: the answer) is spun for, not slept for, though the
  * sleep would be longer than RK_PREDICT_MIN_US (20 us).
@@ -1730,6 +1770,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_learn_idle_entry_short);
 	tcase_add_test(tc, test_learn_no_short_sleep);
 	tcase_add_test(tc, test_learn_cold_long_gaps);
+	tcase_add_test(tc, test_learn_cold_short_gaps);
 	tcase_add_test(tc, test_predict_timer_first);
 	return s;
 }

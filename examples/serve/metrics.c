@@ -97,6 +97,13 @@ static const struct mdef loop_defs[] = {
 	  GAUGE, LOOP(spin_window_ns), 1e-9 },
 	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps "
 	  "(RK_PREWARM).", COUNTER, LOOP(prewarms), 1 },
+	{ "rankrt_loop_spin_seconds_total", "for=\"predict\"", "Spin time by what it waited "
+	  "for: the rest of a predicted event's margin, or the spin window after busy work.",
+	  COUNTER, LOOP(ns_spin_predict), 1e-9 },
+	{ "rankrt_loop_spin_seconds_total", "for=\"window\"", NULL, COUNTER,
+	  LOOP(ns_spin_window), 1e-9 },
+	{ "rankrt_loop_learn_woken_total", NULL, "A link's bursts first seen right after a sleep "
+	  "(they waited for a wake).", COUNTER, LOOP(learn_woken), 1 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,

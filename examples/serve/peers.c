@@ -60,6 +60,9 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[21] = &s->window_cuts;
 	v[22] = &s->spin_window_ns;
 	v[23] = &s->prewarms;
+	v[24] = &s->ns_spin_predict;
+	v[25] = &s->ns_spin_window;
+	v[26] = &s->learn_woken;
 }
 
 int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)
