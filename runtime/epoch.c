@@ -38,24 +38,8 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "memfd_int.h"
 #include "rk_sched.h"
-
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC		0x0001u
-#endif
-#ifndef MFD_ALLOW_SEALING
-#define MFD_ALLOW_SEALING	0x0002u
-#endif
-#ifndef F_ADD_SEALS
-#define F_ADD_SEALS		1033
-#define F_GET_SEALS		1034
-#define F_SEAL_SEAL		0x0001
-#define F_SEAL_SHRINK		0x0002
-#define F_SEAL_GROW		0x0004
-#endif
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE	0x0010
-#endif
 
 struct rk__epoch_bell {
 	_Atomic uint32_t *waiters;	/* a reader's consumers asleep (rk__epoch_map()) */
@@ -120,18 +104,25 @@ static inline void relax(void)
 #endif
 }
 
-int rk_epoch_create(uint32_t desc_max, struct rk_epoch **out)
+/* The region's length: the header lines and @desc_max bytes, in whole pages. */
+static size_t region_len(uint32_t desc_max)
 {
 	long page = sysconf(_SC_PAGESIZE);
+
+	if (page <= 0)
+		page = 4096;
+	return ((size_t)RK_EPOCH_OFF_DESC + desc_max + (size_t)page - 1) & ~((size_t)page - 1);
+}
+
+int rk_epoch_create(uint32_t desc_max, struct rk_epoch **out)
+{
 	struct rk_epoch *e;
 	size_t len;
 	int ret;
 
 	if (!out || !desc_max || desc_max > RK_WIRE_MAX_PAYLOAD)
 		return -EINVAL;
-	if (page <= 0)
-		page = 4096;
-	len = ((size_t)RK_EPOCH_OFF_DESC + desc_max + (size_t)page - 1) & ~((size_t)page - 1);
+	len = region_len(desc_max);
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
@@ -382,15 +373,6 @@ void rk_epoch_close(struct rk_epoch *e)
 
 /* ---- a region other processes map (same-host links) ------------------------------ */
 
-static size_t region_len(uint32_t desc_max)
-{
-	long page = sysconf(_SC_PAGESIZE);
-
-	if (page <= 0)
-		page = 4096;
-	return ((size_t)RK_EPOCH_OFF_DESC + desc_max + (size_t)page - 1) & ~((size_t)page - 1);
-}
-
 int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out)
 {
 	struct rk_epoch *e;
@@ -441,24 +423,17 @@ err_close:
 int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
 		  struct rk_epoch **out)
 {
-	unsigned int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
 	struct rk_epoch *e;
-	struct stat st;
 	size_t len;
-	int seals, ret;
+	int ret;
 
 	if (!out || !waiters || !bell || !desc_max || desc_max > RK_WIRE_MAX_PAYLOAD)
 		return -EINVAL;
 	len = region_len(desc_max);
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
-		return -errno;		/* not a memfd */
-	if (((unsigned int)seals & want) != want)
-		return -EPERM;		/* someone else could still write it */
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size != len)
-		return -RK_EFIELD;
+	/* -EPERM: someone else could still write it */
+	ret = rk__memfd_check(fd, len, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
+	if (ret)
+		return ret;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;

@@ -78,24 +78,9 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "memfd_int.h"
 #include "wire_int.h"
 
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC		0x0001u
-#endif
-#ifndef MFD_ALLOW_SEALING
-#define MFD_ALLOW_SEALING	0x0002u
-#endif
-#ifndef F_ADD_SEALS
-#define F_ADD_SEALS		1033
-#define F_GET_SEALS		1034
-#define F_SEAL_SEAL		0x0001
-#define F_SEAL_SHRINK		0x0002
-#define F_SEAL_GROW		0x0004
-#endif
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE	0x0010
-#endif
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD		77	/* Linux 6.5 */
 #endif
@@ -704,19 +689,12 @@ err_close:
 static int seg_map(int fd, size_t len, uint32_t magic, uint32_t ring, bool ro, uint8_t **basep)
 {
 	unsigned int want = F_SEAL_SHRINK | F_SEAL_GROW | (ro ? F_SEAL_FUTURE_WRITE : 0);
-	struct stat st;
 	uint8_t *base;
-	int seals;
+	int ret;
 
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
-		return -errno;		/* not a memfd */
-	if (((unsigned int)seals & want) != want)
-		return -EPERM;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size != len)
-		return -RK_EFIELD;
+	ret = rk__memfd_check(fd, len, want);
+	if (ret)
+		return ret;
 	base = mmap(NULL, len, ro ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED)
 		return -errno;
