@@ -1491,6 +1491,36 @@ START_TEST(test_learn_idle_entry_short)
 END_TEST
 
 /*
+ * The learner's second frame came at @t, one gap sampled: 500 us after it the
+ * loop still spins, and 2 ms after it (a timer bounds the wait at 3 ms, and
+ * must not fire) it blocks with the window at RK_LEARN_SPIN_MIN_US. Return the
+ * counters after that block.
+ */
+static struct rk_loop_stats cold_window_blocks(struct fake_clock *fc, struct rk_loop *loop,
+					       struct larr *a, uint64_t t)
+{
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	int fired = 0;
+
+	ck_assert_uint_eq(a->g.n, 1);
+	ck_assert_uint_lt(a->g.n, RK__GAPS_WARM);
+	rk_timer_init(&bound, never_cb, &fired);
+	s0 = stats_of(loop);
+	s1 = learn_step(fc, loop, t + 500 * US);	/* inside 1 ms: spins */
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
+	s0 = stats_of(loop);
+	s1 = learn_step(fc, loop, t + 2 * MS);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
+	rk_timer_stop(&bound);
+	ck_assert_int_eq(fired, 0);
+	return s1;
+}
+
+/*
  * A cold learner whose gaps were all long (500 ms, against the 200 ms window):
  * after its first frame (no gap yet) the loop spins the window; after the
  * second (one gap sampled, not yet enough to predict) the window is
@@ -1503,30 +1533,15 @@ START_TEST(test_learn_cold_long_gaps)
 	struct larr a;
 	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
 	struct rk_loop_stats s0, s1;
-	struct rk_timer bound;
 	uint64_t t = fc.t;
-	int fired = 0;
 
-	rk_timer_init(&bound, never_cb, &fired);
 	arrive(&fc, &a, t);
 	s0 = stats_of(loop);
 	s1 = learn_step(&fc, loop, t + 2 * MS);
 	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
 	t += 500 * MS;
 	arrive(&fc, &a, t);
-	ck_assert_uint_eq(a.g.n, 1);
-	ck_assert_uint_lt(a.g.n, RK__GAPS_WARM);
-	s0 = stats_of(loop);
-	s1 = learn_step(&fc, loop, t + 500 * US);	/* inside 1 ms: spins */
-	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
-	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
-	s0 = stats_of(loop);
-	s1 = learn_step(&fc, loop, t + 2 * MS);
-	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
-	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
-	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
-	rk_timer_stop(&bound);
-	ck_assert_int_eq(fired, 0);
+	cold_window_blocks(&fc, loop, &a, t);
 	learn_free(loop, &rec, &a);
 }
 END_TEST
@@ -1544,24 +1559,13 @@ START_TEST(test_learn_cold_short_gaps)
 	struct fpred rec = { 0 };
 	struct larr a;
 	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
-	struct rk_loop_stats s0, s1;
-	struct rk_timer bound;
+	struct rk_loop_stats s1;
 	uint64_t t = fc.t;
-	int fired = 0;
 
-	rk_timer_init(&bound, never_cb, &fired);
 	arrive(&fc, &a, t);
 	t += 10 * MS;
 	arrive(&fc, &a, t);
-	ck_assert_uint_eq(a.g.n, 1);
-	s0 = learn_step(&fc, loop, t + 500 * US);	/* inside 1 ms: spins */
-	ck_assert_int_eq(rk_timer_start(loop, &bound, 3 * MS, 0), 0);
-	s1 = learn_step(&fc, loop, t + 2 * MS);
-	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
-	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
-	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
-	rk_timer_stop(&bound);
-	ck_assert_int_eq(fired, 0);
+	s1 = cold_window_blocks(&fc, loop, &a, t);
 	/* the next frame is first seen after that sleep: counted as woken, the
 	 * frames before it (seen while spinning) were not */
 	ck_assert_uint_eq(s1.learn_woken, 0);
