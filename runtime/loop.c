@@ -666,6 +666,8 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 	}
 	if (g->first && now > g->first) {
 		d = now - g->first;
+		if (gaps_trusted(g) && now > gaps_until(g))
+			loop->stats.learn_overdue++;
 		/*
 		 * An arrival seen after a sleep may have waited up to a wake's
 		 * latency. Both ends seen so: the delays cancel (a gap beyond
@@ -1392,12 +1394,15 @@ static void rehearse_tcp(struct rk_loop *loop)
 		 rk_strerror(ret));
 }
 
-/* A predictive sleep's source came late: widen the margin. */
-static void predict_late(struct rk_loop *loop)
+/* A predictive sleep's source came late (@overslept: the timer's wake came at
+ * or after its deadline, else the event woke it before): widen the margin. */
+static void predict_late(struct rk_loop *loop, bool overslept)
 {
 	uint64_t base = loop->cfg.wait.predict_margin_ns;
 
 	loop->stats.predict_late++;
+	if (overslept)
+		loop->stats.predict_overslept++;
 	loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
 	if (loop->late_boost > PREDICT_OVER_CAP)
 		loop->late_boost = PREDICT_OVER_CAP;
@@ -1416,7 +1421,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 		/* woken early: by the awaited event (a frame on the ring) it was
 		 * late; by another one, it says nothing */
 		if (found) {
-			predict_late(loop);
+			predict_late(loop, false);
 		} else {
 			loop->stats.predict_cut++;
 			if (loop->iter_busy && is_learner(loop->pred_src))
@@ -1444,7 +1449,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 	else
 		loop->oversleep_hi -= loop->oversleep_hi / 128;
 	if (found) {
-		predict_late(loop);
+		predict_late(loop, true);
 	} else {
 		loop->stats.predict_early++;
 		rehearse_tcp(loop);
