@@ -46,6 +46,8 @@
 
 #define RK_CQE_BATCH 128
 #define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
+#define PREDICT_LATE_RATE	256		/* learn: about one predictive wake in this late */
+#define PREDICT_LATE_SHARE	64		/* ...the boost for that at most 1/this of the sleep */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
 /* what a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window) */
@@ -101,6 +103,7 @@ struct rk_loop {
 	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
 	uint64_t oversleep_hi;		/* ...and a high quantile of it (~99th percentile) */
 	uint64_t late_boost;		/* margin added when late, decays when early */
+	uint64_t pred_sleep_ns;		/* the length of this predictive sleep */
 	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
 	bool after_park;		/* this iteration follows a wait that slept */
 	bool parked;			/* a wait slept since the last iteration began */
@@ -1304,6 +1307,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	} else if (how == PARK_PREDICT) {
 		loop->stats.predict_waits++;
 		loop->pred_deadline = loop->now + timeout_ns;
+		loop->pred_sleep_ns = timeout_ns;
 		loop->pred_src = loop->pred_next;
 		loop->pred_found = false;
 		if (is_learner(loop->pred_src))
@@ -1353,7 +1357,8 @@ static void loop_spin(struct rk_loop *loop, enum spin_why why)
 /*
  * The margin of a predictive sleep: the configured base, how late timed wakes
  * have come (a VM's timer wake is tens of us late, ARCHITECTURE.md), and a
- * boost that grows when a prediction turned out late and decays when early.
+ * boost that grows when a prediction turned out late and decays when early
+ * (predict_late()).
  */
 static uint64_t predict_margin(const struct rk_loop *loop)
 {
@@ -1394,18 +1399,54 @@ static void rehearse_tcp(struct rk_loop *loop)
 		 rk_strerror(ret));
 }
 
-/* A predictive sleep's source came late (@overslept: the timer's wake came at
- * or after its deadline, else the event woke it before): widen the margin. */
-static void predict_late(struct rk_loop *loop, bool overslept)
+static uint64_t late_step(const struct rk_loop *loop)
 {
 	uint64_t base = loop->cfg.wait.predict_margin_ns;
+
+	return base / 4 > 2000 ? base / 4 : 2000;
+}
+
+/*
+ * A predictive sleep's source came late: widen the margin by a step. With
+ * learn, each early wake takes back 1/PREDICT_LATE_RATE of a step
+ * (predict_early()), so the boost settles where about one wake in
+ * PREDICT_LATE_RATE is late, whatever made them late: a timer wake later than
+ * the oversleep quantile covers (a rare one: the quantile forgets half of it
+ * in 90 wakes), or events earlier than predicted. A late wake is a frame
+ * that waited for a wake, on a path gone cold; one in a hundred is a tail at
+ * the 99th percentile. Bounded by 1/PREDICT_LATE_SHARE of the sleep that was
+ * late: every nanosecond of it is spun for before every event, and where late
+ * wakes do not stop (a thread descheduled for milliseconds) it buys nothing.
+ * Without learn each early wake takes back 1/32 of it: the boost stays a few
+ * microseconds (one wake in a hundred late: 1.6 us).
+ */
+static void predict_late(struct rk_loop *loop, bool overslept)
+{
+	uint64_t cap = PREDICT_OVER_CAP;
 
 	loop->stats.predict_late++;
 	if (overslept)
 		loop->stats.predict_overslept++;
-	loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
-	if (loop->late_boost > PREDICT_OVER_CAP)
-		loop->late_boost = PREDICT_OVER_CAP;
+	if (loop->cfg.wait.learn && loop->pred_sleep_ns / PREDICT_LATE_SHARE < cap)
+		cap = loop->pred_sleep_ns / PREDICT_LATE_SHARE;
+	if (loop->late_boost >= cap)
+		return;		/* a boost learned for longer sleeps is not cut */
+	loop->late_boost += late_step(loop);
+	if (loop->late_boost > cap)
+		loop->late_boost = cap;
+}
+
+/* A predictive sleep woke before its event, as meant: the boost fades. */
+static void predict_early(struct rk_loop *loop)
+{
+	uint64_t down = loop->late_boost / 32;
+
+	if (loop->cfg.wait.learn) {
+		down = late_step(loop) / PREDICT_LATE_RATE;
+		if (down > loop->late_boost)
+			down = loop->late_boost;
+	}
+	loop->late_boost -= down;
 }
 
 /*
@@ -1453,7 +1494,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 	} else {
 		loop->stats.predict_early++;
 		rehearse_tcp(loop);
-		loop->late_boost -= loop->late_boost / 32;
+		predict_early(loop);
 		if (is_learner(loop->pred_src))
 			gaps_early(loop->pred_src);
 	}
@@ -1515,6 +1556,9 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		loop_park(loop, tmo - margin, PARK_PREDICT);
 		return;
 	}
+	/* the spin after this sleep's wake is the margin doing its work, not a
+	 * sleep the margin kept the loop from: no fade for this prediction */
+	loop->skip_expect = expect;
 	loop_park(loop, wake - loop->now, PARK_PREDICT);
 }
 
