@@ -587,16 +587,27 @@ static uint64_t gaps_dev(const struct rk__gaps *g)
  * nothing. Short, because every microsecond of it is spun for: a link whose
  * traffic stops costs this much spinning at idle entry, and a burst that comes
  * later still is rare enough (4 deviations) for a block's wake latency.
+ * Unless bursts came later than 4 deviations lately: a peer whose own timer
+ * wakes late now and then sends late by that much, and the deviation, an
+ * average, does not see a rare one. Then the bound is that lateness (late_hi)
+ * + the slack, at most RK__GAPS_SLACK_MAX_NS past the mean (when 4 deviations
+ * and the slack are not more already): it costs spinning only where a burst
+ * does come that late, and at idle entry, where it keeps the spin under 2 ms.
  */
 static uint64_t gaps_until(const struct rk__gaps *g)
 {
-	uint64_t slack = g->mean / 16;
+	uint64_t slack = g->mean / 16, over, wide;
 
 	if (slack < RK__PRED_MIN_SLACK)
 		slack = RK__PRED_MIN_SLACK;
 	if (slack > RK__GAPS_SLACK_MAX_NS)
 		slack = RK__GAPS_SLACK_MAX_NS;
-	return g->first + g->mean + 4 * gaps_dev(g) + slack;
+	over = 4 * gaps_dev(g) + slack;
+	wide = g->late_hi + slack;
+	if (wide > over)
+		over = wide < RK__GAPS_SLACK_MAX_NS ? wide :
+		       over > RK__GAPS_SLACK_MAX_NS ? over : RK__GAPS_SLACK_MAX_NS;
+	return g->first + g->mean + over;
 }
 
 static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
@@ -646,6 +657,25 @@ static void gaps_sample(struct rk__gaps *g, uint64_t d)
 		g->n++;
 }
 
+/*
+ * A burst @d ns after the one before: how far past the mean it came, as a peak
+ * that decays by 1/RK__GAPS_LATE_DECAY a burst (a rare late one is still
+ * covered a few hundred bursts later). Every burst counts, also one seen only
+ * after a sleep (it came at most that late) that the mean leaves out; at most
+ * half a gap: a burst later than that is more likely a pause of the traffic.
+ */
+static void gaps_late(struct rk__gaps *g, uint64_t d)
+{
+	uint64_t late = d > g->mean ? d - g->mean : 0;
+
+	if (late > g->mean / 2)
+		late = g->mean / 2;
+	if (late >= g->late_hi)
+		g->late_hi = late;
+	else
+		g->late_hi -= g->late_hi / RK__GAPS_LATE_DECAY;
+}
+
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 {
 	uint64_t now = loop->now, d;
@@ -671,6 +701,8 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 		d = now - g->first;
 		if (gaps_trusted(g) && now > gaps_until(g))
 			loop->stats.learn_overdue++;
+		if (g->n)
+			gaps_late(g, d);
 		/*
 		 * An arrival seen after a sleep may have waited up to a wake's
 		 * latency. Both ends seen so: the delays cancel (a gap beyond

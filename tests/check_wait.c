@@ -1585,6 +1585,125 @@ START_TEST(test_learn_idle_entry_short)
 END_TEST
 
 /*
+ * The learner's next frame is late: the loop spins at @spin_to, then, when
+ * @block_at is not 0, blocks there (a timer bounds it), and the frame comes at
+ * @at, overdue and woken for exactly when the loop blocked. Its learned sleep
+ * and spin after it as learn_warm()'s; returns @at.
+ */
+static uint64_t late_frame(struct fake_clock *fc, struct rk_loop *loop, struct fpred *rec,
+			   struct larr *a, uint64_t spin_to, uint64_t block_at, uint64_t at)
+{
+	bool blocks = block_at != 0;
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	int fired = 0;
+
+	rk_timer_init(&bound, never_cb, &fired);
+	s0 = stats_of(loop);
+	s1 = learn_step(fc, loop, spin_to);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_uint_eq(s1.blocks, s0.blocks);
+	if (blocks) {
+		ck_assert_int_eq(rk_timer_start(loop, &bound, at - spin_to + 1 * MS, 0), 0);
+		s0 = stats_of(loop);
+		s1 = learn_step(fc, loop, block_at);
+		ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+		rk_timer_stop(&bound);
+	}
+	s0 = stats_of(loop);
+	arrive(fc, a, at);
+	s1 = stats_of(loop);
+	ck_assert_uint_eq(s1.learn_overdue, s0.learn_overdue + blocks);
+	ck_assert_uint_eq(s1.learn_woken, s0.learn_woken + blocks);
+	rec->park_ns = 0;
+	learn_step(fc, loop, at + L_STEP);
+	if (rec->park_ns)
+		learn_step(fc, loop, at + L_STEP + rec->park_ns);
+	return at;
+}
+
+/* @n regular frames L_GAP apart after @t, each slept for and spun to; returns the last. */
+static uint64_t regular_frames(struct fake_clock *fc, struct rk_loop *loop, struct fpred *rec,
+			       struct larr *a, uint64_t t, unsigned int n)
+{
+	while (n--) {
+		t += L_GAP;
+		arrive(fc, a, t);
+		ck_assert(!a->g.first_late);
+		rec->park_ns = 0;
+		learn_step(fc, loop, t + L_STEP);
+		ck_assert_uint_gt(rec->park_ns, 0);	/* a learned sleep */
+		learn_step(fc, loop, t + L_STEP + rec->park_ns);
+	}
+	return t;
+}
+
+/*
+ * A link whose peer sends late now and then (its own timer woke late): exact
+ * 1 ms gaps, then one frame 150 us late, past the learned bound (mean + 4
+ * deviations + mean/16: 62.5 us with no deviation), so the loop blocked and
+ * the frame waited for a wake (learn_overdue, learn_woken). The bound then
+ * covers that lateness: after regular frames, the next frame as late is spun
+ * for and seen while spinning (not overdue). Bounded: a frame 10 ms late (a
+ * pause) widens it by half a gap and no more (the spin at idle entry stays
+ * under 2 ms), and past that the loop blocks. Before the fix the bound stayed
+ * mean + 4 deviations + mean/16 (the control: the first late frame).
+ */
+START_TEST(test_learn_overdue_covers_late)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	struct rk_timer bound;
+	uint64_t t, until, first;
+	int fired = 0;
+
+	rk_timer_init(&bound, never_cb, &fired);
+	t = learn_warm(&fc, loop, &rec, &a, L_GAP);
+	ck_assert_uint_eq(a.g.dev, 0);
+	ck_assert_uint_eq(a.g.late_hi, 0);
+	/* 150 us late, the bound at 62.5: blocked for, overdue */
+	t = late_frame(&fc, loop, &rec, &a, t + L_GAP + L_GAP / 16 - 1 * US,
+		       t + L_GAP + L_GAP / 16 + 1 * US, t + L_GAP + 150 * US);
+	ck_assert_uint_eq(a.g.late_hi, 150 * US);
+	ck_assert_uint_eq(a.g.mean, L_GAP);	/* seen after a sleep: not sampled */
+	t = regular_frames(&fc, loop, &rec, &a, t, 4);
+	/* as late again: spun for to the frame, seen while spinning */
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 2 * MS, 0), 0);	/* bounds a wrong block */
+	t = late_frame(&fc, loop, &rec, &a, t + L_GAP + 150 * US - 1 * US, 0,
+		       t + L_GAP + 150 * US);
+	rk_timer_stop(&bound);
+	ck_assert(!a.g.first_late);
+	/* a pause of 10 ms: the lateness learned is half a gap, no more */
+	t = regular_frames(&fc, loop, &rec, &a, t, 12);
+	t = late_frame(&fc, loop, &rec, &a, t + L_GAP + 100 * US, t + L_GAP + L_GAP / 2,
+		       t + 10 * MS);
+	ck_assert_uint_eq(a.g.late_hi, a.g.mean / 2);
+	t = regular_frames(&fc, loop, &rec, &a, t, 1);
+	/* idle entry: spun for up to mean + late_hi + slack, then a block */
+	first = a.g.first;
+	until = first + a.g.mean + a.g.late_hi + a.g.mean / 16;
+	ck_assert_uint_gt(4 * a.g.dev, 0);
+	ck_assert_uint_lt(4 * a.g.dev, a.g.late_hi);
+	ck_assert_uint_le(until - first, a.g.mean + a.g.mean / 2 + a.g.mean / 16);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, until - 1 * US);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
+	ck_assert_uint_lt(s1.spin_window_ns, 2 * MS);
+	ck_assert_int_eq(rk_timer_start(loop, &bound, 1 * MS, 0), 0);
+	s0 = stats_of(loop);
+	s1 = learn_step(&fc, loop, until + 1 * US);
+	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
+	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
+	rk_timer_stop(&bound);
+	ck_assert_int_eq(fired, 0);
+	learn_free(loop, &rec, &a);
+}
+END_TEST
+
+/*
  * The learner's second frame came at @t, one gap sampled: 500 us after it the
  * loop still spins, and 2 ms after it (a timer bounds the wait at 3 ms, and
  * must not fire) it blocks with the window at RK_LEARN_SPIN_MIN_US. Return the
@@ -1867,6 +1986,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_learned_window_cut);
 	tcase_add_test(tc, test_learned_window_off);
 	tcase_add_test(tc, test_learn_idle_entry_short);
+	tcase_add_test(tc, test_learn_overdue_covers_late);
 	tcase_add_test(tc, test_learn_no_short_sleep);
 	tcase_add_test(tc, test_learn_cold_long_gaps);
 	tcase_add_test(tc, test_learn_cold_short_gaps);
