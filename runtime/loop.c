@@ -699,8 +699,9 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 	}
 	if (g->first && now > g->first) {
 		d = now - g->first;
-		if (gaps_trusted(g) && now > gaps_until(g))
-			loop->stats.learn_overdue++;
+		if (loop->cfg.wait.learn && rk_loop_predicts(loop) && gaps_trusted(g) &&
+		    now > gaps_until(g))
+			loop->stats.learn_overdue++;	/* what the window had given up on */
 		if (g->n)
 			gaps_late(g, d);
 		/*
