@@ -1469,15 +1469,22 @@ static void predict_late(struct rk_loop *loop, bool overslept)
 		loop->late_boost = cap;
 }
 
-/* A predictive sleep woke before its event, as meant: the boost fades. */
+/*
+ * A predictive sleep woke before its event, as meant: the boost fades, and
+ * with learn is cut to 1/PREDICT_LATE_SHARE of this sleep: one grown for long
+ * sleeps is not paid at every short one.
+ */
 static void predict_early(struct rk_loop *loop)
 {
-	uint64_t down = loop->late_boost / 32;
+	uint64_t down = loop->late_boost / 32, cap;
 
 	if (loop->cfg.wait.learn) {
 		down = late_step(loop) / PREDICT_LATE_RATE;
 		if (down > loop->late_boost)
 			down = loop->late_boost;
+		cap = loop->pred_sleep_ns / PREDICT_LATE_SHARE;
+		if (loop->late_boost - down > cap)
+			down = loop->late_boost - cap;
 	}
 	loop->late_boost -= down;
 }

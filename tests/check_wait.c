@@ -1045,6 +1045,55 @@ START_TEST(test_predict_late_rare_covered)
 END_TEST
 
 /*
+ * The boost is paid at every sleep, so one grown for long sleeps is cut to
+ * 1/64 of a short one: 10 ms predictions whose events come before the wake
+ * (late, the event woke it: no oversleep learned) grow it to the 100 us cap,
+ * then the first 1 ms sleep that wakes on time cuts it to 15 us, and the next
+ * 1 ms sleep ends no earlier than that (before the fix: 100 us before).
+ */
+START_TEST(test_predict_boost_short_sleeps)
+{
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc;
+	struct fpred p = { 0 };
+	struct rk_loop_stats s;
+	uint64_t base, park;
+	unsigned int i;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;
+	c.wait.timed_ns = 0;
+	base = c.wait.predict_margin_ns;
+	loop = fpred_loop(&c, &fc, &p);
+	for (i = 0; i < 25; i++) {
+		p.expect = fc.t + 10 * MS;
+		p.park_ns = 0;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* parks ~10 ms */
+		ck_assert_uint_gt(p.park_ns, 0);
+		fc.t += p.park_ns - 5 * US;	/* the event ended the sleep early */
+		p.ready = true;
+		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+		ck_assert(!p.ready);
+		fc.t += 10 * US;
+	}
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_late, 25);
+	ck_assert_uint_eq(s.predict_overslept, 0);
+	ck_assert_uint_eq(s.predict_margin_ns, base + 100 * US);	/* the boost's cap */
+	late_cycle(loop, &fc, &p, 0);		/* a 1 ms sleep, on time */
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_early, 1);
+	ck_assert_uint_le(s.predict_margin_ns, base + 1 * MS / 64);
+	park = late_cycle(loop, &fc, &p, 0);
+	ck_assert_uint_ge(park, 1 * MS - base - 1 * MS / 64);
+	p.expect = 0;
+	fpred_free(loop, &p);
+}
+END_TEST
+
+/*
  * What the loop tells a source about its waits, when it is run one iteration
  * at a time (RK_RUN_ONCE, as a server's own loop does): arm() sees the
  * timeout of the wait (none for a block), and the first poll after a wait
@@ -1974,6 +2023,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_predict_none_keeps_window);
 	tcase_add_test(tc, test_predict_margin_fades);
 	tcase_add_test(tc, test_predict_late_rare_covered);
+	tcase_add_test(tc, test_predict_boost_short_sleeps);
 	tcase_add_test(tc, test_source_sees_waits);
 	tcase_add_test(tc, test_predict_late_is_per_source);
 	tcase_add_test(tc, test_predictor);
