@@ -57,8 +57,7 @@
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL,
 #                   DESIGNS, MODES, DEFER, ONECPU, SHM, BASE, GAP_REPS, BUSY (0: the gap
-#                   run only), GAPSET and GAP_STATS (1: the gap run's rk-pingpong
-#                   counters) pass through (SQPOLL=1 adds the rk-sqpoll-spin/
+#                   run only) and GAPSET pass through (SQPOLL=1 adds the rk-sqpoll-spin/
 #                   -adaptive rows, DEFER=1 rk-defer-MODE rows, BASE=DIR a built tree's
 #                   rk-pingpong as rk-base-* rows): peers.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
