@@ -611,6 +611,11 @@ struct rk_link_stats {
 	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
 					 * the rest of a flush the socket could not take
 					 * whole) */
+	/* shared-memory links only, after the fields above (which keep their offsets) */
+	uint64_t shm_tx_direct;		/* frames the commit that encoded them published
+					 * into the ring (nothing queued before them, one
+					 * record with room): no flush; the others went
+					 * through the batch */
 };
 
 /**
