@@ -6,7 +6,8 @@
  * bytes (any split), the handshake (HELLO/WELCOME/AUTH, with the proofs that
  * both sides hold the job's secret, WIRE.md), sequence numbers,
  * the send batch (frames queued by handlers leave in one send before the loop
- * waits), and the per-link memory bounds (a partial frame <= max_frame, unsent
+ * waits; on a shared-memory ring a frame with nothing queued before it goes
+ * at once: link_direct()), and the per-link memory bounds (a partial frame <= max_frame, unsent
  * bytes <= tx_limit: a peer that stops reading fails with RK_ESLOWPEER).
  *
  * Lifetime: a link is created by its transport, handed to its owner, and freed

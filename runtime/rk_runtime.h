@@ -620,7 +620,8 @@ struct rk_link_stats {
 
 /**
  * rk_link_send() - queue one frame; the loop flushes queued frames in one send
- * before it next waits. @payload is copied.
+ * before it next waits (on a shared-memory link a frame with nothing queued
+ * before it goes into the ring at once; the order holds). @payload is copied.
  * Return: 0; -RK_ETOOBIG past max_frame; -RK_ESLOWPEER when the unsent bytes
  * would pass tx_limit (the link is then failed and closed); -ENOTCONN when the
  * link is down. Loop thread.
