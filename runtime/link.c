@@ -7,8 +7,9 @@
  * both sides hold the job's secret, WIRE.md), sequence numbers,
  * the send batch (frames queued by handlers leave in one send before the loop
  * waits; on a shared-memory ring a frame with nothing queued before it goes
- * at once: link_direct()), and the per-link memory bounds (a partial frame <= max_frame, unsent
- * bytes <= tx_limit: a peer that stops reading fails with RK_ESLOWPEER).
+ * at once: link_direct()), and the per-link memory bounds (a partial frame
+ * <= max_frame, unsent bytes <= tx_limit: a peer that stops reading fails
+ * with RK_ESLOWPEER).
  *
  * Lifetime: a link is created by its transport, handed to its owner, and freed
  * by the transport's destroy() once it is closed and no operation is in flight
@@ -181,7 +182,7 @@ static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
 }
 
 /*
- * The shm direct lane (ARCHITECTURE.md, "Link rings"): a frame that finds
+ * The shm direct lane (ARCHITECTURE.md, "Same-host links"): a frame that finds
  * nothing queued before it, on a link that is up and whose bytes go on its
  * ring now, is published into the ring by the commit that encoded it, with
  * no flush. Anything queued (a frame before it, bytes still going on TCP
