@@ -611,11 +611,17 @@ struct rk_link_stats {
 	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
 					 * the rest of a flush the socket could not take
 					 * whole) */
+	/* shared-memory links only, after the fields above (which keep their offsets) */
+	uint64_t shm_tx_direct;		/* frames the commit that encoded them published
+					 * into the ring (nothing queued before them, one
+					 * record with room): no flush; the others went
+					 * through the batch */
 };
 
 /**
  * rk_link_send() - queue one frame; the loop flushes queued frames in one send
- * before it next waits. @payload is copied.
+ * before it next waits (on a shared-memory link a frame with nothing queued
+ * before it goes into the ring at once; the order holds). @payload is copied.
  * Return: 0; -RK_ETOOBIG past max_frame; -RK_ESLOWPEER when the unsent bytes
  * would pass tx_limit (the link is then failed and closed); -ENOTCONN when the
  * link is down. Loop thread.

@@ -578,6 +578,10 @@ int rk__shm_control(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_
 bool rk__shm_tx_ring(const struct rk_link *l);
 size_t rk__shm_tx_tcp(const struct rk_link *l, size_t n);
 void rk__shm_flush(struct rk_link *l);
+/* The direct lane: publish one whole encoded frame of @n bytes at @frame into
+ * @l's ring now, when nothing is queued before it (the caller's to know) and it
+ * fits one record with room. False: it did not (the caller queues it). */
+bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n);
 /* Whether the peer sends on the ring now (the socket is only the side channel). */
 bool rk__shm_rx_ring(const struct rk_link *l);
 /* Deliver what the rings hold now (the side channel ended: a BYE may be there). */

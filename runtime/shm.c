@@ -1096,6 +1096,35 @@ void rk__shm_flush(struct rk_link *l)
 	rk__link_tx_done(l, done);
 }
 
+/*
+ * The direct lane (link_commit()): one frame, one record, published as a flush
+ * would publish it (the same record, mark, head, fence and bell), without the
+ * batch. Refused, and left to the flush, before the switch (tx_sent short of
+ * switch_at), on a closing link or one whose ring looked full, for a frame
+ * over one record, and without room; a bad head is left to the flush too,
+ * which fails the link for it.
+ */
+bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	struct rk__shm_link *s = l->shm;
+	uint64_t span = rec_span(n);
+	int64_t room;
+
+	if (s->closing || s->tx_blocked || l->tx_sent < s->switch_at || n > SHM_CHUNK_MAX)
+		return false;
+	room = ring_room(&s->tx, span);
+	if (room < (int64_t)span)
+		return false;
+	rec_put(&s->tx, s->tx.pos, frame, (uint32_t)n, s->marks ? s->ctx->btx.pos : 0);
+	s->tx.pos += span;
+	head_publish(s);		/* the room we made, told with this fence */
+	s->space_owed = false;
+	peer_wake(s, BELL_SLEEP);
+	l->tx_sent += n;
+	l->stats.shm_tx_direct++;
+	return true;
+}
+
 void rk__shm_drain(struct rk_link *l)
 {
 	struct rk__shm_link *s = l->shm;
