@@ -415,7 +415,8 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
  * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
- * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
+ * coop_taskrun and defer_taskrun, and wait_send, are fixed at creation and are ignored
+ * here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
 
