@@ -14,7 +14,10 @@
  *   the link's buffer where the kernel lacks buffer rings) stays in flight.
  *   On shared memory every flush is an io_uring send; under RK_WAIT=block a
  *   flush writes directly first, as above, and only what the socket does not
- *   take goes to an io_uring send.
+ *   take goes to an io_uring send. With RK_WAIT_SEND the direct write is a
+ *   quiet send instead (struct rk__quiet): submitted by the wait's own enter,
+ *   it completes there and posts a completion only when the socket did not
+ *   take it whole.
  *
  * Per direction, at most one of them holds the socket at any time, so no byte
  * is reordered: no direct read while a ring receive is in flight (a spinning
@@ -463,7 +466,9 @@ static void tcp_flush(struct rk_link *l)
 	 * its switch after that send. Every other flush, RK_WAIT=block's too,
 	 * writes the socket directly first: a frame the socket takes whole then
 	 * costs one send() and no SQE, CQE or task work, and the loop's next
-	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path").
+	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path"). With
+	 * RK_WAIT_SEND a blocking loop's write is a quiet send that this enter
+	 * submits: one syscall, no CQE when it goes whole.
 	 */
 	if (l->shm) {
 		if (!tcp_send_ring(t, p, n))
