@@ -371,6 +371,13 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
  * backend decides there, from the same facts the consumer sees, whether the
  * pre-armed work takes the round or the launch path does.
  *
+ * Same host (links on shared memory, a backend with RK_BACKEND_SHARED_EPOCH):
+ * the region is the leader's, a sealed memfd that each same-host follower
+ * maps read-only; the leader publishes each round there before it sends the
+ * ROUND, and a follower's consumers start on that store, without its loop;
+ * the follower publishes nothing (rk_sched_stats.shared_rounds). A follower
+ * on TCP, or whose backend does not opt in, keeps a region of its own.
+ *
  * The region is one page-aligned anonymous mapping (mmap) with this layout,
  * little-endian, offsets in bytes (the epoch, the futex words, the seqlock
  * and the descriptor each start a cache line; nothing in it is a pointer, so
