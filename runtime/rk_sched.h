@@ -268,14 +268,18 @@ RK_EXPORT void rk_request_init(struct rk_request *req);
 /**
  * rk_sched_create() - a scheduler for @world's rank (leader or follower).
  * @ops/@ctx: the backend. @cfg: NULL = defaults. The world is held: it cannot
- * be destroyed before the scheduler. On a world that is ready, with links
- * that may move to shared memory (tcp://, shm:// between ranks of one host),
- * it first runs the loop until every such link is on the rings or has stayed
- * on TCP (bounded by RK_CONNECT_TIMEOUT_MS; rk_world_wait_ready() does the
- * same), so the first round already goes on the rings and the round-epoch
- * region is known (rk_sched_epoch()). Created before the world is ready, it
- * makes that choice at its first round. Loop thread, outside its callbacks
- * (inside one nothing is run and the choice waits for the first round).
+ * be destroyed before the scheduler. The leader's, on a world that is ready
+ * with links that may move to shared memory (tcp://, shm:// between ranks of
+ * one host), first runs the loop until every such link is on the rings or
+ * has stayed on TCP (bounded by RK_CONNECT_TIMEOUT_MS; the leader's
+ * rk_world_wait_ready() does the same), so the first round already goes on
+ * the rings and the round-epoch region is known (rk_sched_epoch()). A
+ * follower runs nothing here (a ROUND would find no scheduler yet): its link
+ * is on the rings before the first ROUND it gets, so it takes the region it
+ * has then, here when its link has settled, else at that ROUND; so does a
+ * scheduler made before the world is ready. Loop thread, outside its
+ * callbacks (inside one nothing is run and the choice waits for the first
+ * round).
  * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
  * draft_k above RK_SCHED_MAX_DRAFT).
  */

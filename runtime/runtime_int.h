@@ -648,9 +648,11 @@ uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
 /*
- * Run @w's loop (rk__loop_run_io()) until every link that is up has settled
- * its same-host upgrade (rk__shm_settled()), bounded by the connect timeout;
- * nothing when the world is not ready or inside a callback. Return: true when
+ * Leader: run @w's loop (rk_loop_run()) until every link that is up has
+ * settled its same-host upgrade (rk__shm_settled()), bounded by the connect
+ * timeout; nothing on a follower (its link is on the rings before the first
+ * ROUND it gets, as the leader's SWITCH precedes it), before the world is
+ * ready, or inside a callback. Return: true when
  * settled (never before the world is ready). rk__world_epoch(): the shared round-epoch region this rank uses
  * (the leader's own, a follower's view over its link to rank 0), or NULL.
  * Loop thread.

@@ -1674,10 +1674,12 @@ static int leader_answer(struct rk_link *l, struct rk__shm *c, const uint8_t *pa
 	l->shm_settled = true;
 	c->links++;
 	arm_pid_watch(s);
-	/* a follower that was sent the epoch region may sleep on its bell now;
-	 * one that did not map it never counts itself in LS_EP_WAITERS */
-	if (c->ep && !rk__epoch_bell_add(c->ep, u32_at(s->base, LS_EP_WAITERS),
-					 u32_at(s->base, LS_EP_BELL)))
+	/* a broadcast reader that was sent the epoch region may sleep on its
+	 * bell now (one that did not map it never counts itself in
+	 * LS_EP_WAITERS); a follower without a slot drops its view, as there
+	 * are as many bells as slots */
+	if (c->ep && s->slot >= 0 && !rk__epoch_bell_add(c->ep, u32_at(s->base, LS_EP_WAITERS),
+							 u32_at(s->base, LS_EP_BELL)))
 		s->ep_rung = true;
 	rk__info(l->rank, "link to rank %d: on shared memory (%s wake-ups, %s)", l->peer,
 		 s->use_futex ? "futex" : "eventfd",
@@ -1936,6 +1938,8 @@ static int follower_switch(struct rk_link *l, struct rk__shm *c, const uint8_t *
 	l->rx_bseq = sw.bcast_seq;
 	if (s->bcast)
 		atomic_store_explicit(s->bhead, sw.bcast_pos, memory_order_release);
+	else
+		epoch_detach(s);	/* no slot, no bell: the leader would not ring it */
 	s->rx_ring = true;
 	l->rx_cut = true;	/* SWITCH was the leader's last frame on TCP */
 	s->st = SS_ACTIVE;

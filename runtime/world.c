@@ -685,7 +685,7 @@ int rk_world_wait_ready(struct rk_world *w)
 			return ret;
 	}
 	if (w->ready)
-		rk__world_settle(w);	/* the first round then goes on the rings */
+		rk__world_settle(w);	/* leader: the first round then goes on the rings */
 	return w->ready ? 0 : w->failed;
 }
 
@@ -709,7 +709,9 @@ bool rk__world_settle(struct rk_world *w)
 
 	if (!w->ready)
 		return false;
-	if (w->failed || rk__loop_running(w->loop))
+	/* a follower runs nothing: a ROUND that came meanwhile would reach a
+	 * scheduler not yet made; the leader sends none before it has settled */
+	if (w->rank != 0 || w->failed || rk__loop_running(w->loop))
 		return links_settled(w);
 	deadline = rk__now_ns() + rk_loop_config(w->loop)->connect_timeout_ns;
 	/* RK_RUN_ONCE returns at least at each heartbeat tick: the bound holds */
