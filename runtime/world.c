@@ -677,6 +677,7 @@ err_free_links:
 
 int rk_world_wait_ready(struct rk_world *w)
 {
+	bool waited = !w->ready;
 	int ret;
 
 	while (!w->ready && !w->failed) {
@@ -684,8 +685,11 @@ int rk_world_wait_ready(struct rk_world *w)
 		if (ret < 0)
 			return ret;
 	}
-	if (w->ready)
-		rk__world_settle(w);	/* leader: the first round then goes on the rings */
+	/* leader: the first round then goes on the rings; a world found ready
+	 * returns at once, as before (a caller that pumps every rank's loop
+	 * itself would otherwise run only this one for the connect timeout) */
+	if (w->ready && waited)
+		rk__world_settle(w);
 	return w->ready ? 0 : w->failed;
 }
 
