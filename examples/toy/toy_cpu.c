@@ -959,6 +959,7 @@ void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out)
 int toy_cpu_destroy(struct toy_cpu *b)
 {
 	struct toy_job *job;
+	unsigned int i;
 
 	if (!b)
 		return 0;
@@ -977,7 +978,7 @@ int toy_cpu_destroy(struct toy_cpu *b)
 	pthread_mutex_destroy(&b->mu);
 	pthread_mutex_destroy(&b->tab_mu);
 	/* done early for a round never launched (the scheduler stopped): ours */
-	for (unsigned int i = 0; i < b->n_armed; i++)
+	for (i = 0; i < b->n_armed; i++)
 		if (b->armed[i]->early)
 			job_free(b->armed[i]);
 	/* an armed job is left in the queue or was handed back */
