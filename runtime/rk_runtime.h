@@ -708,7 +708,10 @@ RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *o
 
 /**
  * rk_world_wait_ready() - run the loop until the world is ready, failed, or
- * connect_timeout passed. Return: 0, -RK_ETIMEOUT, -RK_ESTOPPED (a signal),
+ * connect_timeout passed; on the leader, when it had to wait, then until
+ * every link that may move to shared memory (same host) has moved or stayed
+ * on TCP, within connect_timeout, so frames sent after it go on the rings (a
+ * world already ready returns at once). Return: 0, -RK_ETIMEOUT, -RK_ESTOPPED (a signal),
  * or the first peer error. Loop thread, not from a callback.
  */
 RK_EXPORT int rk_world_wait_ready(struct rk_world *w);

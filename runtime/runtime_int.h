@@ -458,6 +458,7 @@ struct rk_link {
 	const char *via;		/* the transport in use when not tops->name ("shm") */
 	void *tctx;			/* the context of the class that made it (tcp: shm.c's) */
 	struct rk__shm_link *shm;	/* a tcp link's same-host state (shm.c), or NULL */
+	bool shm_settled;		/* its upgrade ended: on the rings, or it stays on TCP */
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
 };
@@ -613,6 +614,20 @@ bool rk__shm_rx_ring(const struct rk_link *l);
 void rk__shm_drain(struct rk_link *l);
 void rk__shm_shutdown(struct rk_link *l);
 void rk__shm_destroy(struct rk_link *l);
+/*
+ * Same-host round epochs (rk_sched.h, docs/RESIDENT-SHM.md). rk__shm_epoch():
+ * the leader's region that its same-host followers map (made beside the
+ * broadcast ring; RK_RESIDENT not off), or NULL. rk__shm_link_epoch(): a
+ * follower's read-only view of it over link @l, or NULL (not on the rings,
+ * not sent, or it could not be mapped); it is closed (rk_epoch_close()) when
+ * the link ends, which releases this process's consumers asleep on it.
+ * Neither reference is the caller's: rk_epoch_hold() one to keep it.
+ * rk__shm_settled(): @l's upgrade has ended either way (a link of a class
+ * without same-host upgrades has none: true). Loop thread.
+ */
+struct rk_epoch *rk__shm_epoch(void *ctx);
+struct rk_epoch *rk__shm_link_epoch(const struct rk_link *l);
+bool rk__shm_settled(const struct rk_link *l);
 /* Tests: pretend the kernel lacks features (RK__SHM_F_* bits), 0 = as probed. */
 #define RK__SHM_F_MEMFD		0x1u	/* memfd_create() with sealing */
 #define RK__SHM_F_FUTURE_WRITE	0x2u	/* F_SEAL_FUTURE_WRITE: the read-only broadcast ring */
@@ -661,6 +676,18 @@ uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 /* A scheduler is built on @w: rk_world_destroy() refuses (-EBUSY) until it is released. */
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
+/*
+ * Leader: run @w's loop (rk_loop_run()) until every link that is up has
+ * settled its same-host upgrade (rk__shm_settled()), bounded by the connect
+ * timeout; nothing on a follower (its link is on the rings before the first
+ * ROUND it gets, as the leader's SWITCH precedes it), before the world is
+ * ready, or inside a callback. Return: true when
+ * settled (never before the world is ready). rk__world_epoch(): the shared round-epoch region this rank uses
+ * (the leader's own, a follower's view over its link to rank 0), or NULL.
+ * Loop thread.
+ */
+bool rk__world_settle(struct rk_world *w);
+struct rk_epoch *rk__world_epoch(struct rk_world *w);
 
 
 /* ---- round epochs other processes map (epoch.c) ------------------------------------ */
@@ -691,6 +718,14 @@ int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out);
  */
 int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
 		  struct rk_epoch **out);
+
+/*
+ * rk__epoch_own() - the view @e unmaps @map (@len bytes) with its last
+ * reference: the mapping that holds the words given to rk__epoch_map(), so
+ * they outlive every consumer still holding the view. Once, before the view
+ * is handed out. Any thread.
+ */
+void rk__epoch_own(struct rk_epoch *e, void *map, size_t len);
 
 /*
  * rk__epoch_bell_add() - the writer @e also wakes a reader's consumers asleep

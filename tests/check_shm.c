@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "rk_sched.h"
 #include "rk_test.h"
 
 #define TIMEOUT_S	60
@@ -1497,6 +1498,164 @@ START_TEST(test_teardown)
 }
 END_TEST
 
+/* ---- round epochs the followers map (docs/RESIDENT-SHM.md) ----------------------- */
+
+/* A consumer asleep on a follower's view of the leader's region. */
+struct ep_waiter {
+	struct rk_epoch *e;
+	uint64_t want;
+	atomic_bool started, done;
+	int ret;
+};
+
+static void *ep_wait_main(void *arg)
+{
+	struct ep_waiter *w = arg;
+	uint32_t kicks = rk_epoch_kicks(w->e);
+
+	atomic_store(&w->started, true);
+	w->ret = rk_epoch_wait(w->e, w->want, 0, &kicks);	/* no spin: asleep at once */
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+static void ep_waiter_start(struct ep_waiter *w, pthread_t *th, struct rk_epoch *e, uint64_t want)
+{
+	memset(w, 0, sizeof(*w));
+	w->e = e;
+	w->want = want;
+	ck_assert_int_eq(pthread_create(th, NULL, ep_wait_main, w), 0);
+	while (!atomic_load(&w->started))
+		usleep(100);
+	usleep(20000);	/* most likely in FUTEX_WAIT by now; either way it must end */
+	ck_assert(!atomic_load(&w->done));
+}
+
+/* Whether @w ends within @ms, with nobody's loop run meanwhile. */
+static bool ep_waiter_ends(struct ep_waiter *w, unsigned int ms)
+{
+	uint64_t dl = rk_test_deadline_ms(ms);
+
+	while (!atomic_load(&w->done) && rk_test_now_ns() < dl)
+		usleep(200);
+	return atomic_load(&w->done);
+}
+
+/*
+ * The follower maps the leader's region read-only: what the leader publishes
+ * is there without the follower's loop running, a publication on the view is
+ * refused, and a write to its mapping faults.
+ */
+START_TEST(test_epoch_view)
+{
+	struct rank r[2] = { 0 };
+	struct rk_epoch *le, *fv;
+	uint32_t flags = 0;
+	uint64_t id = 0;
+	char buf[16] = { 0 };
+	int st;
+	pid_t pid;
+
+	start(r, 2, NULL);
+	le = rk__world_epoch(r[0].w);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(fv);
+	ck_assert_ptr_ne(le, fv);
+	ck_assert_uint_eq(rk_epoch_current(fv), 0);
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 3, "round-1", 7), 0);
+	/* only the leader's loop may run: the follower's is not pumped */
+	PUMP_UNTIL(5, false, &r[0]);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	ck_assert_int_eq(rk_epoch_read(fv, &id, &flags, buf, sizeof(buf)), 7);
+	ck_assert_uint_eq(id, 1);
+	ck_assert_uint_eq(flags, 3);
+	ck_assert_str_eq(buf, "round-1");
+	ck_assert_int_eq(rk_epoch_publish(fv, 2, 0, "x", 1), -EPERM);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		volatile uint8_t *p = rk_epoch_base(fv, NULL);
+
+		signal(SIGSEGV, SIG_DFL);
+		p[0] = 1;	/* a read-only mapping: SIGSEGV */
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+	stop(r, 2);
+}
+END_TEST
+
+/* A follower's consumer asleep on the view wakes at the leader's publication,
+ * the follower's loop not running (its bell is rung by the leader). */
+START_TEST(test_epoch_view_wake)
+{
+	struct rank r[2] = { 0 };
+	struct ep_waiter w;
+	struct rk_epoch *le, *fv;
+	pthread_t th;
+
+	start(r, 2, NULL);
+	le = rk__world_epoch(r[0].w);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(fv);
+	ep_waiter_start(&w, &th, fv, 1);
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 0, "r", 1), 0);
+	ck_assert_msg(ep_waiter_ends(&w, 5000), "the leader's publication woke nobody");
+	ck_assert_int_ge(w.ret, 0);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	pthread_join(th, NULL);
+	stop(r, 2);
+}
+END_TEST
+
+/* The follower's world ends: its consumer asleep on the view is released
+ * (the epoch reads closed), though the leader publishes nothing; the view,
+ * still held, stays mapped, its bell with it. */
+START_TEST(test_epoch_view_close)
+{
+	struct rank r[2] = { 0 };
+	struct ep_waiter w;
+	struct rk_epoch *fv;
+	pthread_t th;
+
+	start(r, 2, NULL);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(fv);
+	rk_epoch_hold(fv);
+	ep_waiter_start(&w, &th, fv, 5);
+	rank_stop(&r[1]);
+	ck_assert_msg(ep_waiter_ends(&w, 5000), "the follower's close released nobody");
+	ck_assert_int_ge(w.ret, 0);
+	ck_assert_uint_eq(rk_epoch_current(fv), RK_EPOCH_CLOSED);
+	pthread_join(th, NULL);
+	rk_epoch_release(fv);
+	rank_stop(&r[0]);
+}
+END_TEST
+
+/* A follower on TCP (RK_SHM=off) has no view; its same-host sibling has, and
+ * sees the leader's rounds; RK_RESIDENT=off makes no region at all. */
+START_TEST(test_epoch_view_mixed)
+{
+	static const enum rk_shm_mode mix[3] = { RK_SHM_AUTO, RK_SHM_AUTO, RK_SHM_OFF };
+	struct rank r[3] = { 0 };
+	struct rk_epoch *le;
+
+	start(r, 3, mix);
+	le = rk__world_epoch(r[0].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(rk__world_epoch(r[1].w));
+	ck_assert_ptr_null(rk__world_epoch(r[2].w));
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 0, "r", 1), 0);
+	ck_assert_uint_eq(rk_epoch_current(rk__world_epoch(r[1].w)), 1);
+	stop(r, 3);
+}
+END_TEST
+
 static TCase *new_tcase(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -1537,6 +1696,11 @@ static Suite *shm_suite(void)
 	tcase_add_loop_test(tc, test_no_lost_wakeup, 0, 2);
 	tcase_add_loop_test(tc, test_room_wake, 0, 4);
 	tcase_add_test(tc, test_idle_heartbeats);
+	tc = new_tcase(s, "epoch");
+	tcase_add_test(tc, test_epoch_view);
+	tcase_add_test(tc, test_epoch_view_wake);
+	tcase_add_test(tc, test_epoch_view_close);
+	tcase_add_test(tc, test_epoch_view_mixed);
 	tc = new_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);
 	tcase_add_test(tc, test_teardown);
