@@ -61,6 +61,8 @@ struct rk_epoch {
 	_Atomic uint32_t *vwaiters;
 	_Atomic uint32_t vkicks;
 	atomic_bool vclosed;
+	void *vown;		/* a mapping holding vbell/vwaiters, unmapped with the view */
+	size_t vown_len;
 	/* the writer: readers' words it rings after each publication (loop thread) */
 	struct rk__epoch_bell bells[RK__EPOCH_MAX_BELLS];
 	unsigned int nbells;
@@ -155,6 +157,8 @@ void rk_epoch_release(struct rk_epoch *e)
 	if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	munmap(e->base, e->len);
+	if (e->vown)
+		munmap(e->vown, e->vown_len);
 	free(e);
 }
 
@@ -474,4 +478,10 @@ void rk__epoch_bell_del(struct rk_epoch *e, _Atomic uint32_t *bell)
 		e->bells[i] = e->bells[--e->nbells];
 		return;
 	}
+}
+
+void rk__epoch_own(struct rk_epoch *e, void *map, size_t len)
+{
+	e->vown = map;
+	e->vown_len = len;
 }

@@ -6,8 +6,10 @@
  * bytes (any split), the handshake (HELLO/WELCOME/AUTH, with the proofs that
  * both sides hold the job's secret, WIRE.md), sequence numbers,
  * the send batch (frames queued by handlers leave in one send before the loop
- * waits), and the per-link memory bounds (a partial frame <= max_frame, unsent
- * bytes <= tx_limit: a peer that stops reading fails with RK_ESLOWPEER).
+ * waits; on a shared-memory ring a frame with nothing queued before it goes
+ * at once: link_direct()), and the per-link memory bounds (a partial frame
+ * <= max_frame, unsent bytes <= tx_limit: a peer that stops reading fails
+ * with RK_ESLOWPEER).
  *
  * Lifetime: a link is created by its transport, handed to its owner, and freed
  * by the transport's destroy() once it is closed and no operation is in flight
@@ -179,9 +181,25 @@ static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
 	return l->q.p + l->q.len + RK_WIRE_HDR_LEN;
 }
 
+/*
+ * The shm direct lane (ARCHITECTURE.md, "Same-host links"): a frame that finds
+ * nothing queued before it, on a link that is up and whose bytes go on its
+ * ring now, is published into the ring by the commit that encoded it, with
+ * no flush. Anything queued (a frame before it, bytes still going on TCP
+ * before the switch) keeps the frame behind it in the batch, so the stream's
+ * order holds; rk__shm_tx_direct() refuses what does not fit one record with
+ * room (a full ring, a frame over one record, a closing link).
+ */
+static bool link_direct(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	return l->shm && !l->q.len && l->out.off == l->out.len && l->state == RK_LINK_UP &&
+	       !l->close_after_flush && rk__shm_tx_direct(l, frame, n);
+}
+
 static int link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uint32_t len)
 {
 	uint8_t *hdr = l->q.p + l->q.len;
+	size_t n = RK_WIRE_HDR_LEN + (size_t)len;
 	int ret;
 
 	ret = rk_wire_encode_hdr(hdr, type, flags, (uint32_t)l->rank, l->tx_seq,
@@ -189,12 +207,14 @@ static int link_commit(struct rk_link *l, unsigned int type, unsigned int flags,
 	if (ret < 0)
 		return ret;
 	l->tx_seq++;
-	l->q.len += RK_WIRE_HDR_LEN + (size_t)len;
 	l->stats.tx_frames++;
-	l->stats.tx_bytes += RK_WIRE_HDR_LEN + (size_t)len;
+	l->stats.tx_bytes += n;
+	l->last_tx = rk_loop_now(l->loop);
+	if (link_direct(l, hdr, n))
+		return 0;
+	l->q.len += n;
 	if (tx_pending(l) > l->stats.tx_queued_max)
 		l->stats.tx_queued_max = tx_pending(l);
-	l->last_tx = rk_loop_now(l->loop);
 	rk__loop_queue_flush(l->loop, &l->flusher);
 	return 0;
 }

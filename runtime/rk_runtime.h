@@ -152,6 +152,17 @@ struct rk_wait_policy {
 					 * bound to the first thread that runs the loop
 					 * (rk_loop_run()); false in rk_loop_config() when
 					 * the kernel refused it */
+	/*
+	 * RK_WAIT=block, a TCP link not on shared memory: a flush is not
+	 * written with send() before the wait, but queued as an io_uring send
+	 * (MSG_DONTWAIT|MSG_WAITALL, IOSQE_CQE_SKIP_SUCCESS) that the wait's own
+	 * io_uring_enter submits: one syscall for the answer and the wait. It
+	 * completes inline in that enter and posts a completion only when the
+	 * socket did not take it whole; the rest then goes as a ring send that
+	 * waits for room. Not with SQPOLL, nor on kernels without
+	 * IORING_FEAT_CQE_SKIP (5.17): send() as before. Fixed at creation.
+	 */
+	bool wait_send;			/* RK_WAIT_SEND */
 };
 
 /*
@@ -409,7 +420,8 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
  * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
- * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
+ * coop_taskrun and defer_taskrun, and wait_send, are fixed at creation and are ignored
+ * here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
 
@@ -616,11 +628,19 @@ struct rk_link_stats {
 	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
 					 * the rest of a flush the socket could not take
 					 * whole) */
+	/* added later, after the fields above (which keep their offsets) */
+	uint64_t shm_tx_direct;		/* shm links: frames the commit that encoded
+					 * them published into the ring (nothing queued
+					 * before them, one record with room): no flush;
+					 * the others went through the batch */
+	uint64_t tcp_tx_wait;		/* tcp links: flushes submitted with the wait
+					 * (RK_WAIT_SEND) that the socket took whole */
 };
 
 /**
  * rk_link_send() - queue one frame; the loop flushes queued frames in one send
- * before it next waits. @payload is copied.
+ * before it next waits (on a shared-memory link a frame with nothing queued
+ * before it goes into the ring at once; the order holds). @payload is copied.
  * Return: 0; -RK_ETOOBIG past max_frame; -RK_ESLOWPEER when the unsent bytes
  * would pass tx_limit (the link is then failed and closed); -ENOTCONN when the
  * link is down. Loop thread.
@@ -693,7 +713,10 @@ RK_EXPORT int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *o
 
 /**
  * rk_world_wait_ready() - run the loop until the world is ready, failed, or
- * connect_timeout passed. Return: 0, -RK_ETIMEOUT, -RK_ESTOPPED (a signal),
+ * connect_timeout passed; on the leader, when it had to wait, then until
+ * every link that may move to shared memory (same host) has moved or stayed
+ * on TCP, within connect_timeout, so frames sent after it go on the rings (a
+ * world already ready returns at once). Return: 0, -RK_ETIMEOUT, -RK_ESTOPPED (a signal),
  * or the first peer error. Loop thread, not from a callback.
  */
 RK_EXPORT int rk_world_wait_ready(struct rk_world *w);

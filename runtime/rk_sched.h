@@ -121,7 +121,20 @@ struct rk_backend_ops {
 	 * round): ignore it then. May be NULL.
 	 */
 	void (*retire)(void *ctx, uint64_t stream_id);
+	/* RK_BACKEND_* bits (0: none) */
+	unsigned int flags;
 };
+
+/*
+ * The backend's consumers may take rounds from the leader's shared epoch
+ * region (same-host links, "Round epochs" below), which can carry round N
+ * before this rank's launch(N): launch(N) must then find a round its
+ * consumer already ran (and not run it again), and the backend takes
+ * rk_sched_epoch() no earlier than its first launch(). Without the flag a
+ * follower keeps a region of its own, published as its loop receives each
+ * ROUND (what a GPU consumer registered at creation needs).
+ */
+#define RK_BACKEND_SHARED_EPOCH	0x1u
 
 /*
  * A drafter proposes up to @k tokens to follow @hist (the stream's tokens so
@@ -187,6 +200,11 @@ struct rk_sched_stats {
 	uint64_t published;		/* rounds published in the epoch region */
 	uint64_t resident_fallbacks;	/* no region (it could not be made) or a
 					 * publication refused: launch path only */
+	uint64_t shared_rounds;		/* rounds in the same-host shared region: the
+					 * leader's publications there; a follower's
+					 * rounds it left to it (not published here) */
+	uint64_t shared_ahead;		/* follower: of those, the ones the region
+					 * carried before this rank's loop had the ROUND */
 	/* gauges, leader: now */
 	uint64_t queued;		/* requests waiting to join the batch */
 	uint64_t running;		/* requests in the batch */
@@ -250,7 +268,18 @@ RK_EXPORT void rk_request_init(struct rk_request *req);
 /**
  * rk_sched_create() - a scheduler for @world's rank (leader or follower).
  * @ops/@ctx: the backend. @cfg: NULL = defaults. The world is held: it cannot
- * be destroyed before the scheduler.
+ * be destroyed before the scheduler. The leader's, on a world that is ready
+ * with links that may move to shared memory (tcp://, shm:// between ranks of
+ * one host), first runs the loop until every such link is on the rings or
+ * has stayed on TCP (bounded by RK_CONNECT_TIMEOUT_MS; the leader's
+ * rk_world_wait_ready() does the same), so the first round already goes on
+ * the rings and the round-epoch region is known (rk_sched_epoch()). A
+ * follower runs nothing here (a ROUND would find no scheduler yet): its link
+ * is on the rings before the first ROUND it gets, so it takes the region it
+ * has then, here when its link has settled, else at that ROUND; so does a
+ * scheduler made before the world is ready. Loop thread, outside its
+ * callbacks (inside one nothing is run and the choice waits for the first
+ * round).
  * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
  * draft_k above RK_SCHED_MAX_DRAFT).
  */
@@ -345,6 +374,13 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
  * store, without being launched; launch() still runs for every round, and the
  * backend decides there, from the same facts the consumer sees, whether the
  * pre-armed work takes the round or the launch path does.
+ *
+ * Same host (links on shared memory, a backend with RK_BACKEND_SHARED_EPOCH):
+ * the region is the leader's, a sealed memfd that each same-host follower
+ * maps read-only; the leader publishes each round there before it sends the
+ * ROUND, and a follower's consumers start on that store, without its loop;
+ * the follower publishes nothing (rk_sched_stats.shared_rounds). A follower
+ * on TCP, or whose backend does not opt in, keeps a region of its own.
  *
  * The region is one page-aligned anonymous mapping (mmap) with this layout,
  * little-endian, offsets in bytes (the epoch, the futex words, the seqlock
@@ -461,7 +497,12 @@ RK_EXPORT void rk_epoch_kick(struct rk_epoch *e);
 /**
  * rk_sched_epoch() - the region @s publishes its rounds in, or NULL
  * (RK_RESIDENT=off, or it could not be made: the launch path then, with one
- * log line and rk_sched_stats.resident_fallbacks). Borrowed: the scheduler's
+ * log line and rk_sched_stats.resident_fallbacks). With same-host links and
+ * a backend flagged RK_BACKEND_SHARED_EPOCH it is the leader's region, mapped
+ * read-only by each follower, whose consumers then see a round as the leader
+ * publishes it, without the follower's loop (rk_epoch_publish() on it fails
+ * with -EPERM there); the region is fixed from rk_sched_create() on a ready
+ * world, else from the first round. Borrowed: the scheduler's
  * reference lasts until rk_sched_destroy(); a consumer that may outlive it
  * takes its own with rk_epoch_hold(). NULL @s gives NULL.
  */

@@ -20,6 +20,7 @@
 #define RK_DEF_LEARN		1
 #define RK_DEF_LEARN_SPIN_MIN_US	1000
 #define RK_DEF_PREWARM		1
+#define RK_DEF_WAIT_SEND	0
 #define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
@@ -137,6 +138,30 @@ void rk__loop_queue_flush(struct rk_loop *loop, struct rk__flusher *f);
  * handler goes on, e.g. a ROUND before the leader's own launch). A link whose
  * previous send is still in flight sends when that one completes, as usual. */
 void rk__loop_flush_now(struct rk_loop *loop);
+
+/*
+ * A quiet send (RK_WAIT_SEND): an SQE flagged IOSQE_CQE_SKIP_SUCCESS whose op
+ * cannot block (MSG_DONTWAIT) nor succeed in part (MSG_WAITALL), so it runs
+ * inline in the io_uring_enter that submits it and posts a completion to @op
+ * only when it did not complete whole (error, -EAGAIN, or the bytes it sent
+ * before the socket filled). Such a completion is in the CQ (or its overflow
+ * list) by the time that enter returns. So once the kernel has consumed the
+ * SQE, and no completion for @op is in the CQ and none overflowed, the send
+ * went whole: the loop then calls @settled, at the start of an iteration,
+ * before it reaps. Not for SQPOLL rings (their submission is not the enter's).
+ */
+struct rk__quiet {
+	struct rk__op *op;		/* the SQE's user_data */
+	void (*settled)(struct rk__quiet *q);
+	struct rk__quiet *next;
+	unsigned int sq_pos;		/* the SQ tail just past the SQE (private) */
+};
+/* Whether this loop's ring can take quiet sends (no SQPOLL, IORING_FEAT_CQE_SKIP). */
+bool rk__loop_quiet_ok(const struct rk_loop *loop);
+/* Track @q, whose SQE was the last one taken from the SQ (rk__loop_sqe()). */
+void rk__loop_quiet_add(struct rk_loop *loop, struct rk__quiet *q);
+/* From @q->op's handler: its completion came, the loop forgets @q. */
+void rk__loop_quiet_del(struct rk_loop *loop, struct rk__quiet *q);
 
 /* The loop's provided-buffer ring for TCP receive (NULL group when absent). */
 struct rk__bufring {
@@ -437,6 +462,7 @@ struct rk_link {
 	const char *via;		/* the transport in use when not tops->name ("shm") */
 	void *tctx;			/* the context of the class that made it (tcp: shm.c's) */
 	struct rk__shm_link *shm;	/* a tcp link's same-host state (shm.c), or NULL */
+	bool shm_settled;		/* its upgrade ended: on the rings, or it stays on TCP */
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
 };
@@ -582,12 +608,30 @@ int rk__shm_control(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_
 bool rk__shm_tx_ring(const struct rk_link *l);
 size_t rk__shm_tx_tcp(const struct rk_link *l, size_t n);
 void rk__shm_flush(struct rk_link *l);
+/* The direct lane: publish one whole encoded frame of @n bytes at @frame into
+ * @l's ring now, when nothing is queued before it (the caller's to know) and it
+ * fits one record with room. False: it did not (the caller queues it). */
+bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n);
 /* Whether the peer sends on the ring now (the socket is only the side channel). */
 bool rk__shm_rx_ring(const struct rk_link *l);
 /* Deliver what the rings hold now (the side channel ended: a BYE may be there). */
 void rk__shm_drain(struct rk_link *l);
 void rk__shm_shutdown(struct rk_link *l);
 void rk__shm_destroy(struct rk_link *l);
+/*
+ * Same-host round epochs (rk_sched.h, docs/RESIDENT-SHM.md). rk__shm_epoch():
+ * the leader's region that its same-host followers map (made beside the
+ * broadcast ring; RK_RESIDENT not off), or NULL. rk__shm_link_epoch(): a
+ * follower's read-only view of it over link @l, or NULL (not on the rings,
+ * not sent, or it could not be mapped); it is closed (rk_epoch_close()) when
+ * the link ends, which releases this process's consumers asleep on it.
+ * Neither reference is the caller's: rk_epoch_hold() one to keep it.
+ * rk__shm_settled(): @l's upgrade has ended either way (a link of a class
+ * without same-host upgrades has none: true). Loop thread.
+ */
+struct rk_epoch *rk__shm_epoch(void *ctx);
+struct rk_epoch *rk__shm_link_epoch(const struct rk_link *l);
+bool rk__shm_settled(const struct rk_link *l);
 /* Tests: pretend the kernel lacks features (RK__SHM_F_* bits), 0 = as probed. */
 #define RK__SHM_F_MEMFD		0x1u	/* memfd_create() with sealing */
 #define RK__SHM_F_FUTURE_WRITE	0x2u	/* F_SEAL_FUTURE_WRITE: the read-only broadcast ring */
@@ -636,6 +680,18 @@ uint64_t rk__loop_ring_timeouts(const struct rk_loop *loop);
 /* A scheduler is built on @w: rk_world_destroy() refuses (-EBUSY) until it is released. */
 void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
+/*
+ * Leader: run @w's loop (rk_loop_run()) until every link that is up has
+ * settled its same-host upgrade (rk__shm_settled()), bounded by the connect
+ * timeout; nothing on a follower (its link is on the rings before the first
+ * ROUND it gets, as the leader's SWITCH precedes it), before the world is
+ * ready, or inside a callback. Return: true when
+ * settled (never before the world is ready). rk__world_epoch(): the shared round-epoch region this rank uses
+ * (the leader's own, a follower's view over its link to rank 0), or NULL.
+ * Loop thread.
+ */
+bool rk__world_settle(struct rk_world *w);
+struct rk_epoch *rk__world_epoch(struct rk_world *w);
 
 
 /* ---- round epochs other processes map (epoch.c) ------------------------------------ */
@@ -666,6 +722,14 @@ int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out);
  */
 int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
 		  struct rk_epoch **out);
+
+/*
+ * rk__epoch_own() - the view @e unmaps @map (@len bytes) with its last
+ * reference: the mapping that holds the words given to rk__epoch_map(), so
+ * they outlive every consumer still holding the view. Once, before the view
+ * is handed out. Any thread.
+ */
+void rk__epoch_own(struct rk_epoch *e, void *map, size_t len);
 
 /*
  * rk__epoch_bell_add() - the writer @e also wakes a reader's consumers asleep

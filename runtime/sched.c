@@ -80,6 +80,10 @@ struct rk_sched {
 	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
 	 * region could not be made */
 	struct rk_epoch *ep;
+	struct rk_epoch *ep_pub;	/* leader: the shared region, when not ep */
+	bool ep_view;			/* follower: ep is the leader's, read-only */
+	bool ep_shared;			/* leader: ep is the one its followers map */
+	bool ep_fixed;			/* the region is chosen (choose_region()) */
 
 	struct rk_sched_stats stats;
 };
@@ -219,29 +223,125 @@ static void kick(struct rk_sched *s)
 }
 
 /*
- * Publish round @id (ROUND payload @p, @len bytes) for resident consumers,
- * right before launch(): the leader once the ROUND is sent, a follower as it
- * receives it. A refusal (a descriptor too large for the region) still moves
- * the epoch, and the consumers see that they must leave this round to the
- * launch path; it is counted, never fatal.
+ * The region behind rk_sched_epoch(), once, before any backend takes it (at
+ * rk_sched_create() on a settled world, else before the first round's
+ * launch): the same-host region when there is one (rk__world_epoch()) and it
+ * is not closed (a scheduler before this one used it: its rounds were its
+ * own), the leader also publishing into it for its followers when its own
+ * backend keeps the local one. Anything else keeps the local region.
  */
-static void publish(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8_t *p,
-		    uint32_t len)
+static void choose_region(struct rk_sched *s)
 {
-	int ret;
+	const struct rk_config *lc = rk_loop_config(s->loop);
+	bool opt_in = (s->ops->flags & RK_BACKEND_SHARED_EPOCH) != 0;
+	struct rk_epoch *sh;
 
-	if (!s->ep)
+	if (s->ep_fixed)
 		return;
-	ret = rk_epoch_publish(s->ep, id, flags, p, len);
+	s->ep_fixed = true;
+	if (lc->resident == RK_RESIDENT_OFF || rk_world_size(s->world) < 2)
+		return;
+	sh = rk__world_epoch(s->world);
+	if (sh && rk_epoch_current(sh) == RK_EPOCH_CLOSED)
+		sh = NULL;
+	if (!sh) {
+		if (s->rank != 0)
+			rk__info(s->rank, "round epochs: this rank's own region (the link to "
+				 "rank 0 has no shared one)");
+		return;
+	}
+	rk_epoch_hold(sh);
+	if (s->rank == 0 && !opt_in) {
+		s->ep_pub = sh;
+		rk__info(0, "round epochs: also published in the region same-host followers map");
+		return;
+	}
+	if (s->rank != 0 && !opt_in) {
+		rk_epoch_release(sh);
+		rk__info(s->rank, "round epochs: this rank's own region (the backend does not "
+			 "take the shared one)");
+		return;
+	}
+	rk_epoch_release(s->ep);	/* no backend has taken it yet */
+	s->ep = sh;
+	s->ep_view = s->rank != 0;
+	s->ep_shared = s->rank == 0;
+	rk__info(s->rank, s->rank ? "round epochs: the leader's region, shared on this host"
+				  : "round epochs: one region, shared with same-host followers");
+}
+
+/*
+ * Publish round @id (ROUND payload @p, @len bytes) for resident consumers in
+ * @e. A refusal (a descriptor too large for the region) still moves the
+ * epoch, and the consumers see that they must leave this round to the launch
+ * path; it is counted, never fatal. Return: rk_epoch_publish()'s.
+ */
+static int publish_in(struct rk_sched *s, struct rk_epoch *e, uint64_t id, uint32_t flags,
+		      const uint8_t *p, uint32_t len)
+{
+	int ret = rk_epoch_publish(e, id, flags, p, len);
+
 	if (ret) {
 		if (!s->stats.resident_fallbacks)
 			rk__warn(s->rank, "round %llu: not published for resident consumers: %s",
 				 (unsigned long long)id, rk_strerror(ret));
 		s->stats.resident_fallbacks++;
-		if (ret != -RK_ETOOBIG)
-			return;
 	}
+	return ret;
+}
+
+/*
+ * Round @id in this rank's own region, right before launch(): the leader
+ * once the ROUND is sent, a follower as it receives it; a follower on the
+ * leader's region only counts it.
+ */
+static void publish(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8_t *p,
+		    uint32_t len)
+{
+	uint64_t cur;
+	int ret;
+
+	if (!s->ep_fixed)
+		choose_region(s);
+	if (!s->ep || s->ep_shared)
+		return;		/* the leader's shared region: publish_shared() */
+	if (s->ep_view) {
+		/* the leader published it there before it sent the ROUND */
+		cur = rk_epoch_current(s->ep);
+		s->stats.shared_rounds++;
+		if (cur >= id && cur != RK_EPOCH_CLOSED)
+			s->stats.shared_ahead++;
+		return;
+	}
+	ret = publish_in(s, s->ep, id, flags, p, len);
+	if (ret && ret != -RK_ETOOBIG)
+		return;
 	s->stats.published++;
+}
+
+/*
+ * Leader: round @id into the region its same-host followers map, before the
+ * ROUND is sent: a follower whose loop has the ROUND finds its epoch there
+ * (its launch() and its consumer decide from the same facts), and its
+ * consumer starts without waiting for its loop.
+ */
+static void publish_shared(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8_t *p,
+			   uint32_t len)
+{
+	struct rk_epoch *e;
+	int ret;
+
+	if (!s->ep_fixed)
+		choose_region(s);
+	e = s->ep_shared ? s->ep : s->ep_pub;
+	if (!e)
+		return;
+	ret = publish_in(s, e, id, flags, p, len);
+	if (ret && ret != -RK_ETOOBIG)
+		return;
+	s->stats.shared_rounds++;
+	if (e == s->ep)
+		s->stats.published++;
 }
 
 struct rk_epoch *rk_sched_epoch(const struct rk_sched *s)
@@ -412,6 +512,9 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		rk_source_init(&s->src, &round_source_ops, s);
 		rk_loop_add_source(s->loop, &s->src);
 	}
+	/* a ready world: settle the same-host upgrades, then the region is known */
+	if (rk__world_settle(world))
+		choose_region(s);
 	rk__world_hold(world);
 	*out = s;
 	return 0;
@@ -448,6 +551,7 @@ static void sched_free(struct rk_sched *s)
 	free(s->prev_ids);
 	free(s->cur_ids);
 	rk_epoch_release(s->ep);
+	rk_epoch_release(s->ep_pub);
 	free(s);
 }
 
@@ -460,6 +564,8 @@ int rk_sched_destroy(struct rk_sched *s)
 	rk_sched_stop(s);
 	if (s->ep)
 		rk_epoch_close(s->ep);	/* a consumer still armed for a next round gives up */
+	if (s->ep_pub)
+		rk_epoch_close(s->ep_pub);	/* the followers' too */
 	if (s->src.loop)
 		rk_loop_remove_source(s->loop, &s->src);
 	rk__world_release(s->world);
@@ -647,6 +753,7 @@ static void sched_step(struct rk_sched *s)
 	if (ret)
 		goto fail;
 	s->round_id = id;
+	publish_shared(s, id, flags, s->buf, (uint32_t)len);
 	if (rk_world_size(s->world) > 1) {
 		/* stamped before the broadcast: a same-host follower reads the
 		 * ROUND from shared memory as soon as it is written */

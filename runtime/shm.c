@@ -80,6 +80,7 @@
 #include "runtime_int.h"
 #include "memfd_int.h"
 #include "wire_int.h"
+#include "rk_sched.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD		77	/* Linux 6.5 */
@@ -110,7 +111,7 @@
  * CUDA as it is: ARCHITECTURE.md, "Same-host links"; keep the two in step):
  *   0      u32 magic SHM_MAGIC_BCAST, u32 SHM_BCAST_VERSION, u32 ring size, u32 zero
  *   128    u64 tail (BS_TAIL): bytes ever written, a multiple of 8; the leader's
- *   136..  zero up to SHM_HDR_SIZE, reserved (room for a published epoch word)
+ *   136..  zero up to SHM_HDR_SIZE, reserved
  *   4096   the ring: at position p, data[p & (size - 1)], wrapping, a record:
  *          u32 frame length L, u32 zero, u64 skip mask (bit i: reader slot i
  *          gets this frame on its link), then the L bytes of the wire frame
@@ -119,6 +120,14 @@
  * own link segment. A link segment is the control page below and then two
  * rings of ring_size bytes (leader -> follower first), with chunk records at
  * multiples of REC_ALIGN (layout version 2: rec_put()).
+ *
+ * Round epochs (rk_sched.h): with RK_RESIDENT not off, the leader also makes
+ * an epoch region (rk__epoch_create_fd(), sealed as the broadcast ring) and
+ * sends it as one more descriptor; a follower maps it read-only, its
+ * consumers sleeping on LS_EP_BELL of its own link segment (which both sides
+ * may write) and counting themselves in LS_EP_WAITERS; the leader rings that
+ * bell after each publication (rk__epoch_bell_add()) while the link is on the
+ * rings. Without it (a refusal, an older leader) the follower keeps its own.
  */
 
 /* The control page. Each index is written by one side only. */
@@ -130,6 +139,9 @@
 #define LS_F_BELL	(5 * SHM_LINE)	/* the follower's bell */
 #define LS_L_BELL	(6 * SHM_LINE)	/* the leader's bell */
 #define LS_B_HEAD	(7 * SHM_LINE)	/* how far the follower read the broadcast ring */
+#define LS_EP_WAITERS	(8 * SHM_LINE)	/* u32: the follower's consumers asleep on ... */
+#define LS_EP_BELL	(9 * SHM_LINE)	/* u32: ... this futex word, rung by the leader's
+					 * epoch publications (rk__epoch_map()) */
 #define BS_TAIL		(1 * SHM_LINE)	/* the broadcast ring's tail (the leader's) */
 
 #define BELL_FUTEX	0x1u	/* asleep in a futex wait on the bell */
@@ -262,6 +274,8 @@ struct rk__shm_link {
 	struct rk_source src;		/* polls the rings; holds the link until released */
 	bool closing;
 	bool released;
+	struct rk_epoch *epv;		/* follower: its view of the leader's epoch region */
+	bool ep_rung;			/* leader: its bell is on the region's list */
 	uint8_t *stage;			/* a chunk, copied out of the ring */
 	uint8_t *bstage;		/* a broadcast frame, copied out */
 	size_t bstage_cap;
@@ -284,6 +298,9 @@ struct rk__shm {
 	struct ring btx;
 	uint64_t bseq;			/* the next broadcast frame's sequence number */
 	struct rk__shm_link *readers[RK_WIRE_SHM_SLOTS];
+	struct rk_epoch *ep;		/* round epochs the followers map, or NULL */
+	int epfd;
+	bool resident;			/* RK_RESIDENT is not off */
 	uint8_t *scratch;		/* a broadcast frame being encoded */
 	size_t scratch_cap;
 
@@ -502,6 +519,7 @@ static enum why why_of(int err)
 
 static void stays_tcp(struct rk__shm *c, struct rk_link *l, int err, const char *what)
 {
+	l->shm_settled = true;
 	switch (why_of(err)) {
 	case WHY_REMOTE:
 		c->remote++;
@@ -770,6 +788,21 @@ static void bcast_create(struct rk__shm *c)
 		return;
 	}
 	ring_init(&c->btx, c->bbase + SHM_HDR_SIZE, SHM_BCAST_SIZE, c->bbase, BS_TAIL, BS_TAIL);
+	if (c->resident) {
+		/* the scheduler's bound: rk_sched_create() sizes its own region so */
+		uint32_t dmax = c->max_frame < RK_WIRE_MAX_PAYLOAD ? c->max_frame
+								   : RK_WIRE_MAX_PAYLOAD;
+
+		if (dmax > RK_EPOCH_DESC_MAX)
+			dmax = RK_EPOCH_DESC_MAX;
+		ret = rk__epoch_create_fd(dmax, &c->epfd, &c->ep);
+		if (ret) {
+			rk__info(c->rank, "shm: no shared epoch region (%s): each follower "
+				 "publishes its own rounds", rk_strerror(ret));
+			c->ep = NULL;
+			c->epfd = -1;
+		}
+	}
 }
 
 /* ---- operations on the loop's ring -------------------------------------------- */
@@ -1096,6 +1129,35 @@ void rk__shm_flush(struct rk_link *l)
 	rk__link_tx_done(l, done);
 }
 
+/*
+ * The direct lane (link_commit()): one frame, one record, published as a flush
+ * would publish it (the same record, mark, head, fence and bell), without the
+ * batch. Refused, and left to the flush, before the switch (tx_sent short of
+ * switch_at), on a closing link or one whose ring looked full, for a frame
+ * over one record, and without room; a bad head is left to the flush too,
+ * which fails the link for it.
+ */
+bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	struct rk__shm_link *s = l->shm;
+	uint64_t span = rec_span(n);
+	int64_t room;
+
+	if (s->closing || s->tx_blocked || l->tx_sent < s->switch_at || n > SHM_CHUNK_MAX)
+		return false;
+	room = ring_room(&s->tx, span);
+	if (room < (int64_t)span)
+		return false;
+	rec_put(&s->tx, s->tx.pos, frame, (uint32_t)n, s->marks ? s->ctx->btx.pos : 0);
+	s->tx.pos += span;
+	head_publish(s);		/* the room we made, told with this fence */
+	s->space_owed = false;
+	peer_wake(s, BELL_SLEEP);
+	l->tx_sent += n;
+	l->stats.shm_tx_direct++;
+	return true;
+}
+
 void rk__shm_drain(struct rk_link *l)
 {
 	struct rk__shm_link *s = l->shm;
@@ -1329,6 +1391,23 @@ static struct rk__shm_link *shm_link_new(struct rk_link *l, struct rk__shm *c, b
 	return s;
 }
 
+/* The round-epoch words of @s's segment: the leader stops ringing them, a
+ * follower's consumers are released and its view dropped (its bell page is
+ * the view's own mapping, so a consumer still holding it touches no freed
+ * memory). Before the segment is unmapped. */
+static void epoch_detach(struct rk__shm_link *s)
+{
+	if (s->ep_rung) {
+		rk__epoch_bell_del(s->ctx->ep, u32_at(s->base, LS_EP_BELL));
+		s->ep_rung = false;
+	}
+	if (s->epv) {
+		rk_epoch_close(s->epv);
+		rk_epoch_release(s->epv);
+		s->epv = NULL;
+	}
+}
+
 /* Give back what the setup made (the link stays on TCP). Ops in flight end by
  * their cancellation; their descriptors close at destroy. */
 static void setup_undo(struct rk__shm_link *s)
@@ -1339,6 +1418,7 @@ static void setup_undo(struct rk__shm_link *s)
 		fd_close(&s->usock);
 	if (!s->pid_armed)
 		fd_close(&s->pidfd);
+	epoch_detach(s);
 	seg_unmap(&s->base, s->len);
 	seg_unmap(&s->bbase, s->blen);
 	fd_close(&s->memfd);
@@ -1510,8 +1590,8 @@ static int leader_request(struct rk_link *l, struct rk__shm *c, const uint8_t *p
 /* The fds go to the connection whose credentials are the requester's. */
 static int send_fds(struct rk__shm_link *s, int fd)
 {
-	int fds[4] = { s->memfd, s->peer_efd, s->efd, s->ctx->bfd };
-	size_t nfd = s->ctx->bbase ? 4 : 3;
+	int fds[5] = { s->memfd, s->peer_efd, s->efd, s->ctx->bfd, s->ctx->epfd };
+	size_t nfd = s->ctx->bbase ? (s->ctx->ep ? 5 : 4) : 3;
 	union {
 		struct cmsghdr h;
 		char buf[CMSG_SPACE(sizeof(fds))];
@@ -1620,8 +1700,16 @@ static int leader_answer(struct rk_link *l, struct rk__shm *c, const uint8_t *pa
 	s->switch_at = l->stats.tx_bytes;	/* SWITCH is our last frame on TCP */
 	s->st = SS_ACTIVE;
 	l->via = "shm";
+	l->shm_settled = true;
 	c->links++;
 	arm_pid_watch(s);
+	/* a broadcast reader that was sent the epoch region may sleep on its
+	 * bell now (one that did not map it never counts itself in
+	 * LS_EP_WAITERS); a follower without a slot drops its view, as there
+	 * are as many bells as slots */
+	if (c->ep && s->slot >= 0 && !rk__epoch_bell_add(c->ep, u32_at(s->base, LS_EP_WAITERS),
+							 u32_at(s->base, LS_EP_BELL)))
+		s->ep_rung = true;
 	rk__info(l->rank, "link to rank %d: on shared memory (%s wake-ups, %s)", l->peer,
 		 s->use_futex ? "futex" : "eventfd",
 		 s->slot >= 0 ? "broadcast ring" : "broadcasts on the link");
@@ -1713,11 +1801,53 @@ fail:
 	return send_answer(l, ret);
 }
 
+/*
+ * The leader's epoch region in memfd @fd (not taken), read-only, its bell on
+ * our segment's control page through a mapping of that page which the view
+ * owns. Optional: without it (RK_RESIDENT=off here, or it cannot be mapped)
+ * the link moves all the same and this rank publishes its own rounds.
+ */
+static void epoch_map(struct rk__shm_link *s, int fd)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t dmax;
+	uint8_t *ctl;
+	int ret;
+
+	if (!s->ctx->resident)
+		return;
+	if (page <= 0 || (size_t)page < SHM_HDR_SIZE)
+		page = SHM_HDR_SIZE;
+	/* the leader's bound is ours (rk_sched_create()'s): a world of one max_frame */
+	dmax = s->ctx->max_frame < RK_WIRE_MAX_PAYLOAD ? s->ctx->max_frame : RK_WIRE_MAX_PAYLOAD;
+	if (dmax > RK_EPOCH_DESC_MAX)
+		dmax = RK_EPOCH_DESC_MAX;
+	ctl = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
+	if (ctl == MAP_FAILED) {
+		ret = -errno;
+		goto fail;
+	}
+	/* -RK_EFIELD: another size, another max_frame */
+	ret = rk__epoch_map(fd, dmax, u32_at(ctl, LS_EP_WAITERS), u32_at(ctl, LS_EP_BELL),
+			    &s->epv);
+	if (ret) {
+		munmap(ctl, (size_t)page);
+		goto fail;
+	}
+	rk__epoch_own(s->epv, ctl, (size_t)page);
+	return;
+fail:
+	s->epv = NULL;
+	rk__info(s->l->rank, "shm: the leader's epoch region not mapped (%s): this rank "
+		 "publishes its own rounds", rk_strerror(ret));
+}
+
 /* Receive the descriptors, check and map them. 0 or -errno. */
 static int follower_fetch(struct rk__shm_link *s)
 {
 	int fds[8], nfd = 0, i, ret;
 	size_t want = s->bcast_size ? 4 : 3;
+	bool epoch = false;
 	char data[16];
 	union {
 		struct cmsghdr h;
@@ -1749,8 +1879,10 @@ static int follower_fetch(struct rk__shm_link *s)
 	if (n == 0)
 		ret = -ECONNRESET;
 	else if (n != 8 || memcmp(data, SHM_FD_MSG, 8) || (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
-		 (size_t)nfd != want)
+		 ((size_t)nfd != want && !(s->bcast_size && (size_t)nfd == want + 1)))
 		ret = -RK_EFIELD;
+	else
+		epoch = (size_t)nfd == want + 1;	/* the leader's round epochs too */
 	if (!ret) {
 		s->memfd = fds[0];
 		s->efd = fds[1];
@@ -1767,6 +1899,8 @@ static int follower_fetch(struct rk__shm_link *s)
 		s->blen = SHM_HDR_SIZE + (size_t)s->bcast_size;
 		ret = seg_map(fds[3], s->blen, SHM_MAGIC_BCAST, s->bcast_size, true, &s->bbase);
 	}
+	if (!ret && epoch)
+		epoch_map(s, fds[4]);
 	for (i = 0; i < nfd; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);	/* the broadcast memfd: its mapping is enough */
@@ -1833,10 +1967,13 @@ static int follower_switch(struct rk_link *l, struct rk__shm *c, const uint8_t *
 	l->rx_bseq = sw.bcast_seq;
 	if (s->bcast)
 		atomic_store_explicit(s->bhead, sw.bcast_pos, memory_order_release);
+	else
+		epoch_detach(s);	/* no slot, no bell: the leader would not ring it */
 	s->rx_ring = true;
 	l->rx_cut = true;	/* SWITCH was the leader's last frame on TCP */
 	s->st = SS_ACTIVE;
 	l->via = "shm";
+	l->shm_settled = true;
 	c->links++;
 	rk__info(l->rank, "link to rank %d: on shared memory (%s wake-ups, %s)", l->peer,
 		 s->use_futex ? "futex" : "eventfd",
@@ -1898,6 +2035,7 @@ void rk__shm_shutdown(struct rk_link *l)
 	s->closing = true;
 	if (s->leader && s->slot >= 0 && s->ctx->readers[s->slot] == s)
 		s->ctx->readers[s->slot] = NULL;
+	epoch_detach(s);	/* the link ends: its consumers take the launch path */
 	cancel_all(s);
 }
 
@@ -1909,6 +2047,7 @@ void rk__shm_destroy(struct rk_link *l)
 		return;
 	if (s->leader && s->slot >= 0 && s->ctx->readers[s->slot] == s)
 		s->ctx->readers[s->slot] = NULL;
+	epoch_detach(s);
 	seg_unmap(&s->base, s->len);
 	seg_unmap(&s->bbase, s->blen);
 	fd_close(&s->memfd);
@@ -2035,6 +2174,8 @@ int rk__shm_prepare(struct rk_loop *loop, const struct rk__addr *a, bool require
 	c->required = c->mode == RK_SHM_ON;
 	c->max_frame = cfg->max_frame;
 	c->bfd = -1;
+	c->epfd = -1;
+	c->resident = cfg->resident != RK_RESIDENT_OFF;
 	c->loopback = !rk__tcp_resolve(a, cfg->rank == 0, &ss, &len) && rk__sockaddr_loopback(&ss);
 	identity(&c->me);
 	if (c->mode != RK_SHM_OFF)
@@ -2051,8 +2192,29 @@ void rk__shm_release(void *ctx)
 		return;
 	seg_unmap(&c->bbase, c->blen);
 	fd_close(&c->bfd);
+	rk_epoch_release(c->ep);	/* a scheduler may hold its own reference */
+	fd_close(&c->epfd);
 	free(c->scratch);
 	free(c);
+}
+
+struct rk_epoch *rk__shm_epoch(void *ctx)
+{
+	struct rk__shm *c = ctx;
+
+	return c ? c->ep : NULL;
+}
+
+struct rk_epoch *rk__shm_link_epoch(const struct rk_link *l)
+{
+	const struct rk__shm_link *s = l->shm;
+
+	return s && s->st == SS_ACTIVE && !s->closing ? s->epv : NULL;
+}
+
+bool rk__shm_settled(const struct rk_link *l)
+{
+	return !l->tctx || l->shm_settled;
 }
 
 /* ---- tests: what a broken peer writes ------------------------------------------- */

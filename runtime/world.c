@@ -677,6 +677,7 @@ err_free_links:
 
 int rk_world_wait_ready(struct rk_world *w)
 {
+	bool waited = !w->ready;
 	int ret;
 
 	while (!w->ready && !w->failed) {
@@ -684,7 +685,53 @@ int rk_world_wait_ready(struct rk_world *w)
 		if (ret < 0)
 			return ret;
 	}
+	/* leader: the first round then goes on the rings; a world found ready
+	 * returns at once, as before (a caller that pumps every rank's loop
+	 * itself would otherwise run only this one for the connect timeout) */
+	if (w->ready && waited)
+		rk__world_settle(w);
 	return w->ready ? 0 : w->failed;
+}
+
+/* Every link that is up has ended its same-host upgrade, one way or the other. */
+static bool links_settled(const struct rk_world *w)
+{
+	int i;
+
+	for (i = 0; i < w->size; i++) {
+		if (i == w->rank || !w->links[i] || !rk_link_up(w->links[i]))
+			continue;
+		if (!rk__shm_settled(w->links[i]))
+			return false;
+	}
+	return true;
+}
+
+bool rk__world_settle(struct rk_world *w)
+{
+	uint64_t deadline;
+
+	if (!w->ready)
+		return false;
+	/* a follower runs nothing: a ROUND that came meanwhile would reach a
+	 * scheduler not yet made; the leader sends none before it has settled */
+	if (w->rank != 0 || w->failed || rk__loop_running(w->loop))
+		return links_settled(w);
+	deadline = rk__now_ns() + rk_loop_config(w->loop)->connect_timeout_ns;
+	/* RK_RUN_ONCE returns at least at each heartbeat tick: the bound holds */
+	while (!links_settled(w) && !w->failed && rk__now_ns() < deadline) {
+		if (rk_loop_run(w->loop, RK_RUN_ONCE) < 0)
+			break;
+	}
+	return links_settled(w);
+}
+
+struct rk_epoch *rk__world_epoch(struct rk_world *w)
+{
+	if (w->rank == 0)
+		/* only the tcp and shm classes keep shm.c's context */
+		return w->tc && w->tc->broadcast == rk__shm_broadcast ? rk__shm_epoch(w->tctx) : NULL;
+	return w->links[0] ? rk__shm_link_epoch(w->links[0]) : NULL;
 }
 
 int rk_world_send(struct rk_world *w, int rank, unsigned int type, unsigned int flags,

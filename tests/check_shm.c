@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "rk_sched.h"
 #include "rk_test.h"
 
 #define TIMEOUT_S	60
@@ -788,6 +790,179 @@ START_TEST(test_full_ring_head)
 }
 END_TEST
 
+/* ---- the direct lane: a frame with nothing queued before it skips the batch ------- */
+
+static uint64_t stat_delta(const struct rk_link_stats *a, const struct rk_link_stats *b,
+			   size_t off)
+{
+	uint64_t x, y;
+
+	memcpy(&x, (const uint8_t *)a + off, 8);
+	memcpy(&y, (const uint8_t *)b + off, 8);
+	return y - x;
+}
+
+#define DELTA(a, b, f) stat_delta(&(a), &(b), offsetof(struct rk_link_stats, f))
+
+/*
+ * A round trip's two frames each find nothing queued and the ring with room:
+ * both go into the ring from the send (the ping from the test, the pong from
+ * the frame callback), every frame of both links so, and no flush runs.
+ */
+START_TEST(test_direct_lane)
+{
+	struct rank r[2] = { 0 };
+	struct rk_link_stats a0, a1, b0, b1;
+	unsigned int i, n;
+
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* the switch's frames are all out */
+	r[1].echo = true;
+	link_stats(&r[0], 1, &a0);
+	link_stats(&r[1], 0, &a1);
+	for (i = 0; i < 200; i++) {
+		n = r[0].nrx;
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_PING, i, 16 + i % 100), 0);
+		ck_assert(PUMP_UNTIL(5000, r[0].nrx == n + 1, &r[0], &r[1]));
+		ck_assert_uint_eq(r[0].rx[n].tag, TAG_PONG);
+		ck_assert_uint_eq(r[0].rx[n].seq, i);
+	}
+	link_stats(&r[0], 1, &b0);
+	link_stats(&r[1], 0, &b1);
+	ck_assert_uint_ge(DELTA(a0, b0, shm_tx_direct), 200);
+	ck_assert_uint_ge(DELTA(a1, b1, shm_tx_direct), 200);
+	/* every frame (heartbeats too), and no flush */
+	ck_assert_uint_eq(DELTA(a0, b0, shm_tx_direct), DELTA(a0, b0, tx_frames));
+	ck_assert_uint_eq(DELTA(a1, b1, shm_tx_direct), DELTA(a1, b1, tx_frames));
+	ck_assert_uint_eq(DELTA(a0, b0, tx_flushes), 0);
+	ck_assert_uint_eq(DELTA(a1, b1, tx_flushes), 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
+/* A TAG_SEQ frame of @len data bytes (any size), @seq in its first four. */
+static int send_seq_big(struct rank *r, int to, uint32_t seq, uint8_t *buf, size_t len)
+{
+	memset(buf, (int)(seq & 0xff), len);
+	memcpy(buf, &seq, 4);
+	return rk_world_send_user(r->w, to, TAG_SEQ, buf, (uint32_t)len);
+}
+
+/*
+ * A frame queued before goes before: behind a frame over one record (which
+ * the flush writes in several), behind frames a full ring left in the batch,
+ * and while the batch drains, each later frame waits its turn; once all is
+ * out, the lane serves again. Every frame arrives once, in order.
+ */
+START_TEST(test_direct_order)
+{
+	struct rank r[2] = { 0 };
+	struct rk_link_stats a, b;
+	uint8_t *buf = malloc(300000);
+	uint32_t seq = 0, k;
+
+	ck_assert_ptr_nonnull(buf);
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);
+	/* 1: small, big (several records), small: the second small one may not pass */
+	for (k = 0; k < 20; k++) {
+		link_stats(&r[0], 1, &a);
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 8), 0);
+		ck_assert_int_eq(send_seq_big(&r[0], 1, seq++, buf, 70000 + k * 10000), 0);
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 8), 0);
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 100), 0);
+		link_stats(&r[0], 1, &b);
+		ck_assert(PUMP_UNTIL(10000, r[1].nseq == seq || r[1].nerr, &r[0], &r[1]));
+		/* a frame that passed one before it breaks the link's sequence */
+		ck_assert_msg(!r[1].nerr, "round %u: %s", k, rk_errname(r[1].err));
+		ck_assert_uint_eq(r[1].disorder, 0);
+		ck_assert_uint_eq(DELTA(a, b, shm_tx_direct), 1);	/* the first only */
+	}
+	/* 2: rank 1 reads nothing while rank 0 sends more than the 1 MiB ring holds */
+	link_stats(&r[0], 1, &a);
+	for (k = 0; k < 1500; k++) {
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 1000), 0);
+		rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+	}
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_gt(b.shm_ring_full, a.shm_ring_full);	/* the batch holds the rest */
+	ck_assert_uint_gt(DELTA(a, b, shm_tx_direct), 0);
+	ck_assert_uint_lt(DELTA(a, b, shm_tx_direct), 1500);
+	/* 3: rank 1 reads; rank 0 sends on while the batch drains */
+	for (k = 0; k < 1500; k++) {
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 4 + k % 600), 0);
+		rk_loop_run(r[0].loop, RK_RUN_NOWAIT);
+		rk_loop_run(r[1].loop, RK_RUN_NOWAIT);
+	}
+	ck_assert(PUMP_UNTIL(20000, r[1].nseq == seq || r[1].nerr, &r[0], &r[1]));
+	ck_assert_msg(!r[1].nerr, "draining: %s", rk_errname(r[1].err));
+	ck_assert_uint_eq(r[1].nseq, seq);
+	ck_assert_uint_eq(r[1].disorder, 0);
+	/* 4: all out: the lane again, no flush */
+	PUMP_UNTIL(20, false, &r[0], &r[1]);
+	link_stats(&r[0], 1, &a);
+	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, seq++, 64), 0);
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(DELTA(a, b, shm_tx_direct), 1);
+	ck_assert(PUMP_UNTIL(5000, r[1].nseq == seq, &r[0], &r[1]));
+	link_stats(&r[0], 1, &b);
+	ck_assert_uint_eq(DELTA(a, b, tx_flushes), 0);
+	ck_assert_uint_eq(r[1].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	free(buf);
+	stop(r, 2);
+}
+END_TEST
+
+/*
+ * Both ranks send a frame every iteration from the moment they are ready,
+ * through the upgrade: the frames before each side's switch go on TCP, the
+ * ones after it on the ring, most from the send itself. The stream runs on
+ * unbroken: every frame once, in order, both ways.
+ */
+START_TEST(test_direct_switch)
+{
+	struct rank r[2] = { 0 };
+	struct rank *rs[2] = { &r[0], &r[1] };
+	struct rk_link_stats a;
+	struct rk_config c;
+	uint64_t dl = rk_test_deadline_ms(10000);
+	uint32_t sent[2] = { 0 }, extra = 0;
+	int i, port;
+
+	cfg_base(&c, 0, 2);
+	ck_assert_int_eq(rank_create(&r[0], &c), 0);
+	port = rk_world_port(r[0].w);
+	cfg_base(&c, 1, 2);
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", port);
+	ck_assert_int_eq(rank_create(&r[1], &c), 0);
+	while (extra < 200) {
+		for (i = 0; i < 2; i++) {
+			if (!r[i].ready || !rk_world_link(r[i].w, 1 - i))
+				continue;
+			ck_assert_int_eq(send_seq(&r[i], 1 - i, TAG_SEQ, sent[i],
+						  8 + sent[i] % 200), 0);
+			sent[i]++;
+		}
+		if (on_shm(&r[0], 1) && on_shm(&r[1], 0))
+			extra++;
+		ck_assert_msg(rk_test_now_ns() < dl, "not on shm after 10 s");
+		pump(rs, 2);
+	}
+	ck_assert(PUMP_UNTIL(10000, r[1].nseq == sent[0] && r[0].nseq == sent[1], &r[0],
+			     &r[1]));
+	for (i = 0; i < 2; i++) {
+		ck_assert_uint_eq(r[i].disorder, 0);
+		link_stats(&r[i], 1 - i, &a);
+		ck_assert_uint_gt(a.shm_tx_direct, 0);
+		ck_assert_uint_lt(a.shm_tx_direct, a.tx_frames);	/* the handshake's, on TCP */
+	}
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
 /* ---- a peer's memory is not trusted ------------------------------------------------ */
 
 static const struct poke_case {
@@ -1323,6 +1498,164 @@ START_TEST(test_teardown)
 }
 END_TEST
 
+/* ---- round epochs the followers map (docs/RESIDENT-SHM.md) ----------------------- */
+
+/* A consumer asleep on a follower's view of the leader's region. */
+struct ep_waiter {
+	struct rk_epoch *e;
+	uint64_t want;
+	atomic_bool started, done;
+	int ret;
+};
+
+static void *ep_wait_main(void *arg)
+{
+	struct ep_waiter *w = arg;
+	uint32_t kicks = rk_epoch_kicks(w->e);
+
+	atomic_store(&w->started, true);
+	w->ret = rk_epoch_wait(w->e, w->want, 0, &kicks);	/* no spin: asleep at once */
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+static void ep_waiter_start(struct ep_waiter *w, pthread_t *th, struct rk_epoch *e, uint64_t want)
+{
+	memset(w, 0, sizeof(*w));
+	w->e = e;
+	w->want = want;
+	ck_assert_int_eq(pthread_create(th, NULL, ep_wait_main, w), 0);
+	while (!atomic_load(&w->started))
+		usleep(100);
+	usleep(20000);	/* most likely in FUTEX_WAIT by now; either way it must end */
+	ck_assert(!atomic_load(&w->done));
+}
+
+/* Whether @w ends within @ms, with nobody's loop run meanwhile. */
+static bool ep_waiter_ends(struct ep_waiter *w, unsigned int ms)
+{
+	uint64_t dl = rk_test_deadline_ms(ms);
+
+	while (!atomic_load(&w->done) && rk_test_now_ns() < dl)
+		usleep(200);
+	return atomic_load(&w->done);
+}
+
+/*
+ * The follower maps the leader's region read-only: what the leader publishes
+ * is there without the follower's loop running, a publication on the view is
+ * refused, and a write to its mapping faults.
+ */
+START_TEST(test_epoch_view)
+{
+	struct rank r[2] = { 0 };
+	struct rk_epoch *le, *fv;
+	uint32_t flags = 0;
+	uint64_t id = 0;
+	char buf[16] = { 0 };
+	int st;
+	pid_t pid;
+
+	start(r, 2, NULL);
+	le = rk__world_epoch(r[0].w);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(fv);
+	ck_assert_ptr_ne(le, fv);
+	ck_assert_uint_eq(rk_epoch_current(fv), 0);
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 3, "round-1", 7), 0);
+	/* only the leader's loop may run: the follower's is not pumped */
+	PUMP_UNTIL(5, false, &r[0]);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	ck_assert_int_eq(rk_epoch_read(fv, &id, &flags, buf, sizeof(buf)), 7);
+	ck_assert_uint_eq(id, 1);
+	ck_assert_uint_eq(flags, 3);
+	ck_assert_str_eq(buf, "round-1");
+	ck_assert_int_eq(rk_epoch_publish(fv, 2, 0, "x", 1), -EPERM);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		volatile uint8_t *p = rk_epoch_base(fv, NULL);
+
+		signal(SIGSEGV, SIG_DFL);
+		p[0] = 1;	/* a read-only mapping: SIGSEGV */
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+	stop(r, 2);
+}
+END_TEST
+
+/* A follower's consumer asleep on the view wakes at the leader's publication,
+ * the follower's loop not running (its bell is rung by the leader). */
+START_TEST(test_epoch_view_wake)
+{
+	struct rank r[2] = { 0 };
+	struct ep_waiter w;
+	struct rk_epoch *le, *fv;
+	pthread_t th;
+
+	start(r, 2, NULL);
+	le = rk__world_epoch(r[0].w);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(fv);
+	ep_waiter_start(&w, &th, fv, 1);
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 0, "r", 1), 0);
+	ck_assert_msg(ep_waiter_ends(&w, 5000), "the leader's publication woke nobody");
+	ck_assert_int_ge(w.ret, 0);
+	ck_assert_uint_eq(rk_epoch_current(fv), 1);
+	pthread_join(th, NULL);
+	stop(r, 2);
+}
+END_TEST
+
+/* The follower's world ends: its consumer asleep on the view is released
+ * (the epoch reads closed), though the leader publishes nothing; the view,
+ * still held, stays mapped, its bell with it. */
+START_TEST(test_epoch_view_close)
+{
+	struct rank r[2] = { 0 };
+	struct ep_waiter w;
+	struct rk_epoch *fv;
+	pthread_t th;
+
+	start(r, 2, NULL);
+	fv = rk__world_epoch(r[1].w);
+	ck_assert_ptr_nonnull(fv);
+	rk_epoch_hold(fv);
+	ep_waiter_start(&w, &th, fv, 5);
+	rank_stop(&r[1]);
+	ck_assert_msg(ep_waiter_ends(&w, 5000), "the follower's close released nobody");
+	ck_assert_int_ge(w.ret, 0);
+	ck_assert_uint_eq(rk_epoch_current(fv), RK_EPOCH_CLOSED);
+	pthread_join(th, NULL);
+	rk_epoch_release(fv);
+	rank_stop(&r[0]);
+}
+END_TEST
+
+/* A follower on TCP (RK_SHM=off) has no view; its same-host sibling has, and
+ * sees the leader's rounds; RK_RESIDENT=off makes no region at all. */
+START_TEST(test_epoch_view_mixed)
+{
+	static const enum rk_shm_mode mix[3] = { RK_SHM_AUTO, RK_SHM_AUTO, RK_SHM_OFF };
+	struct rank r[3] = { 0 };
+	struct rk_epoch *le;
+
+	start(r, 3, mix);
+	le = rk__world_epoch(r[0].w);
+	ck_assert_ptr_nonnull(le);
+	ck_assert_ptr_nonnull(rk__world_epoch(r[1].w));
+	ck_assert_ptr_null(rk__world_epoch(r[2].w));
+	ck_assert_int_eq(rk_epoch_publish(le, 1, 0, "r", 1), 0);
+	ck_assert_uint_eq(rk_epoch_current(rk__world_epoch(r[1].w)), 1);
+	stop(r, 3);
+}
+END_TEST
+
 static TCase *new_tcase(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -1352,6 +1685,9 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_record_sizes);
 	tcase_add_test(tc, test_wrap_stale);
 	tcase_add_test(tc, test_full_ring_head);
+	tcase_add_test(tc, test_direct_lane);
+	tcase_add_test(tc, test_direct_order);
+	tcase_add_test(tc, test_direct_switch);
 	tc = new_tcase(s, "untrusted");
 	tcase_add_loop_test(tc, test_poke, 0, (int)ARRAY_SIZE(pokes));
 	tcase_add_test(tc, test_stranger_socket);
@@ -1360,6 +1696,11 @@ static Suite *shm_suite(void)
 	tcase_add_loop_test(tc, test_no_lost_wakeup, 0, 2);
 	tcase_add_loop_test(tc, test_room_wake, 0, 4);
 	tcase_add_test(tc, test_idle_heartbeats);
+	tc = new_tcase(s, "epoch");
+	tcase_add_test(tc, test_epoch_view);
+	tcase_add_test(tc, test_epoch_view_wake);
+	tcase_add_test(tc, test_epoch_view_close);
+	tcase_add_test(tc, test_epoch_view_mixed);
 	tc = new_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);
 	tcase_add_test(tc, test_teardown);

@@ -764,6 +764,7 @@ struct tworld {
 	int size;
 	bool use_sched;
 	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank */
+	int tcp_rank;			/* a follower with RK_SHM=off (0: none) */
 	atomic_int port;
 	struct tstream s[NSTREAM];
 	struct trank {
@@ -878,6 +879,8 @@ static int node_create(struct trank *t, uint64_t deadline)
 	c.session_id = SESSION;
 	c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
 	c.resident = t->tw->resident;
+	if (t->tw->tcp_rank && t->rank == t->tw->tcp_rank)
+		c.shm = RK_SHM_OFF;	/* a mixed world: this follower stays on TCP */
 	c.peer_timeout_ns = 5000 * MS;
 	c.connect_timeout_ns = 10000 * MS;
 	return rk_test_join(&c, &t->tw->port, deadline, &world_ops, t, &t->loop, &t->w);
@@ -1125,7 +1128,7 @@ out:
 	return NULL;
 }
 
-static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resident)
+static void run_world_ex(int size, bool use_sched, enum rk_resident_mode resident, int tcp_rank)
 {
 	static const struct {
 		uint32_t prompt[8], n_prompt, n_gen;
@@ -1142,6 +1145,7 @@ static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resid
 	tw->size = size;
 	tw->use_sched = use_sched;
 	tw->resident = resident;
+	tw->tcp_rank = tcp_rank;
 	atomic_init(&tw->port, 0);
 	for (i = 0; i < NSTREAM; i++) {
 		struct tstream *s = &tw->s[i];
@@ -1182,14 +1186,17 @@ static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resid
 			/* no scheduler (no region), or auto/off: the launch path only */
 			ck_assert_uint_eq(t->stats.resident, 0);
 			ck_assert_uint_eq(t->stats.resident_mismatch, 0);
-			/* auto publishes (cheap, nobody waits); off does not */
-			ck_assert_uint_eq(t->sstats.published,
+			/* auto publishes (cheap, nobody waits); off does not; a
+			 * follower on the leader's shared region leaves it to the
+			 * leader (counted as shared_rounds) */
+			ck_assert_uint_eq(t->sstats.published + (r ? t->sstats.shared_rounds : 0),
 					  use_sched && resident == RK_RESIDENT_AUTO ?
 						  t->sstats.rounds : 0);
 		} else {
 			/* the first round is launched (nothing was armed before it);
 			 * the others are taken from the region unless their shape grew */
-			ck_assert_uint_eq(t->sstats.published, t->sstats.rounds);
+			ck_assert_uint_eq(t->sstats.published + (r ? t->sstats.shared_rounds : 0),
+					  t->sstats.rounds);
 			ck_assert_uint_ge(t->stats.posted, 1);
 			ck_assert_uint_eq(t->stats.posted, 1 + t->stats.resident_mismatch);
 			ck_assert_uint_gt(t->stats.resident, 0);
@@ -1197,6 +1204,22 @@ static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resid
 			 * (under load every epoch can be out before it looks): only the
 			 * bound above, sleeps <= resident rounds, is behaviour */
 		}
+		/*
+		 * Same-host followers whose broadcasts came on the ring were sent the
+		 * leader's epoch region: with a scheduler and RK_RESIDENT not off they
+		 * take every round from it and publish none; one on TCP (a mixed
+		 * world) publishes its own, as does every rank with RK_RESIDENT=off.
+		 */
+		if (r && use_sched && resident != RK_RESIDENT_OFF && t->link.shm_bcast_frames) {
+			ck_assert_uint_eq(t->sstats.shared_rounds, t->sstats.rounds);
+			ck_assert_uint_eq(t->sstats.published, 0);
+			ck_assert_uint_eq(tw->r[0].sstats.shared_rounds, tw->r[0].sstats.rounds);
+		} else if (r) {
+			ck_assert_uint_eq(t->sstats.shared_rounds, 0);
+			ck_assert_uint_eq(t->stats.resident_early, 0);
+		}
+		if (r && r == tcp_rank)
+			ck_assert_uint_eq(t->link.shm_bcast_frames, 0);
 		/* a follower sends its partial logits each round, and nothing for a
 		 * round that succeeded (no ROUND_DONE): HELLO, the same-host upgrade's
 		 * SHM_REQUEST and SHM_ANSWER, and heartbeats aside */
@@ -1233,6 +1256,11 @@ static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resid
 	free(tw);
 }
 
+static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resident)
+{
+	run_world_ex(size, use_sched, resident, 0);
+}
+
 static void run_world(int size, bool use_sched)
 {
 	run_world_mode(size, use_sched, RK_RESIDENT_AUTO);
@@ -1267,6 +1295,14 @@ END_TEST
 START_TEST(test_backend_resident)
 {
 	run_world_mode(1 << (_i / 2), true, _i % 2 ? RK_RESIDENT_OFF : RK_RESIDENT_ON);
+}
+END_TEST
+
+/* A mixed world: TP4, follower 3 on TCP with its own region, 1 and 2 on the
+ * leader's; the same tokens. */
+START_TEST(test_backend_resident_mixed)
+{
+	run_world_ex(4, true, _i ? RK_RESIDENT_AUTO : RK_RESIDENT_ON, 3);
 }
 END_TEST
 
@@ -1500,6 +1536,7 @@ static Suite *toy_suite(void)
 	tcase_add_loop_test(tc, test_backend_rounds, 0, 3);
 	tcase_add_loop_test(tc, test_backend_sched, 0, 3);
 	tcase_add_loop_test(tc, test_backend_resident, 0, 6);
+	tcase_add_loop_test(tc, test_backend_resident_mixed, 0, 2);
 	tcase_add_test(tc, test_resident_auto);
 	tcase_add_test(tc, test_backend_resident_mismatch);
 	tcase_add_test(tc, test_backend_errors);

@@ -114,14 +114,19 @@ void print_notify(const struct server *srv)
 	const struct rk_gpu_notifier_stats *n = &cs.notify;
 
 	if (srv->cpu && srv->opt.bench) {
+		struct rk_sched_stats ss = { 0 };
 		struct toy_cpu_stats ts;
 
 		/* which path the rounds took (RK_RESIDENT; tests/bench/bench-resident.sh) */
 		toy_cpu_stats(srv->cpu, &ts);
+		if (srv->sched)
+			rk_sched_stats(srv->sched, &ss);
 		printf("resident r%d: cpu, %" PRIu64 " rounds: posted %" PRIu64 " resident %" PRIu64
-		       " (after a futex sleep %" PRIu64 "), mismatched %" PRIu64 ", fallbacks %" PRIu64
-		       "\n", srv->rank, ts.rounds, ts.posted, ts.resident, ts.resident_sleeps,
-		       ts.resident_mismatch, ts.resident_fallbacks);
+		       " (after a futex sleep %" PRIu64 ", before launch %" PRIu64 "), mismatched %"
+		       PRIu64 ", fallbacks %" PRIu64 "; shared region %" PRIu64 " (ahead of the ROUND %"
+		       PRIu64 ")\n", srv->rank, ts.rounds, ts.posted, ts.resident, ts.resident_sleeps,
+		       ts.resident_early, ts.resident_mismatch, ts.resident_fallbacks,
+		       ss.shared_rounds, ss.shared_ahead);
 		fflush(stdout);
 	}
 	if (!srv->cuda || !srv->opt.bench)

@@ -214,6 +214,10 @@ static const struct mdef link_more_defs[] = {
 	  LINK(tcp_tx_direct), 1 },
 	{ "rankrt_link_tcp_io_total", "path=\"ring\",direction=\"tx\"", NULL, COUNTER,
 	  LINK(tcp_tx_ring), 1 },
+	{ "rankrt_link_shm_tx_direct_total", NULL, "shm links: frames published into the ring "
+	  "by the send that encoded them, without a flush.", COUNTER, LINK(shm_tx_direct), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"wait\",direction=\"tx\"", NULL, COUNTER,
+	  LINK(tcp_tx_wait), 1 },
 };
 _Static_assert(N_LINK_TABLE + ARRAY_SIZE(link_more_defs) == N_LINK_CTR &&
 	       sizeof(struct rk_link_stats) == 8 * N_LINK_CTR,
@@ -606,6 +610,12 @@ static void leader(FILE *f, const struct metrics_wait *m)
 	    s->streams_done);
 	one(f, "rankrt_sched_rounds_published_total", "counter",
 	    "Rounds published in the epoch region (resident rounds).", s->published);
+	one(f, "rankrt_sched_rounds_shared_total", "counter",
+	    "Rounds in the same-host shared epoch region: the leader's publications there, a "
+	    "follower's rounds left to it.", s->shared_rounds);
+	one(f, "rankrt_sched_rounds_shared_ahead_total", "counter",
+	    "Follower: shared-region rounds there before this rank's loop had the ROUND.",
+	    s->shared_ahead);
 	one(f, "rankrt_sched_resident_fallbacks_total", "counter",
 	    "Rounds that took the launch path: no epoch region, or a publication refused.",
 	    s->resident_fallbacks);

@@ -278,6 +278,8 @@ struct toy_cpu_stats {
 	uint64_t posted;	/* rounds queued to the worker by launch() */
 	uint64_t resident;	/* rounds the pre-armed worker took from the epoch region */
 	uint64_t resident_sleeps;	/* ...of which it slept on the futex for */
+	uint64_t resident_early;	/* ...of which it ran before its launch() (a
+					 * follower on the leader's shared region) */
 	uint64_t resident_mismatch;	/* armed, but the round took the launch path (a shape
 					 * the armed buffers do not fit, no descriptor) */
 	uint64_t resident_fallbacks;	/* could not pre-arm (no memory): launch path */

@@ -23,6 +23,14 @@
  * the resident path. Retires the loop makes between rounds happen before the
  * next publication (release), so the worker sees them after its acquire.
  *
+ * Same-host followers (RK_BACKEND_SHARED_EPOCH): the region may be the
+ * leader's, which holds round N as soon as the leader sends it, so the armed
+ * job can run N before this rank's loop has the ROUND: its post then comes
+ * back before launch(N), which finds the job done (early) and reports it, and
+ * nothing runs twice. The loop's retires for N may then come while the worker
+ * computes N (from a region the loop did not publish), so the stream table is
+ * under tab_mu whenever the loop touches it; a stream retired at N is not in N.
+ *
  * Reduction: a follower sends its partials to the leader in one USER frame
  * tagged TOY_TAG (payload after the USER header: u64 round_id, u32 n_outputs,
  * u32 V, then n_outputs * V int32, all little-endian) and reports completion;
@@ -71,6 +79,8 @@ struct toy_job {
 	uint64_t want;
 	atomic_bool disarm;	/* the loop gave round @want to the launch path */
 	bool orphan;		/* loop: computed for a launch that failed; dropped */
+	bool launched;		/* loop: launch() has run for its round */
+	bool early;		/* loop: back from the worker before that launch() */
 	bool slept;		/* worker: it slept on the futex before the epoch came */
 };
 
@@ -79,7 +89,9 @@ struct toy_cpu {
 	struct rk_loop *loop;
 	uint32_t rank, size;
 	struct toy_model m;
-	struct toy_table tab;	/* the worker's while inflight > 0, else the loop's */
+	struct toy_table tab;	/* the worker's while inflight > 0, else the loop's;
+				 * changed under tab_mu (see the top of the file) */
+	pthread_mutex_t tab_mu;
 	struct toy_reports reports;
 
 	/* the worker's queue */
@@ -193,8 +205,11 @@ static bool resident_run(struct toy_cpu *b, struct toy_job *job)
 	t0 = now_ns();
 	/* it fits: toy_round_copy() only checks and copies */
 	job->status = toy_round_copy(&job->r, &v, b->m.V);
-	if (!job->status)
+	if (!job->status) {
+		pthread_mutex_lock(&b->tab_mu);
 		job->status = toy_table_exec(&b->tab, &job->r, job->out);
+		pthread_mutex_unlock(&b->tab_mu);
+	}
 	job->ns = now_ns() - t0;
 	return true;
 }
@@ -226,7 +241,9 @@ static void *worker_main(void *arg)
 			}
 		} else {
 			t0 = now_ns();
+			pthread_mutex_lock(&b->tab_mu);
 			job->status = toy_table_exec(&b->tab, &job->r, job->out);
+			pthread_mutex_unlock(&b->tab_mu);
 			job->ns = now_ns() - t0;
 		}
 		/* the loop owns the job from here; this thread must not touch it */
@@ -390,6 +407,17 @@ static int send_partials(struct toy_cpu *b, const struct toy_job *job)
 
 /* ---- completion of the worker's job (loop thread) ----------------------------------- */
 
+/* Loop: @job is one of the armed jobs launch() may still take. */
+static bool armed_holds(const struct toy_cpu *b, const struct toy_job *job)
+{
+	unsigned int i;
+
+	for (i = 0; i < b->n_armed; i++)
+		if (b->armed[i] == job)
+			return true;
+	return false;
+}
+
 static enum rk_activity job_done(struct rk_post *p)
 {
 	struct toy_job *job = p->data;
@@ -407,10 +435,23 @@ static enum rk_activity job_done(struct rk_post *p)
 		job_put(b, job);
 		return RK_BUSY;
 	}
+	if (job->armed && !job->launched) {
+		/* ran from the shared region before its launch(): launch() reports
+		 * it (early), unless its round went to the launch path meanwhile */
+		if (!armed_holds(b, job)) {
+			job->armed = false;
+			job_put(b, job);
+			return RK_BUSY;
+		}
+		job->early = true;
+		return RK_BUSY;
+	}
 	if (job->armed) {
 		b->stats.resident++;
 		b->stats.resident_sleeps += job->slept;
+		b->stats.resident_early += job->early;
 		job->armed = false;
+		job->early = false;
 	}
 	b->inflight--;
 	b->stats.rounds++;
@@ -418,8 +459,10 @@ static enum rk_activity job_done(struct rk_post *p)
 	b->stats.ns_compute += job->ns;
 	if (!b->inflight) {
 		/* the worker is idle: the table is ours again */
+		pthread_mutex_lock(&b->tab_mu);
 		for (i = 0; i < b->n_retire; i++)
 			toy_table_retire(&b->tab, b->retire_q[i]);
+		pthread_mutex_unlock(&b->tab_mu);
 		b->n_retire = 0;
 	}
 	if (b->rank != 0) {
@@ -610,6 +653,8 @@ static void arm_one(struct toy_cpu *b, uint64_t want)
 	job->want = want;
 	job->slept = false;
 	job->orphan = false;
+	job->launched = false;
+	job->early = false;
 	atomic_store_explicit(&job->disarm, false, memory_order_relaxed);
 	job->s = NULL;
 	queue_job(b, job);
@@ -626,6 +671,7 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 				  const struct rk_wire_round *round)
 {
 	struct toy_job *a;
+	uint64_t id = 0;
 	int64_t len;
 	unsigned int i;
 	bool kick = false;
@@ -634,9 +680,14 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 		return NULL;
 	a = b->armed[0];
 	len = rk_wire_round_size(round->n_streams, round->n_tok_total);
-	if (ep == b->ep && a->want == round->round_id &&
-	    rk_epoch_current(ep) == round->round_id && len >= 0 && len <= b->desc_max &&
-	    shape_fits(a, round, b->m.V)) {
+	/* done early: the worker read this round from the region and it fitted;
+	 * else the worker's facts: the region holds this round's descriptor
+	 * (-ENOSPC: one is there, not copied), it fits the worker's copy and
+	 * the armed buffers */
+	if ((ep == b->ep && a->want == round->round_id && a->early) ||
+	    (ep == b->ep && a->want == round->round_id && len >= 0 && len <= b->desc_max &&
+	     rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id &&
+	     shape_fits(a, round, b->m.V))) {
 		for (i = 1; i < b->n_armed; i++)
 			b->armed[i - 1] = b->armed[i];
 		b->n_armed--;
@@ -646,6 +697,14 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 	 * would wait ahead of the posted round */
 	b->stats.resident_mismatch++;
 	for (i = 0; i < b->n_armed; i++) {
+		if (b->armed[i]->early) {
+			/* it ran another round's worth: back, unused (job_done() drops
+			 * those that come back later) */
+			b->armed[i]->armed = false;
+			b->armed[i]->early = false;
+			job_put(b, b->armed[i]);
+			continue;
+		}
 		if (rk_epoch_current(b->ep) < b->armed[i]->want) {
 			/* release: the flag before the kick's count (resident_run()
 			 * reads the count, then the flag) */
@@ -728,7 +787,10 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	}
 	/* the worker may be computing it already: it never reads job->s */
 	job->s = s;
+	job->launched = true;
 	b->inflight++;
+	if (job->early)
+		rk_loop_post(b->loop, &job->post);	/* done: reported from the loop */
 	shape_grow(b, round);
 	arm(b, ep, round->round_id);
 	return 0;
@@ -756,7 +818,9 @@ static void cpu_retire(void *ctx, uint64_t stream_id)
 	uint64_t *q;
 
 	if (!b->inflight) {
+		pthread_mutex_lock(&b->tab_mu);
 		toy_table_retire(&b->tab, stream_id);	/* -ENOENT: already gone, fine */
+		pthread_mutex_unlock(&b->tab_mu);
 		return;
 	}
 	if (b->n_retire == b->retire_cap) {
@@ -775,6 +839,7 @@ const struct rk_backend_ops toy_cpu_ops = {
 	.launch = cpu_launch,
 	.token = cpu_token,
 	.retire = cpu_retire,
+	.flags = RK_BACKEND_SHARED_EPOCH,
 };
 
 /* ---- lifetime --------------------------------------------------------------------------- */
@@ -827,9 +892,12 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->acc_from = calloc(b->size, sizeof(*b->acc_from));
 	if (!b->acc_from)
 		goto err_table;
-	ret = -pthread_mutex_init(&b->mu, NULL);
+	ret = -pthread_mutex_init(&b->tab_mu, NULL);
 	if (ret)
 		goto err_from;
+	ret = -pthread_mutex_init(&b->mu, NULL);
+	if (ret)
+		goto err_tab_mu;
 	ret = -pthread_cond_init(&b->cv, NULL);
 	if (ret)
 		goto err_mutex;
@@ -842,6 +910,8 @@ err_cond:
 	pthread_cond_destroy(&b->cv);
 err_mutex:
 	pthread_mutex_destroy(&b->mu);
+err_tab_mu:
+	pthread_mutex_destroy(&b->tab_mu);
 err_from:
 	free(b->acc_from);
 err_table:
@@ -889,6 +959,7 @@ void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out)
 int toy_cpu_destroy(struct toy_cpu *b)
 {
 	struct toy_job *job;
+	unsigned int i;
 
 	if (!b)
 		return 0;
@@ -905,6 +976,11 @@ int toy_cpu_destroy(struct toy_cpu *b)
 	pthread_join(b->thr, NULL);
 	pthread_cond_destroy(&b->cv);
 	pthread_mutex_destroy(&b->mu);
+	pthread_mutex_destroy(&b->tab_mu);
+	/* done early for a round never launched (the scheduler stopped): ours */
+	for (i = 0; i < b->n_armed; i++)
+		if (b->armed[i]->early)
+			job_free(b->armed[i]);
 	/* an armed job is left in the queue or was handed back */
 	while ((job = b->qhead)) {
 		b->qhead = job->next;

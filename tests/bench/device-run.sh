@@ -56,10 +56,11 @@
 #                   peers (not by default: tests/bench/peers.sh, rk-pingpong beside raw
 #                   sockets, io_uring, libuv, ZeroMQ and UCX; their .debs in DEBS/DEPS;
 #                   PEERS_S seconds, default 300; COUNT, REPS, GAPS, GAP_MS, SQPOLL,
-#                   DESIGNS, MODES, DEFER, ONECPU, SHM, BASE, GAP_REPS, BUSY (0: the gap
-#                   run only) and GAPSET pass through (SQPOLL=1 adds the rk-sqpoll-spin/
-#                   -adaptive rows, DEFER=1 rk-defer-MODE rows, BASE=DIR a built tree's
-#                   rk-pingpong as rk-base-* rows): peers.txt)
+#                   DESIGNS, MODES, DEFER, VARIANTS, ONECPU, SHM, BASE, GAP_REPS, BUSY (0:
+#                   the gap run only) and GAPSET pass through (SQPOLL=1 adds the
+#                   rk-sqpoll-spin/-adaptive rows, DEFER=1 rk-defer-MODE rows, VARIANTS
+#                   rk-VARIANT-MODE rows, BASE=DIR a built tree's rk-pingpong as
+#                   rk-base-* rows): peers.txt)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)

@@ -44,6 +44,13 @@
 #                                 rankrt refuses RK_ variables it does not know)
 #   DEFER [0]                     1: also rk-defer-MODE busy rows for those modes
 #                                 (RK_DEFER_TASKRUN=1: a SINGLE_ISSUER|DEFER_TASKRUN ring)
+#   VARIANTS                      more rk-VARIANT-MODE busy rows for those modes, each
+#                                 VARIANT one of: defer (as DEFER=1), coop (RK_COOP_TASKRUN=1),
+#                                 nocoop (RK_COOP_TASKRUN=0), nocoopdefer (RK_COOP_TASKRUN=0
+#                                 RK_DEFER_TASKRUN=1), wsend (RK_WAIT_SEND=1), nowsend
+#                                 (RK_WAIT_SEND=0), wsenddefer (RK_WAIT_SEND=1
+#                                 RK_DEFER_TASKRUN=1), nowsenddefer (RK_WAIT_SEND=0
+#                                 RK_DEFER_TASKRUN=1)
 #   ONECPU [0]                    1: client and server both on CPU 0 (rk-pingpong under
 #                                 taskset -c 0, the peers with --cpus 0,0): each round trip
 #                                 is then both ends' CPU path plus two context switches,
@@ -134,6 +141,13 @@ rk_row()
 	local out shm=off mode=$1 bin=$pp sq=0 defer=0 learn=(env RK_LEARN=1) st=() err=/dev/stderr
 	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} learn=(env) ;; esac
 	case $mode in defer-*) defer=1 mode=${mode#defer-} ;; esac
+	case $mode in coop-*) learn+=(RK_COOP_TASKRUN=1) mode=${mode#coop-} ;; esac
+	case $mode in nocoop-*) learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoop-} ;; esac
+	case $mode in nocoopdefer-*) defer=1 learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoopdefer-} ;; esac
+	case $mode in wsend-*) learn+=(RK_WAIT_SEND=1) mode=${mode#wsend-} ;; esac
+	case $mode in nowsend-*) learn+=(RK_WAIT_SEND=0) mode=${mode#nowsend-} ;; esac
+	case $mode in wsenddefer-*) defer=1 learn+=(RK_WAIT_SEND=1) mode=${mode#wsenddefer-} ;; esac
+	case $mode in nowsenddefer-*) defer=1 learn+=(RK_WAIT_SEND=0) mode=${mode#nowsenddefer-} ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
@@ -168,6 +182,9 @@ for m in ${MODES:-spin adaptive block}; do all+=(rk-"$m"); done
 if [ "${DEFER:-0}" = 1 ]; then
 	for m in ${MODES:-spin adaptive block}; do all+=(rk-defer-"$m"); done
 fi
+for v in ${VARIANTS:-}; do
+	for m in ${MODES:-spin adaptive block}; do all+=(rk-"$v"-"$m"); done
+done
 all+=("${base[@]}" "${designs[@]}")
 [ "${SHM:-1}" = 0 ] || all+=(rk-shm-spin rk-shm-adaptive rk-shm-block)
 [ "${SQPOLL:-0}" = 1 ] && all+=(rk-sqpoll-spin rk-sqpoll-adaptive)
@@ -187,7 +204,7 @@ floor99=$(awk -v f=$fl '$1 == f {print $3}' "$tmp/busy" | med)
 {
 	echo "## Peers: 64-byte TCP loopback ping-pong, $(date -u +%F), $host"
 	echo
-	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} DEFER=${DEFER:-0} ONECPU=${ONECPU:-0} MODES=\"${MODES:-spin adaptive block}\" BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
+	echo "Command: \`COUNT=$COUNT WARMUP=$WARMUP REPS=$REPS GAPS=\"$GAPS\" GAP_MS=$GAP_MS GAP_REPS=$GAP_REPS SQPOLL=${SQPOLL:-0} DEFER=${DEFER:-0}${VARIANTS:+ VARIANTS=\"$VARIANTS\"} ONECPU=${ONECPU:-0} MODES=\"${MODES:-spin adaptive block}\" BUSY=${BUSY:-1}${BASE:+ BASE=$BASE} tests/bench/peers.sh\`"
 	if [ "${ONECPU:-0}" = 1 ]; then where="client and server both on CPU 0"; else where="client on CPU 0, server on CPU 1"; fi
 	echo "(UCX_TLS=$UCX_TLS). Medians of $REPS interleaved reps of $COUNT round trips; $where;"
 	echo "CPU is both processes' user+system time per round trip, warmup included."

@@ -3,9 +3,10 @@
 # deterministic where wall-clock figures are not (a shared, loaded VM). Runs
 # rk-pingpong's two ranks under callgrind (--wait=spin, COUNT round trips),
 # each rank counted from its first wait mode on, and prints per rank:
-#   frame path   rk__link_rx (parse, check, dispatch, the application's answer
-#                and its encoding) and link_flush_cb (the copy into the ring),
-#                per frame
+#   frame path   rk__link_rx (parse, check, dispatch, the application's answer,
+#                its encoding and, on the direct lane, its record in the ring)
+#                and link_flush_cb (the copy into the ring of frames that went
+#                through the batch), per frame
 #   iteration    the loop's other instructions per iteration, about what one
 #                empty spin costs
 # Instructions say nothing of cache-line transfers or fences: see bench-shm.sh.
@@ -47,7 +48,7 @@ for r in r0 r1; do
 	}
 	END {
 		fr = calls["rk__link_rx"]
-		fl = inc["link_flush_cb"] / calls["link_flush_cb"]
+		fl = calls["link_flush_cb"] ? inc["link_flush_cb"] / calls["link_flush_cb"] : 0
 		printf "%s: frames %d, rk__link_rx %.0f + link_flush_cb %.0f = frame path %.0f" \
 			" instructions a frame; iteration %.0f\n", rank, fr, inc["rk__link_rx"] / fr, fl,
 			inc["rk__link_rx"] / fr + fl,
