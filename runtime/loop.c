@@ -46,6 +46,8 @@
 
 #define RK_CQE_BATCH 128
 #define PREDICT_OVER_CAP	100000ull	/* ns: bound of each learned part of the margin */
+#define PREDICT_LATE_RATE	256		/* learn: about one predictive wake in this late */
+#define PREDICT_LATE_SHARE	64		/* ...the boost for that at most 1/this of the sleep */
 
 enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
 /* what a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window) */
@@ -101,6 +103,7 @@ struct rk_loop {
 	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
 	uint64_t oversleep_hi;		/* ...and a high quantile of it (~99th percentile) */
 	uint64_t late_boost;		/* margin added when late, decays when early */
+	uint64_t pred_sleep_ns;		/* the length of this predictive sleep */
 	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
 	bool after_park;		/* this iteration follows a wait that slept */
 	bool parked;			/* a wait slept since the last iteration began */
@@ -658,16 +661,27 @@ static uint64_t gaps_dev(const struct rk__gaps *g)
  * nothing. Short, because every microsecond of it is spun for: a link whose
  * traffic stops costs this much spinning at idle entry, and a burst that comes
  * later still is rare enough (4 deviations) for a block's wake latency.
+ * Unless bursts came later than 4 deviations lately: a peer whose own timer
+ * wakes late now and then sends late by that much, and the deviation, an
+ * average, does not see a rare one. Then the bound is that lateness (late_hi)
+ * + the slack, at most RK__GAPS_SLACK_MAX_NS past the mean (when 4 deviations
+ * and the slack are not more already): it costs spinning only where a burst
+ * does come that late, and at idle entry, where it keeps the spin under 2 ms.
  */
 static uint64_t gaps_until(const struct rk__gaps *g)
 {
-	uint64_t slack = g->mean / 16;
+	uint64_t slack = g->mean / 16, over, wide;
 
 	if (slack < RK__PRED_MIN_SLACK)
 		slack = RK__PRED_MIN_SLACK;
 	if (slack > RK__GAPS_SLACK_MAX_NS)
 		slack = RK__GAPS_SLACK_MAX_NS;
-	return g->first + g->mean + 4 * gaps_dev(g) + slack;
+	over = 4 * gaps_dev(g) + slack;
+	wide = g->late_hi + slack;
+	if (wide > over)
+		over = wide < RK__GAPS_SLACK_MAX_NS ? wide :
+		       over > RK__GAPS_SLACK_MAX_NS ? over : RK__GAPS_SLACK_MAX_NS;
+	return g->first + g->mean + over;
 }
 
 static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
@@ -717,6 +731,25 @@ static void gaps_sample(struct rk__gaps *g, uint64_t d)
 		g->n++;
 }
 
+/*
+ * A burst @d ns after the one before: how far past the mean it came, as a peak
+ * that decays by 1/RK__GAPS_LATE_DECAY a burst (a rare late one is still
+ * covered a few hundred bursts later). Every burst counts, also one seen only
+ * after a sleep (it came at most that late) that the mean leaves out; at most
+ * half a gap: a burst later than that is more likely a pause of the traffic.
+ */
+static void gaps_late(struct rk__gaps *g, uint64_t d)
+{
+	uint64_t late = d > g->mean ? d - g->mean : 0;
+
+	if (late > g->mean / 2)
+		late = g->mean / 2;
+	if (late >= g->late_hi)
+		g->late_hi = late;
+	else
+		g->late_hi -= g->late_hi / RK__GAPS_LATE_DECAY;
+}
+
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 {
 	uint64_t now = loop->now, d;
@@ -740,6 +773,11 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 	}
 	if (g->first && now > g->first) {
 		d = now - g->first;
+		if (loop->cfg.wait.learn && rk_loop_predicts(loop) && gaps_trusted(g) &&
+		    now > gaps_until(g))
+			loop->stats.learn_overdue++;	/* what the window had given up on */
+		if (g->n)
+			gaps_late(g, d);
 		/*
 		 * An arrival seen after a sleep may have waited up to a wake's
 		 * latency. Both ends seen so: the delays cancel (a gap beyond
@@ -1377,6 +1415,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	} else if (how == PARK_PREDICT) {
 		loop->stats.predict_waits++;
 		loop->pred_deadline = loop->now + timeout_ns;
+		loop->pred_sleep_ns = timeout_ns;
 		loop->pred_src = loop->pred_next;
 		loop->pred_found = false;
 		if (is_learner(loop->pred_src))
@@ -1426,7 +1465,8 @@ static void loop_spin(struct rk_loop *loop, enum spin_why why)
 /*
  * The margin of a predictive sleep: the configured base, how late timed wakes
  * have come (a VM's timer wake is tens of us late, ARCHITECTURE.md), and a
- * boost that grows when a prediction turned out late and decays when early.
+ * boost that grows when a prediction turned out late and decays when early
+ * (predict_late()).
  */
 static uint64_t predict_margin(const struct rk_loop *loop)
 {
@@ -1467,15 +1507,61 @@ static void rehearse_tcp(struct rk_loop *loop)
 		 rk_strerror(ret));
 }
 
-/* A predictive sleep's source came late: widen the margin. */
-static void predict_late(struct rk_loop *loop)
+static uint64_t late_step(const struct rk_loop *loop)
 {
 	uint64_t base = loop->cfg.wait.predict_margin_ns;
 
+	return base / 4 > 2000 ? base / 4 : 2000;
+}
+
+/*
+ * A predictive sleep's source came late: widen the margin by a step. With
+ * learn, each early wake takes back 1/PREDICT_LATE_RATE of a step
+ * (predict_early()), so the boost settles where about one wake in
+ * PREDICT_LATE_RATE is late, whatever made them late: a timer wake later than
+ * the oversleep quantile covers (a rare one: the quantile forgets half of it
+ * in 90 wakes), or events earlier than predicted. A late wake is a frame
+ * that waited for a wake, on a path gone cold; one in a hundred is a tail at
+ * the 99th percentile. Bounded by 1/PREDICT_LATE_SHARE of the sleep that was
+ * late: every nanosecond of it is spun for before every event, and where late
+ * wakes do not stop (a thread descheduled for milliseconds) it buys nothing.
+ * Without learn each early wake takes back 1/32 of it: the boost stays a few
+ * microseconds (one wake in a hundred late: 1.6 us).
+ */
+static void predict_late(struct rk_loop *loop, bool overslept)
+{
+	uint64_t cap = PREDICT_OVER_CAP;
+
 	loop->stats.predict_late++;
-	loop->late_boost += base / 4 > 2000 ? base / 4 : 2000;
-	if (loop->late_boost > PREDICT_OVER_CAP)
-		loop->late_boost = PREDICT_OVER_CAP;
+	if (overslept)
+		loop->stats.predict_overslept++;
+	if (loop->cfg.wait.learn && loop->pred_sleep_ns / PREDICT_LATE_SHARE < cap)
+		cap = loop->pred_sleep_ns / PREDICT_LATE_SHARE;
+	if (loop->late_boost >= cap)
+		return;		/* a boost learned for longer sleeps is not cut */
+	loop->late_boost += late_step(loop);
+	if (loop->late_boost > cap)
+		loop->late_boost = cap;
+}
+
+/*
+ * A predictive sleep woke before its event, as meant: the boost fades, and
+ * with learn is cut to 1/PREDICT_LATE_SHARE of this sleep: one grown for long
+ * sleeps is not paid at every short one.
+ */
+static void predict_early(struct rk_loop *loop)
+{
+	uint64_t down = loop->late_boost / 32, cap;
+
+	if (loop->cfg.wait.learn) {
+		down = late_step(loop) / PREDICT_LATE_RATE;
+		if (down > loop->late_boost)
+			down = loop->late_boost;
+		cap = loop->pred_sleep_ns / PREDICT_LATE_SHARE;
+		if (loop->late_boost - down > cap)
+			down = loop->late_boost - cap;
+	}
+	loop->late_boost -= down;
 }
 
 /*
@@ -1491,7 +1577,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 		/* woken early: by the awaited event (a frame on the ring) it was
 		 * late; by another one, it says nothing */
 		if (found) {
-			predict_late(loop);
+			predict_late(loop, false);
 		} else {
 			loop->stats.predict_cut++;
 			if (loop->iter_busy && is_learner(loop->pred_src))
@@ -1519,11 +1605,11 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 	else
 		loop->oversleep_hi -= loop->oversleep_hi / 128;
 	if (found) {
-		predict_late(loop);
+		predict_late(loop, true);
 	} else {
 		loop->stats.predict_early++;
 		rehearse_tcp(loop);
-		loop->late_boost -= loop->late_boost / 32;
+		predict_early(loop);
 		if (is_learner(loop->pred_src))
 			gaps_early(loop->pred_src);
 	}
@@ -1585,6 +1671,9 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		loop_park(loop, tmo - margin, PARK_PREDICT);
 		return;
 	}
+	/* the spin after this sleep's wake is the margin doing its work, not a
+	 * sleep the margin kept the loop from: no fade for this prediction */
+	loop->skip_expect = expect;
 	loop_park(loop, wake - loop->now, PARK_PREDICT);
 }
 

@@ -347,6 +347,11 @@ struct rk_loop_stats {
 	uint64_t learn_woken;		/* a link's bursts first seen right after a sleep:
 					 * the frames that waited for a wake (of them,
 					 * predict_late woke for that link) */
+	uint64_t predict_overslept;	/* of predict_late: the timer's wake came at or
+					 * after its deadline (the rest: the event woke
+					 * the sleep before it, earlier than predicted) */
+	uint64_t learn_overdue;		/* a link's bursts that came after its learned
+					 * overdue point (the spin for it had ended) */
 };
 
 /**

@@ -302,8 +302,10 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * to sleep through, the loop expects the next burst at mean - 3 deviations after
  * this one's start, sleeps until then less its margin and spins the rest (the
  * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
- * slack (gaps_until(), loop.c); a burst later than that is the window's and
- * block's. While the last busy work was this learner's, the spin window ends
+ * slack, or, when bursts came later than that lately, up to that lateness +
+ * the slack (a decaying peak of how far past the mean bursts came, at most
+ * half a gap, the bound at most RK__GAPS_SLACK_MAX_NS past the mean:
+ * gaps_until(), loop.c); a burst later than that is the window's and block's. While the last busy work was this learner's, the spin window ends
  * there too, so a link that stops costs that short spin, not a window; and
  * while it is still cold, but every gap it has seen was twice the window or
  * longer, the window is RK_LEARN_SPIN_MIN_US: spinning it would only wait for
@@ -324,6 +326,7 @@ struct rk__gaps {
 	struct rk_source src;		/* on the loop's learner list, never polled */
 	uint64_t mean, dev;
 	uint64_t lo;			/* the shortest gap sampled */
+	uint64_t late_hi;		/* how far past the mean bursts came: a peak, decaying */
 	uint64_t first, last;		/* this burst's first and last arrival, 0 = none */
 	uint32_t n;			/* samples taken */
 	uint32_t hold;			/* bursts left without predicting */
@@ -337,6 +340,7 @@ struct rk__gaps {
 #define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
 #define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
 #define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */
+#define RK__GAPS_LATE_DECAY	256		/* late_hi loses 1/this a burst */
 #define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
 #define RK__GAPS_HOLD_MAX	1024
 

@@ -104,6 +104,11 @@ static const struct mdef loop_defs[] = {
 	  LOOP(ns_spin_window), 1e-9 },
 	{ "rankrt_loop_learn_woken_total", NULL, "A link's bursts first seen right after a sleep "
 	  "(they waited for a wake).", COUNTER, LOOP(learn_woken), 1 },
+	{ "rankrt_loop_predict_overslept_total", NULL, "Late predictive sleeps whose timer woke "
+	  "at or after its deadline (the rest were woken by their event).", COUNTER,
+	  LOOP(predict_overslept), 1 },
+	{ "rankrt_loop_learn_overdue_total", NULL, "A link's bursts that came after its learned "
+	  "overdue point.", COUNTER, LOOP(learn_overdue), 1 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,

@@ -63,6 +63,8 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[24] = &s->ns_spin_predict;
 	v[25] = &s->ns_spin_window;
 	v[26] = &s->learn_woken;
+	v[27] = &s->predict_overslept;
+	v[28] = &s->learn_overdue;
 }
 
 int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)

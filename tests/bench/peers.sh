@@ -34,6 +34,9 @@
 #                                 rk-base-adaptive with BASE); rk-spin is the reference;
 #                                 rk-marginN: rk-adaptive with RK_PREDICT_MARGIN_US=N (a
 #                                 longer spin before each learned arrival)
+#   GAP_STATS [0]                 1: the gap run's rk-* rows run with --stats; each
+#                                 rank's counters (late wakes, overslept, overdue...)
+#                                 go to OUT/peers-gap-stats.txt, printed at the end
 #   SQPOLL [0]                    1: also the busy rows rk-sqpoll-spin and rk-sqpoll-adaptive
 #                                 (RK_SQPOLL=1: a kernel SQ thread per rank, unpinned; on a
 #                                 host with cores to spare, against rk-spin in the same run)
@@ -135,7 +138,7 @@ med() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else prin
 # would otherwise move to shared memory); the rk-shm-* rows are that same-host link.
 rk_row()
 {
-	local out shm=off mode=$1 bin=$pp sq=0 defer=0 learn=(env RK_LEARN=1)
+	local out shm=off mode=$1 bin=$pp sq=0 defer=0 learn=(env RK_LEARN=1) st=() err=/dev/stderr
 	case $mode in base-*) bin=$BASE/examples/pingpong/rk-pingpong mode=${mode#base-} learn=(env) ;; esac
 	case $mode in defer-*) defer=1 mode=${mode#defer-} ;; esac
 	case $mode in coop-*) learn+=(RK_COOP_TASKRUN=1) mode=${mode#coop-} ;; esac
@@ -151,8 +154,13 @@ rk_row()
 	case $mode in noprewarm) learn=(env RK_LEARN=1 RK_PREWARM=0) mode=adaptive ;; esac
 	case $mode in margin[0-9]*) learn=(env RK_LEARN=1 RK_PREDICT_MARGIN_US=${mode#margin}) mode=adaptive ;; esac
 	[ "$defer" = 0 ] || learn+=(RK_DEFER_TASKRUN=1)
+	if [ "${GAP_STATS:-0}" = 1 ] && [ "${4:-0}" != 0 ]; then
+		st=(--stats) err=$tmp/stats
+		: >"$err"
+	fi
 	out=$("${onecpu[@]}" "${learn[@]}" RK_SHM=$shm RK_SQPOLL=$sq "$bin" --local "${pin[@]}" --wait "$mode" \
-		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" | tail -1)
+		--count "$2" --warmup "$3" --runs 1 --gap-us "${4:-0}" "${st[@]}" 2>>"$err" | tail -1)
+	[ ${#st[@]} = 0 ] || sed "s/^/gap $4 rk-$1: /" "$tmp/stats" >>"$OUT/peers-gap-stats.txt"
 	awk -v n=$(($2 + $3)) '{print $2, $3, $5, $6, n}' <<<"$out"
 }
 peer_row() # DESIGN COUNT WARMUP [GAP]
@@ -221,6 +229,7 @@ gapset=(rk-spin rk-adaptive rk-nolearn rk-block sock-spin sock-block)
 [ -n "${BASE:-}" ] && gapset=(rk-spin rk-base-adaptive rk-adaptive rk-nolearn rk-block sock-spin sock-block)
 [ -n "${GAPSET:-}" ] && read -r -a gapset <<<"$GAPSET"
 [ "$GAPS" != none ] || GAPS=
+[ "${GAP_STATS:-0}" = 1 ] && : >"$OUT/peers-gap-stats.txt"
 for rep in $(seq "$GAP_REPS"); do
 	for g in $GAPS; do
 		n=$((GAP_MS * 1000 / g))
@@ -291,3 +300,9 @@ else
 	echo "peers.sh: no gnuplot: run 'gnuplot peers.gp' in $OUT to plot" >&2
 fi
 cat "$OUT/peers.md"
+if [ "${GAP_STATS:-0}" = 1 ]; then
+	echo
+	echo "### rk-pingpong --stats of the gap run (r1 is the server; in run order)"
+	echo
+	cat "$OUT/peers-gap-stats.txt"
+fi
