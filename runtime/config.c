@@ -68,7 +68,6 @@ enum knob_id {
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
 	K_DEFER_TASKRUN,
-	K_WAIT_SEND,
 	K_RING_ENTRIES,
 	K_RX_BUF_SIZE,
 	K_RX_BUF_COUNT,
@@ -152,10 +151,6 @@ static const struct knob knobs[] = {
 			      U(wait.defer_taskrun), 1, 0, 0,
 			      "IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: only the first thread "
 			      "that runs the loop may run it" },
-	[K_WAIT_SEND] = { "RK_WAIT_SEND", "wait_send", KIND_BOOL, U(wait.wait_send), 1, 0, 0,
-			  "RK_WAIT=block: a TCP flush goes to the ring with the wait "
-			  "(IOSQE_CQE_SKIP_SUCCESS), one io_uring_enter for both, not a send() "
-			  "before it" },
 	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, U(ring_entries), 1,
 			     8, 32768, "submission queue entries (power of two)" },
 	[K_RX_BUF_SIZE] = { "RK_RX_BUF_SIZE", "rx_buf_size", KIND_U64, U(rx_buf_size), 1,
@@ -274,7 +269,6 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.sqpoll_cpu = -1;
 	cfg->wait.coop_taskrun = true;
 	cfg->wait.defer_taskrun = false;
-	cfg->wait.wait_send = RK_DEF_WAIT_SEND;
 	cfg->ring_entries = RK_DEF_RING_ENTRIES;
 	cfg->rx_buf_size = RK_DEF_RX_BUF_SIZE;
 	cfg->rx_buf_count = RK_DEF_RX_BUF_COUNT;

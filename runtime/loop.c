@@ -135,10 +135,6 @@ struct rk_loop {
 	bool bind;			/* a SINGLE_ISSUER ring: runs need the owner */
 	bool bound;			/* ...enabled by 'owner' */
 	pthread_t owner;
-
-	/* quiet sends not yet settled (struct rk__quiet, runtime_int.h) */
-	struct rk__quiet *quiet;
-	bool quiet_ok;			/* no SQPOLL, and the kernel has CQE_SKIP */
 	struct rk_loop_stats stats;
 };
 
@@ -250,76 +246,6 @@ uint64_t rk__loop_refresh(struct rk_loop *loop)
 {
 	loop->now = loop->clock_fn(loop->clock_arg);
 	return loop->now;
-}
-
-/* ---- quiet sends (struct rk__quiet) ---------------------------------------------- */
-
-bool rk__loop_quiet_ok(const struct rk_loop *loop)
-{
-	return loop->quiet_ok;
-}
-
-void rk__loop_quiet_add(struct rk_loop *loop, struct rk__quiet *q)
-{
-	q->sq_pos = loop->ring.sq.sqe_tail;
-	q->next = loop->quiet;
-	loop->quiet = q;
-}
-
-void rk__loop_quiet_del(struct rk_loop *loop, struct rk__quiet *q)
-{
-	struct rk__quiet **pp;
-
-	for (pp = &loop->quiet; *pp; pp = &(*pp)->next) {
-		if (*pp == q) {
-			*pp = q->next;
-			q->next = NULL;
-			return;
-		}
-	}
-}
-
-/* Whether the CQ holds a completion for @op (not yet reaped). */
-static bool cq_holds(struct io_uring *ring, const struct rk__op *op)
-{
-	struct io_uring_cqe *cqe;
-	unsigned int head;
-
-	io_uring_for_each_cqe(ring, head, cqe) {
-		if (cqe->user_data == (uint64_t)(uintptr_t)op)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Settle the quiet sends that went whole: their SQE consumed, no completion of
- * theirs in the CQ. An enter that consumed one has returned (the loop is the
- * only submitter: no SQPOLL), so a completion it made is in the CQ, in the
- * overflow list, or reaped already (then its handler forgot the send). While
- * completions wait in the overflow list nothing is settled: one may be a
- * quiet send's; the reap that follows flushes them into the CQ.
- */
-static void quiet_settle(struct rk_loop *loop)
-{
-	struct rk__quiet *list = loop->quiet, *q;
-	unsigned int head;
-
-	if (IO_URING_READ_ONCE(*loop->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW)
-		return;
-	/* pairs with the kernel's release of the SQ head after it consumed SQEs */
-	head = io_uring_smp_load_acquire(loop->ring.sq.khead);
-	loop->quiet = NULL;
-	while ((q = list)) {
-		list = q->next;
-		if ((int)(head - q->sq_pos) < 0 || cq_holds(&loop->ring, q->op)) {
-			q->next = loop->quiet;	/* not submitted yet, or failed: its CQE decides */
-			loop->quiet = q;
-			continue;
-		}
-		q->next = NULL;
-		q->settled(q);
-	}
 }
 
 /* ---- the wake eventfd and the signalfd ------------------------------------------ */
@@ -1181,7 +1107,6 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 	ret = ring_setup(loop);
 	if (ret < 0)
 		goto err_close_wake;
-	loop->quiet_ok = !loop->cfg.wait.sqpoll && (loop->ring.features & IORING_FEAT_CQE_SKIP);
 	ret = bufring_setup(loop);
 	if (ret < 0 && ret != -EINVAL && ret != -EOPNOTSUPP && ret != -ENOMEM)
 		rk__info(loop->cfg.rank, "io_uring: no provided-buffer ring (%s)", rk_strerror(ret));
@@ -1751,8 +1676,6 @@ static void iter_begin(struct rk_loop *loop)
 /* Step 2: the completions the ring holds, or holds back under COOP_TASKRUN. */
 static void iter_reap(struct rk_loop *loop)
 {
-	if (loop->quiet)
-		quiet_settle(loop);
 	if (io_uring_cq_ready(&loop->ring) || (loop->phase != PH_SPIN && ring_needs_enter(loop))) {
 		if (!io_uring_cq_ready(&loop->ring))
 			io_uring_get_events(&loop->ring);

@@ -152,17 +152,6 @@ struct rk_wait_policy {
 					 * bound to the first thread that runs the loop
 					 * (rk_loop_run()); false in rk_loop_config() when
 					 * the kernel refused it */
-	/*
-	 * RK_WAIT=block, a TCP link not on shared memory: a flush is not
-	 * written with send() before the wait, but queued as an io_uring send
-	 * (MSG_DONTWAIT|MSG_WAITALL, IOSQE_CQE_SKIP_SUCCESS) that the wait's own
-	 * io_uring_enter submits: one syscall for the answer and the wait. It
-	 * completes inline in that enter and posts a completion only when the
-	 * socket did not take it whole; the rest then goes as a ring send that
-	 * waits for room. Not with SQPOLL, nor on kernels without
-	 * IORING_FEAT_CQE_SKIP (5.17): send() as before. Fixed at creation.
-	 */
-	bool wait_send;			/* RK_WAIT_SEND */
 };
 
 /*
@@ -420,8 +409,7 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
  * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
- * coop_taskrun and defer_taskrun, and wait_send, are fixed at creation and are ignored
- * here). Loop thread.
+ * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
 
@@ -628,13 +616,11 @@ struct rk_link_stats {
 	uint64_t tcp_tx_ring;		/* sends submitted to io_uring (shm side channel, or
 					 * the rest of a flush the socket could not take
 					 * whole) */
-	/* added later, after the fields above (which keep their offsets) */
-	uint64_t shm_tx_direct;		/* shm links: frames the commit that encoded
-					 * them published into the ring (nothing queued
-					 * before them, one record with room): no flush;
-					 * the others went through the batch */
-	uint64_t tcp_tx_wait;		/* tcp links: flushes submitted with the wait
-					 * (RK_WAIT_SEND) that the socket took whole */
+	/* shared-memory links only, after the fields above (which keep their offsets) */
+	uint64_t shm_tx_direct;		/* frames the commit that encoded them published
+					 * into the ring (nothing queued before them, one
+					 * record with room): no flush; the others went
+					 * through the batch */
 };
 
 /**

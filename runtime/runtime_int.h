@@ -20,7 +20,6 @@
 #define RK_DEF_LEARN		1
 #define RK_DEF_LEARN_SPIN_MIN_US	1000
 #define RK_DEF_PREWARM		1
-#define RK_DEF_WAIT_SEND	0
 #define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
@@ -138,30 +137,6 @@ void rk__loop_queue_flush(struct rk_loop *loop, struct rk__flusher *f);
  * handler goes on, e.g. a ROUND before the leader's own launch). A link whose
  * previous send is still in flight sends when that one completes, as usual. */
 void rk__loop_flush_now(struct rk_loop *loop);
-
-/*
- * A quiet send (RK_WAIT_SEND): an SQE flagged IOSQE_CQE_SKIP_SUCCESS whose op
- * cannot block (MSG_DONTWAIT) nor succeed in part (MSG_WAITALL), so it runs
- * inline in the io_uring_enter that submits it and posts a completion to @op
- * only when it did not complete whole (error, -EAGAIN, or the bytes it sent
- * before the socket filled). Such a completion is in the CQ (or its overflow
- * list) by the time that enter returns. So once the kernel has consumed the
- * SQE, and no completion for @op is in the CQ and none overflowed, the send
- * went whole: the loop then calls @settled, at the start of an iteration,
- * before it reaps. Not for SQPOLL rings (their submission is not the enter's).
- */
-struct rk__quiet {
-	struct rk__op *op;		/* the SQE's user_data */
-	void (*settled)(struct rk__quiet *q);
-	struct rk__quiet *next;
-	unsigned int sq_pos;		/* the SQ tail just past the SQE (private) */
-};
-/* Whether this loop's ring can take quiet sends (no SQPOLL, IORING_FEAT_CQE_SKIP). */
-bool rk__loop_quiet_ok(const struct rk_loop *loop);
-/* Track @q, whose SQE was the last one taken from the SQ (rk__loop_sqe()). */
-void rk__loop_quiet_add(struct rk_loop *loop, struct rk__quiet *q);
-/* From @q->op's handler: its completion came, the loop forgets @q. */
-void rk__loop_quiet_del(struct rk_loop *loop, struct rk__quiet *q);
 
 /* The loop's provided-buffer ring for TCP receive (NULL group when absent). */
 struct rk__bufring {

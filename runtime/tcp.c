@@ -14,10 +14,7 @@
  *   the link's buffer where the kernel lacks buffer rings) stays in flight.
  *   On shared memory every flush is an io_uring send; under RK_WAIT=block a
  *   flush writes directly first, as above, and only what the socket does not
- *   take goes to an io_uring send. With RK_WAIT_SEND the direct write is a
- *   quiet send instead (struct rk__quiet): submitted by the wait's own enter,
- *   it completes there and posts a completion only when the socket did not
- *   take it whole.
+ *   take goes to an io_uring send.
  *
  * Per direction, at most one of them holds the socket at any time, so no byte
  * is reordered: no direct read while a ring receive is in flight (a spinning
@@ -53,16 +50,13 @@ struct tcp_link {
 	struct rk__op recv_op;
 	struct rk__op send_op;
 	struct rk__op connect_op;
-	struct rk__op quiet_op;		/* a quiet send's completion: it did not go whole */
-	struct rk__quiet quiet;		/* ...and its settling when it did (RK_WAIT_SEND) */
-	size_t quiet_len;		/* its length */
 	struct rk_source src;		/* direct reads; holds the link while attached */
 	bool src_on;
 	bool recv_armed;		/* a ring receive is in flight: no direct read */
 	bool recv_multi;		/* ...the multishot one, into the buffer ring */
 	bool recv_cancel;		/* ...and its cancel was asked for */
 	bool rx_over;			/* EOF or a receive error: nothing more to read */
-	bool send_armed;		/* a ring send (or a quiet one) is in flight: no direct write */
+	bool send_armed;		/* a ring send is in flight: no direct write */
 	bool connecting;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
@@ -367,82 +361,6 @@ static bool tcp_send_ring(struct tcp_link *t, const uint8_t *p, size_t n)
 	return true;
 }
 
-/* RK_WAIT_SEND: under RK_WAIT=block a flush is a quiet send that the wait submits. */
-static bool tcp_wait_send(const struct tcp_link *t)
-{
-	const struct rk_wait_policy *w = &rk_loop_config(t->link.loop)->wait;
-
-	return w->wait_send && w->mode == RK_WAIT_BLOCK && rk__loop_quiet_ok(t->link.loop);
-}
-
-/*
- * The socket took the quiet send only in part, or not at all (-EAGAIN), or it
- * failed. What it took is counted; the rest goes as a ring send, which waits in
- * the kernel for room, armed first so that the flush rk__link_tx_done() queues
- * finds it in flight (as in tcp_flush()).
- */
-static void tcp_quiet_done(struct rk__op *op, int res, unsigned int flags)
-{
-	struct tcp_link *t = rk__container_of(op, struct tcp_link, quiet_op);
-	struct rk_link *l = &t->link;
-	const uint8_t *p;
-	size_t n, done;
-
-	(void)flags;
-	rk__loop_quiet_del(l->loop, &t->quiet);
-	t->send_armed = false;
-	if (res < 0 && res != -EAGAIN) {
-		if (res != -ECANCELED && l->state != RK_LINK_CLOSED)
-			rk__link_warn(l, "link to rank %d (%s): send: %s", l->peer, l->peer_addr,
-				      rk_strerror(res));
-		rk__link_fail(l, res, false);
-		rk__link_op_done(l);
-		return;
-	}
-	done = res > 0 ? (size_t)res : 0;
-	if (done > t->quiet_len)
-		done = t->quiet_len;
-	if (done)
-		l->stats.tcp_tx_direct++;	/* written inline, as a send() would have */
-	n = rk__link_tx_next(l, &p);
-	if (l->state != RK_LINK_CLOSED && done < n && !tcp_send_ring(t, p + done, n - done) &&
-	    !done)
-		rk__loop_queue_flush(l->loop, &l->flusher);	/* no SQE: try again */
-	if (done)
-		rk__link_tx_done(l, done);
-	rk__link_op_done(l);
-}
-
-/* The quiet send went whole in the enter that submitted it. */
-static void tcp_quiet_settled(struct rk__quiet *q)
-{
-	struct tcp_link *t = rk__container_of(q, struct tcp_link, quiet);
-	struct rk_link *l = &t->link;
-
-	t->send_armed = false;
-	l->stats.tcp_tx_wait++;
-	rk__link_tx_done(l, t->quiet_len);
-	rk__link_op_done(l);	/* may free t */
-}
-
-/* Queue @n bytes at @p as a quiet send. False: no SQE (write directly). */
-static bool tcp_send_quiet(struct tcp_link *t, const uint8_t *p, size_t n)
-{
-	struct rk_link *l = &t->link;
-	struct io_uring_sqe *sqe = rk__loop_sqe(l->loop);
-
-	if (!sqe)
-		return false;
-	io_uring_prep_send(sqe, t->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_WAITALL);
-	sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-	rk__sqe_set_op(sqe, &t->quiet_op);
-	t->quiet_len = n;
-	t->send_armed = true;
-	rk__loop_quiet_add(l->loop, &t->quiet);
-	rk__link_op_start(l);
-	return true;
-}
-
 static void tcp_flush(struct rk_link *l)
 {
 	struct tcp_link *t = tl_of(l);
@@ -466,17 +384,13 @@ static void tcp_flush(struct rk_link *l)
 	 * its switch after that send. Every other flush, RK_WAIT=block's too,
 	 * writes the socket directly first: a frame the socket takes whole then
 	 * costs one send() and no SQE, CQE or task work, and the loop's next
-	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path"). With
-	 * RK_WAIT_SEND a blocking loop's write is a quiet send that this enter
-	 * submits: one syscall, no CQE when it goes whole.
+	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path").
 	 */
 	if (l->shm) {
 		if (!tcp_send_ring(t, p, n))
 			rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
 		return;
 	}
-	if (tcp_wait_send(t) && tcp_send_quiet(t, p, n))
-		return;
 	do {
 		r = send(t->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	} while (r < 0 && errno == EINTR);
@@ -657,9 +571,6 @@ static int tcp_link_new(struct rk_loop *loop, int fd, const struct rk__link_owne
 	t->fd = fd;
 	t->recv_op.fn = tcp_recv_done;
 	t->send_op.fn = tcp_send_done;
-	t->quiet_op.fn = tcp_quiet_done;
-	t->quiet.op = &t->quiet_op;
-	t->quiet.settled = tcp_quiet_settled;
 	*out = t;
 	return 0;
 }

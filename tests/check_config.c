@@ -125,7 +125,6 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c.wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
 	ck_assert_int_eq(c.wait.sqpoll_cpu, -1);
 	ck_assert(c.wait.coop_taskrun);
-	ck_assert(!c.wait.wait_send);
 	ck_assert_uint_eq(c.ring_entries, RK_DEF_RING_ENTRIES);
 	ck_assert_uint_eq(c.rx_buf_size, RK_DEF_RX_BUF_SIZE);
 	ck_assert_uint_eq(c.rx_buf_count, RK_DEF_RX_BUF_COUNT);
@@ -172,7 +171,6 @@ START_TEST(test_print_defaults)
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
 		"RK_DEFER_TASKRUN=0\n"
-		"RK_WAIT_SEND=0\n"
 		"RK_RING_ENTRIES=256\n"
 		"RK_RX_BUF_SIZE=16384\n"
 		"RK_RX_BUF_COUNT=64\n"
@@ -290,8 +288,6 @@ static const struct {
 	{ "RK_COOP_TASKRUN", "no", "RK_COOP_TASKRUN=0" },
 	{ "RK_COOP_TASKRUN", "false", "RK_COOP_TASKRUN=0" },
 	{ "coop_taskrun", "off", "RK_COOP_TASKRUN=0" },
-	{ "RK_WAIT_SEND", "1", "RK_WAIT_SEND=1" },
-	{ "wait_send", "off", "RK_WAIT_SEND=0" },
 	{ "RK_RING_ENTRIES", "8", "RK_RING_ENTRIES=8" },
 	{ "RK_RING_ENTRIES", "32768", "RK_RING_ENTRIES=32768" },
 	{ "RK_RX_BUF_SIZE", "4096", "RK_RX_BUF_SIZE=4096" },
@@ -396,7 +392,6 @@ static const struct {
 	{ "RK_SQPOLL", "y" }, { "RK_SQPOLL", "01" }, { "RK_SQPOLL", "autox" },
 	{ "RK_SQPOLL", "auto " },
 	{ "RK_LEARN", "2" }, { "RK_LEARN", "learn" },
-	{ "RK_WAIT_SEND", "2" }, { "RK_WAIT_SEND", "ring" },
 	{ "RK_LEARN_SPIN_MIN_US", "60000001" }, { "RK_LEARN_SPIN_MIN_US", "1ms" },
 	{ "RK_SQPOLL_CPU", "-2" }, { "RK_SQPOLL_CPU", "4096" },
 	{ "RK_COOP_TASKRUN", "nope" }, { "RK_SIGNALS", "enable" },

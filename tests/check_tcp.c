@@ -82,7 +82,6 @@ struct side {
 
 static atomic_uint g_done;		/* stress sides that received all their frames */
 static bool g_defer;			/* side_init(): RK_DEFER_TASKRUN rings */
-static bool g_wait_send;		/* side_init(): RK_WAIT_SEND loops */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -269,7 +268,6 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.wait.timed_ns = 0;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
 	c.wait.defer_taskrun = g_defer;
-	c.wait.wait_send = g_wait_send;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -470,55 +468,6 @@ START_TEST(test_wait_block_rx_ring_tx_direct)
 }
 END_TEST
 
-/* Whether a loop of this kernel can take quiet sends: else RK_WAIT_SEND writes
- * directly, and the tests of its path have nothing to see. */
-static bool quiet_kernel(void)
-{
-	struct rk_loop *loop;
-	bool ok;
-
-	ck_assert_int_eq(rk_loop_create(NULL, &loop), 0);
-	ok = rk__loop_quiet_ok(loop);
-	ck_assert_int_eq(rk_loop_destroy(loop), 0);
-	if (!ok)
-		fprintf(stderr, "wait_send: no IORING_FEAT_CQE_SKIP, skipped\n");
-	return ok;
-}
-
-/* RK_WAIT_SEND under RK_WAIT_BLOCK: every echo is submitted with the wait and
- * goes whole (no completion, no send(), no ring send); reads stay on the ring.
- * (On a DEFER_TASKRUN ring: test_defer_block_path.) */
-START_TEST(test_wait_send_path)
-{
-	struct rk_link_stats st;
-
-	if (!quiet_kernel())
-		return;
-	g_wait_send = true;
-	path_run(RK_WAIT_BLOCK, false, &st);
-	g_wait_send = false;
-	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_wait, PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_tx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_ring, 0);
-}
-END_TEST
-
-/* RK_WAIT_SEND outside RK_WAIT_BLOCK: a spinning loop writes directly, as ever. */
-START_TEST(test_wait_send_spin_direct)
-{
-	struct rk_link_stats st;
-
-	g_wait_send = true;
-	path_run(RK_WAIT_SPIN, false, &st);
-	g_wait_send = false;
-	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_tx_wait, 0);
-	ck_assert_uint_eq(st.tcp_tx_ring, 0);
-}
-END_TEST
-
 /* ---- RK_DEFER_TASKRUN: the ring bound to the thread that runs the loop --------- */
 
 struct raw_peer {
@@ -585,9 +534,8 @@ static void *raw_peer_thread(void *arg)
 /*
  * RK_WAIT_BLOCK on a SINGLE_ISSUER|DEFER_TASKRUN ring, run on the test's
  * thread: every frame wakes the wait through the deferred task work of the
- * ring receive, every echo goes direct (@_i: RK_WAIT_SEND, every echo goes
- * with the wait), and the ring is this thread's alone (a run from the peer's
- * thread is refused with -EEXIST, nothing run).
+ * ring receive, every echo goes direct, and the ring is this thread's alone
+ * (a run from the peer's thread is refused with -EEXIST, nothing run).
  */
 START_TEST(test_defer_block_path)
 {
@@ -598,14 +546,10 @@ START_TEST(test_defer_block_path)
 	pthread_t th;
 	int fds[2];
 
-	if (_i && !quiet_kernel())
-		return;
 	tcp_pair(fds);
 	g_defer = true;
-	g_wait_send = _i;
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
 	g_defer = false;
-	g_wait_send = false;
 	if (!rk_loop_config(s.loop)->wait.defer_taskrun) {
 		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
 		close(fds[0]);
@@ -631,8 +575,7 @@ START_TEST(test_defer_block_path)
 	rk_link_stats(s.link, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_direct, _i ? 0 : PATH_FRAMES);
-	ck_assert_uint_eq(st.tcp_tx_wait, _i ? PATH_FRAMES : 0);
+	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 	rk_loop_stats(s.loop, &ls);
 	ck_assert_uint_ge(ls.blocks, 1);
@@ -779,48 +722,6 @@ START_TEST(test_block_send_stress)
 }
 END_TEST
 
-/*
- * RK_WAIT_SEND, both sides blocking: every flush is a quiet send. With small
- * socket buffers (odd runs) large flushes find the socket full: the quiet
- * send's completion carries what went (or -EAGAIN), and the rest goes to a
- * ring send; every frame must still arrive once, in order, intact.
- */
-START_TEST(test_wait_send_stress)
-{
-	struct rk_link_stats sa, sb;
-
-	if (!quiet_kernel())
-		return;
-	g_wait_send = true;
-	stress_run(_i, true, RK_WAIT_BLOCK, &sa, &sb);
-	g_wait_send = false;
-	ck_assert_uint_eq(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
-	ck_assert_uint_gt(sa.tcp_tx_wait, 0);
-	ck_assert_uint_gt(sb.tcp_tx_wait, 0);
-	if (_i % 2) {
-		ck_assert_uint_gt(sa.tcp_tx_ring, 0);
-		ck_assert_uint_gt(sb.tcp_tx_ring, 0);
-	}
-}
-END_TEST
-
-/* The flips of test_switch_stress on RK_WAIT_SEND loops: quiet sends in flight
- * while the policy moves to spinning and back. */
-START_TEST(test_wait_send_switch_stress)
-{
-	struct rk_link_stats sa, sb;
-
-	if (!quiet_kernel())
-		return;
-	g_wait_send = true;
-	stress_run(_i, false, RK_WAIT_SPIN, &sa, &sb);
-	g_wait_send = false;
-	ck_assert_uint_gt(sa.tcp_tx_wait + sb.tcp_tx_wait, 0);
-	ck_assert_uint_gt(sa.tcp_tx_direct + sb.tcp_tx_direct, 0);
-	ck_assert_uint_gt(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
-}
-END_TEST
-
 /* ---- RK_PREWARM: a predictive sleep that ends early rehearses the TCP path ---- */
 
 struct pw_src {
@@ -946,12 +847,8 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, test_wait_block_rx_ring_tx_direct);
 	tcase_add_loop_test(tc, test_switch_stress, 0, 4);
 	tcase_add_loop_test(tc, test_block_send_stress, 0, 2);
-	tcase_add_loop_test(tc, test_defer_block_path, 0, 2);
+	tcase_add_test(tc, test_defer_block_path);
 	tcase_add_test(tc, test_no_defer_any_thread);
-	tcase_add_test(tc, test_wait_send_path);
-	tcase_add_test(tc, test_wait_send_spin_direct);
-	tcase_add_loop_test(tc, test_wait_send_stress, 0, 2);
-	tcase_add_loop_test(tc, test_wait_send_switch_stress, 0, 4);
 	tcase_add_loop_test(tc, test_prewarm_after_predictive_sleep, 0, 2);
 	tcase_add_test(tc, test_rehearse_pair);
 	suite_add_tcase(s, tc);

@@ -47,9 +47,6 @@
 #   VARIANTS                      more rk-VARIANT-MODE busy rows for those modes, each
 #                                 VARIANT one of: defer (as DEFER=1), coop (RK_COOP_TASKRUN=1),
 #                                 nocoop (RK_COOP_TASKRUN=0), nocoopdefer (RK_COOP_TASKRUN=0
-#                                 RK_DEFER_TASKRUN=1), wsend (RK_WAIT_SEND=1), nowsend
-#                                 (RK_WAIT_SEND=0), wsenddefer (RK_WAIT_SEND=1
-#                                 RK_DEFER_TASKRUN=1), nowsenddefer (RK_WAIT_SEND=0
 #                                 RK_DEFER_TASKRUN=1)
 #   ONECPU [0]                    1: client and server both on CPU 0 (rk-pingpong under
 #                                 taskset -c 0, the peers with --cpus 0,0): each round trip
@@ -144,10 +141,6 @@ rk_row()
 	case $mode in coop-*) learn+=(RK_COOP_TASKRUN=1) mode=${mode#coop-} ;; esac
 	case $mode in nocoop-*) learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoop-} ;; esac
 	case $mode in nocoopdefer-*) defer=1 learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoopdefer-} ;; esac
-	case $mode in wsend-*) learn+=(RK_WAIT_SEND=1) mode=${mode#wsend-} ;; esac
-	case $mode in nowsend-*) learn+=(RK_WAIT_SEND=0) mode=${mode#nowsend-} ;; esac
-	case $mode in wsenddefer-*) defer=1 learn+=(RK_WAIT_SEND=1) mode=${mode#wsenddefer-} ;; esac
-	case $mode in nowsenddefer-*) defer=1 learn+=(RK_WAIT_SEND=0) mode=${mode#nowsenddefer-} ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
