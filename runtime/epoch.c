@@ -180,8 +180,15 @@ static void futex_wake_all(_Atomic uint32_t *word)
 	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* The futex word changed: wake whoever announced a sleep. */
-static void bump_and_wake(struct rk_epoch *e)
+/*
+ * The futex word changed: wake whoever announced a sleep. @bells: also the
+ * readers' sleepers (rk__epoch_bell_add()): on a publication and a close, which
+ * run on the writer's loop thread, the only one that edits the bell list and
+ * the only one before whose rk__epoch_bell_del() a bell's memory stays mapped;
+ * not on a kick, which may come from any thread and means nothing to a reader
+ * (a view counts its own kicks).
+ */
+static void bump_and_wake(struct rk_epoch *e, bool bells)
 {
 	unsigned int i;
 
@@ -191,6 +198,8 @@ static void bump_and_wake(struct rk_epoch *e)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(waiters_word(e), memory_order_relaxed))
 		futex_wake_all(futex_word(e));
+	if (!bells)
+		return;
 	/* a reader's sleepers, after the same fence: either we see its count,
 	 * or it sees the new epoch; its bell moves only when someone sleeps
 	 * (release: the epoch before the bell, for a waiter that reads the new
@@ -229,7 +238,7 @@ int rk_epoch_publish(struct rk_epoch *e, uint64_t epoch, uint32_t flags, const v
 	atomic_store_explicit(seq, s + 2, memory_order_release);
 	/* and before the epoch (pairs with a waiter's acquire load of it) */
 	atomic_store_explicit(w64(e, RK_EPOCH_OFF_EPOCH), epoch, memory_order_release);
-	bump_and_wake(e);
+	bump_and_wake(e, true);
 	return fits ? 0 : -RK_ETOOBIG;
 }
 
@@ -295,7 +304,7 @@ void rk_epoch_kick(struct rk_epoch *e)
 	/* release: what the kicker stored before (a stop flag) is seen by the
 	 * waiter that sees the new count */
 	atomic_fetch_add_explicit(kicks_word(e), 1, memory_order_release);
-	bump_and_wake(e);
+	bump_and_wake(e, false);
 }
 
 int rk_epoch_wait(struct rk_epoch *e, uint64_t want, uint64_t spin_ns, uint32_t *kicks)
@@ -358,7 +367,7 @@ void rk_epoch_close(struct rk_epoch *e)
 	if (e->vbell) {
 		/* this process's consumers only; the writer's region is not ours */
 		atomic_store_explicit(&e->vclosed, true, memory_order_release);
-		bump_and_wake(e);
+		bump_and_wake(e, false);
 		return;
 	}
 	if (atomic_load_explicit(w64(e, RK_EPOCH_OFF_EPOCH), memory_order_relaxed) ==
@@ -372,7 +381,7 @@ void rk_epoch_close(struct rk_epoch *e)
 	*(uint32_t *)(void *)(e->base + RK_EPOCH_OFF_DESC_FLAGS) = 0;
 	atomic_store_explicit(seq, s + 2, memory_order_release);
 	atomic_store_explicit(w64(e, RK_EPOCH_OFF_EPOCH), RK_EPOCH_CLOSED, memory_order_release);
-	bump_and_wake(e);
+	bump_and_wake(e, true);
 }
 
 /* ---- a region other processes map (same-host links) ------------------------------ */

@@ -200,14 +200,13 @@ struct rk_sched_stats {
 	uint64_t published;		/* rounds published in the epoch region */
 	uint64_t resident_fallbacks;	/* no region (it could not be made) or a
 					 * publication refused: launch path only */
-	uint64_t shared_rounds;		/* rounds in the same-host shared region: the
-					 * leader's publications there; a follower's
-					 * rounds it left to it (not published here) */
-	uint64_t shared_ahead;		/* follower: of those, the ones the region
-					 * carried before this rank's loop had the ROUND */
 	/* gauges, leader: now */
 	uint64_t queued;		/* requests waiting to join the batch */
 	uint64_t running;		/* requests in the batch */
+	/* added later, after the fields above (which keep their offsets) */
+	uint64_t shared_rounds;		/* rounds in the same-host shared region: the
+					 * leader's publications there; a follower's
+					 * rounds it left to it (not published here) */
 };
 
 /*

@@ -708,7 +708,7 @@ void rk__epoch_own(struct rk_epoch *e, void *map, size_t len);
 
 /*
  * rk__epoch_bell_add() - the writer @e also wakes a reader's consumers asleep
- * on @bell (counted in @waiters) after each publication, kick and close,
+ * on @bell (counted in @waiters) after each publication and close (not a kick),
  * with no system call while @waiters is 0. rk__epoch_bell_del() before the
  * words' memory goes. Writer's loop thread.
  * Return: 0, -EINVAL (a view, or a NULL word), -ENOSPC (RK__EPOCH_MAX_BELLS).

@@ -298,7 +298,6 @@ static int publish_in(struct rk_sched *s, struct rk_epoch *e, uint64_t id, uint3
 static void publish(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8_t *p,
 		    uint32_t len)
 {
-	uint64_t cur;
 	int ret;
 
 	if (!s->ep_fixed)
@@ -307,10 +306,7 @@ static void publish(struct rk_sched *s, uint64_t id, uint32_t flags, const uint8
 		return;		/* the leader's shared region: publish_shared() */
 	if (s->ep_view) {
 		/* the leader published it there before it sent the ROUND */
-		cur = rk_epoch_current(s->ep);
 		s->stats.shared_rounds++;
-		if (cur >= id && cur != RK_EPOCH_CLOSED)
-			s->stats.shared_ahead++;
 		return;
 	}
 	ret = publish_in(s, s->ep, id, flags, p, len);

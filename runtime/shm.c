@@ -142,6 +142,8 @@
 #define LS_EP_WAITERS	(8 * SHM_LINE)	/* u32: the follower's consumers asleep on ... */
 #define LS_EP_BELL	(9 * SHM_LINE)	/* u32: ... this futex word, rung by the leader's
 					 * epoch publications (rk__epoch_map()) */
+_Static_assert(RK__EPOCH_MAX_BELLS >= RK_WIRE_SHM_SLOTS,
+	       "every broadcast reader's epoch bell must fit the writer's list");
 #define BS_TAIL		(1 * SHM_LINE)	/* the broadcast ring's tail (the leader's) */
 
 #define BELL_FUTEX	0x1u	/* asleep in a futex wait on the bell */
@@ -1707,9 +1709,15 @@ static int leader_answer(struct rk_link *l, struct rk__shm *c, const uint8_t *pa
 	 * bell now (one that did not map it never counts itself in
 	 * LS_EP_WAITERS); a follower without a slot drops its view, as there
 	 * are as many bells as slots */
-	if (c->ep && s->slot >= 0 && !rk__epoch_bell_add(c->ep, u32_at(s->base, LS_EP_WAITERS),
-							 u32_at(s->base, LS_EP_BELL)))
-		s->ep_rung = true;
+	if (c->ep && s->slot >= 0) {
+		ret = rk__epoch_bell_add(c->ep, u32_at(s->base, LS_EP_WAITERS),
+					 u32_at(s->base, LS_EP_BELL));
+		if (!ret)
+			s->ep_rung = true;
+		else	/* a bell per slot (the _Static_assert): a broken invariant */
+			rk__warn(l->rank, "link to rank %d: epoch bell: %s", l->peer,
+				 rk_strerror(ret));
+	}
 	rk__info(l->rank, "link to rank %d: on shared memory (%s wake-ups, %s)", l->peer,
 		 s->use_futex ? "futex" : "eventfd",
 		 s->slot >= 0 ? "broadcast ring" : "broadcasts on the link");

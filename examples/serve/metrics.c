@@ -611,9 +611,6 @@ static void leader(FILE *f, const struct metrics_wait *m)
 	one(f, "rankrt_sched_rounds_shared_total", "counter",
 	    "Rounds in the same-host shared epoch region: the leader's publications there, a "
 	    "follower's rounds left to it.", s->shared_rounds);
-	one(f, "rankrt_sched_rounds_shared_ahead_total", "counter",
-	    "Follower: shared-region rounds there before this rank's loop had the ROUND.",
-	    s->shared_ahead);
 	one(f, "rankrt_sched_resident_fallbacks_total", "counter",
 	    "Rounds that took the launch path: no epoch region, or a publication refused.",
 	    s->resident_fallbacks);

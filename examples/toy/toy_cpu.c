@@ -742,7 +742,12 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	(void)flags;
 	job = take_armed(b, ep, round);
 	if (b->aborted) {
-		if (job) {
+		if (job && job->early) {
+			/* back already: no post will bring it to job_done() */
+			job->armed = false;
+			job->early = false;
+			job_put(b, job);
+		} else if (job) {
 			/* the worker computes it anyway: dropped when it comes back */
 			job->orphan = true;
 			b->orphans++;
@@ -943,7 +948,14 @@ bool toy_cpu_busy(const struct toy_cpu *b)
 
 uint32_t toy_cpu_streams(const struct toy_cpu *b)
 {
-	return b->tab.count;
+	/* the worker may run a round early, on the table, while the loop reads */
+	pthread_mutex_t *mu = (pthread_mutex_t *)&b->tab_mu;
+	uint32_t n;
+
+	pthread_mutex_lock(mu);
+	n = b->tab.count;
+	pthread_mutex_unlock(mu);
+	return n;
 }
 
 const struct toy_model *toy_cpu_model(const struct toy_cpu *b)
