@@ -386,6 +386,18 @@ void rk_epoch_close(struct rk_epoch *e)
 
 /* ---- a region other processes map (same-host links) ------------------------------ */
 
+uint32_t rk__epoch_sleepers(const struct rk_epoch *e)
+{
+	return atomic_load_explicit(waiters_word(e), memory_order_relaxed);
+}
+
+uint32_t rk__epoch_desc_bound(uint32_t max_frame)
+{
+	uint32_t d = max_frame < RK_WIRE_MAX_PAYLOAD ? max_frame : RK_WIRE_MAX_PAYLOAD;
+
+	return d < RK_EPOCH_DESC_MAX ? d : RK_EPOCH_DESC_MAX;
+}
+
 int rk__epoch_create_fd(uint32_t desc_max, int *fdp, struct rk_epoch **out)
 {
 	struct rk_epoch *e;

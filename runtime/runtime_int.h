@@ -677,6 +677,19 @@ struct rk_epoch;
 #define RK__EPOCH_MAX_BELLS	64
 
 /*
+ * rk__epoch_desc_bound() - the descriptor bound of a world's round-epoch
+ * regions: a ROUND payload as large as @max_frame allows, within
+ * RK_EPOCH_DESC_MAX. The scheduler's own region, the leader's shared one and a
+ * follower's view of it use this one bound (a view of another size is
+ * refused). Any thread.
+ */
+uint32_t rk__epoch_desc_bound(uint32_t max_frame);
+
+/* rk__epoch_sleepers() - consumers of @e (a region or a view) that announced a
+ * futex sleep and have not left it yet (tests: a waiter is on the sleep path). */
+uint32_t rk__epoch_sleepers(const struct rk_epoch *e);
+
+/*
  * rk__epoch_create_fd() - as rk_epoch_create(), in a memfd sealed against
  * resizing and against any later writable mapping, for same-host followers
  * to map read-only; *@fdp is the caller's to send and close. Loop thread.

@@ -492,9 +492,7 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		return -ENOMEM;
 	}
 	if (lc->resident != RK_RESIDENT_OFF) {
-		uint32_t dmax = s->frame_max < RK_EPOCH_DESC_MAX ? (uint32_t)s->frame_max
-								 : RK_EPOCH_DESC_MAX;
-		int ret = rk_epoch_create(dmax, &s->ep);
+		int ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
 
 		if (ret) {
 			/* the launch path still runs every round */

@@ -792,12 +792,7 @@ static void bcast_create(struct rk__shm *c)
 	ring_init(&c->btx, c->bbase + SHM_HDR_SIZE, SHM_BCAST_SIZE, c->bbase, BS_TAIL, BS_TAIL);
 	if (c->resident) {
 		/* the scheduler's bound: rk_sched_create() sizes its own region so */
-		uint32_t dmax = c->max_frame < RK_WIRE_MAX_PAYLOAD ? c->max_frame
-								   : RK_WIRE_MAX_PAYLOAD;
-
-		if (dmax > RK_EPOCH_DESC_MAX)
-			dmax = RK_EPOCH_DESC_MAX;
-		ret = rk__epoch_create_fd(dmax, &c->epfd, &c->ep);
+		ret = rk__epoch_create_fd(rk__epoch_desc_bound(c->max_frame), &c->epfd, &c->ep);
 		if (ret) {
 			rk__info(c->rank, "shm: no shared epoch region (%s): each follower "
 				 "publishes its own rounds", rk_strerror(ret));
@@ -1082,6 +1077,15 @@ bool rk__shm_rx_ring(const struct rk_link *l)
 	return l->shm && l->shm->rx_ring;
 }
 
+/* Records written: publish our head (the room we made, told with the fence that
+ * follows, so space_settle() has nothing left to do) and wake a sleeping peer. */
+static void tx_told(struct rk__shm_link *s)
+{
+	head_publish(s);
+	s->space_owed = false;
+	peer_wake(s, BELL_SLEEP);
+}
+
 /* Copy what the link has to send into its ring, as far as there is room. The
  * mark of a leader's chunk is the broadcast ring's tail now: every broadcast
  * frame written so far was sent before these bytes were handed over. */
@@ -1125,9 +1129,7 @@ void rk__shm_flush(struct rk_link *l)
 		space_settle(s);
 		return;
 	}
-	head_publish(s);		/* the room we made, told with this fence... */
-	s->space_owed = false;		/* ...so space_settle() has nothing left to do */
-	peer_wake(s, BELL_SLEEP);
+	tx_told(s);
 	rk__link_tx_done(l, done);
 }
 
@@ -1152,9 +1154,7 @@ bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n)
 		return false;
 	rec_put(&s->tx, s->tx.pos, frame, (uint32_t)n, s->marks ? s->ctx->btx.pos : 0);
 	s->tx.pos += span;
-	head_publish(s);		/* the room we made, told with this fence */
-	s->space_owed = false;
-	peer_wake(s, BELL_SLEEP);
+	tx_told(s);
 	l->tx_sent += n;
 	l->stats.shm_tx_direct++;
 	return true;
@@ -1827,9 +1827,7 @@ static void epoch_map(struct rk__shm_link *s, int fd)
 	if (page <= 0 || (size_t)page < SHM_HDR_SIZE)
 		page = SHM_HDR_SIZE;
 	/* the leader's bound is ours (rk_sched_create()'s): a world of one max_frame */
-	dmax = s->ctx->max_frame < RK_WIRE_MAX_PAYLOAD ? s->ctx->max_frame : RK_WIRE_MAX_PAYLOAD;
-	if (dmax > RK_EPOCH_DESC_MAX)
-		dmax = RK_EPOCH_DESC_MAX;
+	dmax = rk__epoch_desc_bound(s->ctx->max_frame);
 	ctl = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
 	if (ctl == MAP_FAILED) {
 		ret = -errno;

@@ -1521,13 +1521,21 @@ static void *ep_wait_main(void *arg)
 
 static void ep_waiter_start(struct ep_waiter *w, pthread_t *th, struct rk_epoch *e, uint64_t want)
 {
+	uint64_t dl;
+
 	memset(w, 0, sizeof(*w));
 	w->e = e;
 	w->want = want;
 	ck_assert_int_eq(pthread_create(th, NULL, ep_wait_main, w), 0);
+	dl = rk_test_deadline_ms(5000);
 	while (!atomic_load(&w->started))
 		usleep(100);
-	usleep(20000);	/* most likely in FUTEX_WAIT by now; either way it must end */
+	/* on the sleep path: counted before its last look at the epoch, so what
+	 * wakes it from here on is the bell (or that look, in a narrow window) */
+	while (!rk__epoch_sleepers(e) && rk_test_now_ns() < dl)
+		usleep(100);
+	ck_assert_msg(rk__epoch_sleepers(e) >= 1, "the waiter never went to sleep");
+	usleep(1000);
 	ck_assert(!atomic_load(&w->done));
 }
 
