@@ -991,10 +991,10 @@ static uint64_t late_cycle(struct rk_loop *loop, struct fake_clock *fc, struct f
  * and most of the later slow wakes come before their event (at most one in
  * three late; without it every one). Bounded: wakes late by milliseconds,
  * which no margin serves, grow the boost to 1/64 of the sleep and no more.
- * Before the fix each early wake took 1/32 of the boost away (1 us left of
- * 5 after 49 wakes), and the spin to the event after each early wake faded
- * the quantile and the boost as if the margin had kept the loop from a sleep
- * (by 1/16 and 1/32 a wake while the margin was above base + predict_min).
+ * It fails where each early wake takes 1/32 of the boost away (1 us left of
+ * 5 after 49 wakes), or where the spin to the event after each early wake
+ * fades the quantile and the boost as if the margin had kept the loop from a
+ * sleep (by 1/16 and 1/32 a wake while the margin is above base + predict_min).
  */
 START_TEST(test_predict_late_rare_covered)
 {
@@ -1049,7 +1049,7 @@ END_TEST
  * 1/64 of a short one: 10 ms predictions whose events come before the wake
  * (late, the event woke it: no oversleep learned) grow it to the 100 us cap,
  * then the first 1 ms sleep that wakes on time cuts it to 15 us, and the next
- * 1 ms sleep ends no earlier than that (before the fix: 100 us before).
+ * 1 ms sleep ends no earlier than that (uncut: 100 us before).
  */
 START_TEST(test_predict_boost_short_sleeps)
 {
@@ -1695,7 +1695,7 @@ static uint64_t regular_frames(struct fake_clock *fc, struct rk_loop *loop, stru
  * covers that lateness: after regular frames, the next frame as late is spun
  * for and seen while spinning (not overdue). Bounded: a frame 10 ms late (a
  * pause) widens it by half a gap and no more (the spin at idle entry stays
- * under 2 ms), and past that the loop blocks. Before the fix the bound stayed
+ * under 2 ms), and past that the loop blocks. Unwidened, the bound would stay
  * mean + 4 deviations + mean/16 (the control: the first late frame).
  */
 START_TEST(test_learn_overdue_covers_late)
