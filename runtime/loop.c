@@ -673,7 +673,8 @@ static void gaps_late(struct rk__gaps *g, uint64_t d)
 	if (late >= g->late_hi)
 		g->late_hi = late;
 	else
-		g->late_hi -= g->late_hi / RK__GAPS_LATE_DECAY;
+		/* rounded up: a small peak decays to 0 too */
+		g->late_hi -= (g->late_hi + RK__GAPS_LATE_DECAY - 1) / RK__GAPS_LATE_DECAY;
 }
 
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
