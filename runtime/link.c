@@ -182,18 +182,43 @@ static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
 }
 
 /*
- * The shm direct lane (ARCHITECTURE.md, "Same-host links"): a frame that finds
- * nothing queued before it, on a link that is up and whose bytes go on its
- * ring now, is published into the ring by the commit that encoded it, with
- * no flush. Anything queued (a frame before it, bytes still going on TCP
- * before the switch) keeps the frame behind it in the batch, so the stream's
- * order holds; rk__shm_tx_direct() refuses what does not fit one record with
- * room (a full ring, a frame over one record, a closing link).
+ * The direct lanes (ARCHITECTURE.md, "The TCP busy path", "Same-host links"):
+ * a frame that finds nothing queued or in flight before it, on a link that is
+ * up, leaves from the commit that encoded it, with no flush. Anything queued
+ * (a frame before it, bytes still going on TCP before the switch) keeps the
+ * frame behind it in the batch, so the stream's order holds. On shm,
+ * rk__shm_tx_direct() takes the whole frame or refuses it (a full ring, a
+ * frame over one record, a closing link, before the switch). On TCP the
+ * transport takes what the socket does (tcp.c: the first frame of a link in
+ * an iteration); a part it took leaves the rest as the out buffer, for the
+ * flush. @frame is q's head: q holds nothing before it.
  */
 static bool link_direct(struct rk_link *l, const uint8_t *frame, size_t n)
 {
-	return l->shm && !l->q.len && l->out.off == l->out.len && l->state == RK_LINK_UP &&
-	       !l->close_after_flush && rk__shm_tx_direct(l, frame, n);
+	struct rk__txbuf t;
+	size_t took;
+
+	if (l->q.len || l->out.off != l->out.len || l->state != RK_LINK_UP || l->close_after_flush)
+		return false;
+	if (l->shm)
+		return rk__shm_tx_direct(l, frame, n);
+	if (!l->tops->send_direct)
+		return false;
+	took = l->tops->send_direct(l, frame, n);
+	if (!took)
+		return false;
+	if (took == n) {
+		l->tx_sent += n;
+		return true;
+	}
+	t = l->out;
+	l->out = l->q;
+	l->q = t;
+	l->q.len = l->q.off = 0;
+	l->out.len = n;
+	l->out.off = 0;
+	rk__link_tx_done(l, took);	/* queues the flush for the rest */
+	return true;
 }
 
 static int link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uint32_t len)

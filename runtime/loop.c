@@ -242,6 +242,11 @@ void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src)
 		loop->pred_found = true;
 }
 
+uint64_t rk__loop_iteration(const struct rk_loop *loop)
+{
+	return loop->stats.iterations;
+}
+
 uint64_t rk__loop_refresh(struct rk_loop *loop)
 {
 	loop->now = loop->clock_fn(loop->clock_arg);

@@ -621,6 +621,12 @@ struct rk_link_stats {
 					 * into the ring (nothing queued before them, one
 					 * record with room): no flush; the others went
 					 * through the batch */
+	/* tcp:// links only, after the fields above (which keep their offsets) */
+	uint64_t tcp_tx_commit;		/* send() calls from the commit that encoded a frame
+					 * (the first frame of the link in a loop iteration,
+					 * nothing queued before it) that wrote bytes: no
+					 * flush; a part the socket did not take went on as a
+					 * flush's */
 };
 
 /**

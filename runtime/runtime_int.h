@@ -158,6 +158,9 @@ int rk__loop_rank(const struct rk_loop *loop);
 /* Re-read the clock outside an iteration (the cached time may be stale after
  * a long handler or a blocking call); returns the new rk_loop_now(). */
 uint64_t rk__loop_refresh(struct rk_loop *loop);
+/* The loop's iteration count (rk_loop_stats.iterations): changes once per
+ * iteration, so a source can tell a second event of one iteration. */
+uint64_t rk__loop_iteration(const struct rk_loop *loop);
 /* The loop's clock now, without touching its cached time. Loop thread. */
 uint64_t rk__loop_clock(const struct rk_loop *loop);
 /* Whether this iteration follows a wait in which the thread slept (a predictive,
@@ -358,6 +361,11 @@ struct rk__transport_ops {
 	 * Return 0, or an error that fails the link. Without it such frames are
 	 * refused from the header (RK_EHANDSHAKE). */
 	int (*control)(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload);
+	/* Optional: write one frame of @n bytes now, from the commit that encoded
+	 * it, when nothing is queued or in flight on the link (link_direct()).
+	 * Return the bytes the transport took, 0..@n: the rest goes through the
+	 * batch and a flush, as any frame's would; an error is left to that flush. */
+	size_t (*send_direct)(struct rk_link *l, const uint8_t *frame, size_t n);
 };
 
 /*

@@ -5,7 +5,9 @@
  *
  * - direct: while the loop runs or spins, the link's loop source reads the
  *   socket with recv(MSG_DONTWAIT) from its poll(), and a flush writes it with
- *   send(MSG_DONTWAIT): what a raw non-blocking socket costs. Only before the
+ *   send(MSG_DONTWAIT): what a raw non-blocking socket costs; the first frame
+ *   of a link in an iteration with nothing before it is written by its commit
+ *   (tcp_send_direct()). Only before the
  *   loop blocks does the source's arm() submit one io_uring recv into the
  *   link's buffer; a flush the socket cannot take whole hands the rest to an
  *   io_uring send, which waits for room in the kernel.
@@ -57,6 +59,7 @@ struct tcp_link {
 	bool recv_cancel;		/* ...and its cancel was asked for */
 	bool rx_over;			/* EOF or a receive error: nothing more to read */
 	bool send_armed;		/* a ring send is in flight: no direct write */
+	uint64_t commit_iter;		/* the loop iteration of the last commit's send */
 	bool connecting;
 	struct sockaddr_storage addr;
 	socklen_t addrlen;
@@ -428,6 +431,32 @@ static void tcp_flush(struct rk_link *l)
 		rk__link_tx_done(l, (size_t)r);
 }
 
+/*
+ * A frame from the commit that encoded it (link_direct()): written now rather
+ * than by the flush at the end of the iteration, so a reply leaves as soon as
+ * its handler made it. Only the first frame of a link in an iteration: the
+ * frames a handler commits after it go in one flush, one send() for all of
+ * them, as before. What the socket does not take (a part, or nothing) and a
+ * send error are the flush's, as they are for any batch.
+ */
+static size_t tcp_send_direct(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	struct tcp_link *t = tl_of(l);
+	uint64_t it = rk__loop_iteration(l->loop);
+	ssize_t r;
+
+	if (t->send_armed || t->connecting || t->commit_iter == it)
+		return 0;
+	t->commit_iter = it;
+	do {
+		r = send(t->fd, frame, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+	} while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return 0;
+	l->stats.tcp_tx_commit++;
+	return (size_t)r;
+}
+
 static void tcp_shutdown(struct rk_link *l)
 {
 	struct tcp_link *t = tl_of(l);
@@ -467,6 +496,7 @@ static const struct rk__transport_ops tcp_ops = {
 	.destroy = tcp_destroy,
 	.up = rk__shm_link_up,
 	.control = rk__shm_control,
+	.send_direct = tcp_send_direct,
 };
 
 static void set_nodelay(int fd)

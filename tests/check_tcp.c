@@ -76,8 +76,9 @@ struct side {
 	unsigned int flips, flip_left;
 	bool fixed;			/* keep the wait policy side_init() set: no flips */
 	struct side *peer;
-	/* the paths tests: echo every frame */
+	/* the paths tests: echo every frame, echo_n times (0: once) */
 	bool echo;
+	unsigned int echo_n;
 };
 
 static atomic_uint g_done;		/* stress sides that received all their frames */
@@ -192,7 +193,8 @@ static enum rk_activity on_frame(struct rk_link *l, const struct rk_wire_hdr *h,
 		return RK_BUSY;
 	}
 	if (s->echo) {
-		ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, payload, h->len), 0);
+		for (i = 0; i < (s->echo_n ? s->echo_n : 1); i++)
+			ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, payload, h->len), 0);
 		s->rx_count++;
 		return RK_BUSY;
 	}
@@ -374,10 +376,12 @@ static void raw_read(int fd, uint8_t *p, size_t n)
 
 /*
  * The raw peer (rank 1) sends PATH_FRAMES frames one at a time, each after the
- * echo of the last came back; @wait_sleep: only once the loop's thread sleeps
- * in its wait. Return the link's counters.
+ * @echo_n echoes (each frame's handler sends them) of the last came back, in
+ * order; @wait_sleep: only once the loop's thread sleeps in its wait. Return
+ * the link's counters.
  */
-static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_stats *st)
+static void path_run_n(enum rk_wait_mode mode, bool wait_sleep, unsigned int echo_n,
+		       struct rk_link_stats *st)
 {
 	uint8_t frame[RK_WIRE_HDR_LEN + 72], back[sizeof(frame)];
 	struct rk_wire_hdr h;
@@ -386,11 +390,13 @@ static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_sta
 	struct side s;
 	pthread_t th;
 	uint64_t deadline;
+	unsigned int k;
 	int fds[2], i;
 
 	tcp_pair(fds);
 	side_init(&s, 0, fds[1], mode);
 	s.echo = true;
+	s.echo_n = echo_n;
 	r.s = &s;
 	ck_assert_int_eq(pthread_create(&th, NULL, loop_thread, &r), 0);
 	for (i = 0; i < PATH_FRAMES; i++) {
@@ -408,11 +414,13 @@ static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_sta
 			ck_assert(thread_sleeps(atomic_load(&r.tid)));
 		}
 		raw_write(fds[0], frame, RK_WIRE_HDR_LEN + 24);
-		raw_read(fds[0], back, RK_WIRE_HDR_LEN + 24);
-		ck_assert_int_eq(rk_wire_decode_hdr(back, sizeof(back), 1024, &h),
-				 RK_WIRE_HDR_LEN + 24);
-		ck_assert_uint_eq(h.seq, (uint64_t)i);
-		ck_assert_int_eq(memcmp(back + RK_WIRE_HDR_LEN, pl, 24), 0);
+		for (k = 0; k < echo_n; k++) {
+			raw_read(fds[0], back, RK_WIRE_HDR_LEN + 24);
+			ck_assert_int_eq(rk_wire_decode_hdr(back, sizeof(back), 1024, &h),
+					 RK_WIRE_HDR_LEN + 24);
+			ck_assert_uint_eq(h.seq, (uint64_t)i * echo_n + k);
+			ck_assert_int_eq(memcmp(back + RK_WIRE_HDR_LEN, pl, 24), 0);
+		}
 	}
 	atomic_store(&r.stop, true);
 	rk_post_init(&stop, stop_post, &r);
@@ -425,7 +433,16 @@ static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_sta
 	side_fini(&s);
 }
 
-/* Spinning: every frame is read and written by a direct syscall, none by the ring. */
+static void path_run(enum rk_wait_mode mode, bool wait_sleep, struct rk_link_stats *st)
+{
+	path_run_n(mode, wait_sleep, 1, st);
+}
+
+/*
+ * Spinning: every frame is read and written by a direct syscall, none by the
+ * ring; the echo leaves from the send that made it (its handler's commit), no
+ * flush.
+ */
 START_TEST(test_spin_goes_direct)
 {
 	struct rk_link_stats st;
@@ -433,14 +450,34 @@ START_TEST(test_spin_goes_direct)
 	path_run(RK_WAIT_SPIN, false, &st);
 	ck_assert_uint_eq(st.tcp_rx_direct, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_ring, 0);
+	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_direct, 0);
+	ck_assert_uint_eq(st.tx_flushes, 0);
+	ck_assert_uint_eq(st.tcp_tx_ring, 0);
+}
+END_TEST
+
+/*
+ * A handler that sends three frames: the first leaves from its commit, the
+ * other two wait for the iteration's flush and go in one send(), so a burst
+ * costs two syscalls, not three; the peer reads all three in order.
+ */
+START_TEST(test_commit_first_of_iteration)
+{
+	struct rk_link_stats st;
+
+	path_run_n(RK_WAIT_SPIN, false, 3, &st);
+	ck_assert_uint_eq(st.tx_frames, 3 * PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tx_flushes, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 }
 END_TEST
 
 /* Adaptive, past its window (0 here): the loop blocks before every frame, so
  * every frame wakes it through the ring receive armed before it slept; the
- * echo, sent while the loop runs, goes direct. */
+ * echo, sent while the loop runs, leaves from its commit. */
 START_TEST(test_block_wakes_by_ring)
 {
 	struct rk_link_stats st;
@@ -448,14 +485,15 @@ START_TEST(test_block_wakes_by_ring)
 	path_run(RK_WAIT_ADAPTIVE, true, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 }
 END_TEST
 
 /* RK_WAIT_BLOCK receives on the ring only (the loop never spins, so no poll
- * reads), and still writes every echo directly: a frame the socket takes
- * whole needs no ring send. */
+ * reads), and still writes every echo directly, from its commit: a frame the
+ * socket takes whole needs no ring send. */
 START_TEST(test_wait_block_rx_ring_tx_direct)
 {
 	struct rk_link_stats st;
@@ -463,7 +501,8 @@ START_TEST(test_wait_block_rx_ring_tx_direct)
 	path_run(RK_WAIT_BLOCK, false, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 }
 END_TEST
@@ -575,7 +614,8 @@ START_TEST(test_defer_block_path)
 	rk_link_stats(s.link, &st);
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
-	ck_assert_uint_eq(st.tcp_tx_direct, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
+	ck_assert_uint_eq(st.tcp_tx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
 	rk_loop_stats(s.loop, &ls);
 	ck_assert_uint_ge(ls.blocks, 1);
@@ -694,6 +734,7 @@ START_TEST(test_switch_stress)
 	ck_assert_uint_gt(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
 	ck_assert_uint_gt(sa.tcp_rx_ring + sb.tcp_rx_ring, 0);
 	ck_assert_uint_gt(sa.tcp_tx_direct + sb.tcp_tx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_tx_commit + sb.tcp_tx_commit, 0);
 	if (_i % 2)
 		ck_assert_uint_gt(sa.tcp_tx_ring + sb.tcp_tx_ring, 0);
 }
@@ -713,8 +754,8 @@ START_TEST(test_block_send_stress)
 	ck_assert_uint_eq(sa.tcp_rx_direct + sb.tcp_rx_direct, 0);
 	ck_assert_uint_gt(sa.tcp_rx_ring, 0);
 	ck_assert_uint_gt(sb.tcp_rx_ring, 0);
-	ck_assert_uint_gt(sa.tcp_tx_direct, 0);
-	ck_assert_uint_gt(sb.tcp_tx_direct, 0);
+	ck_assert_uint_gt(sa.tcp_tx_direct + sa.tcp_tx_commit, 0);
+	ck_assert_uint_gt(sb.tcp_tx_direct + sb.tcp_tx_commit, 0);
 	if (_i % 2) {
 		ck_assert_uint_gt(sa.tcp_tx_ring, 0);
 		ck_assert_uint_gt(sb.tcp_tx_ring, 0);
@@ -843,6 +884,7 @@ static Suite *tcp_suite(void)
 
 	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_spin_goes_direct);
+	tcase_add_test(tc, test_commit_first_of_iteration);
 	tcase_add_test(tc, test_block_wakes_by_ring);
 	tcase_add_test(tc, test_wait_block_rx_ring_tx_direct);
 	tcase_add_loop_test(tc, test_switch_stress, 0, 4);

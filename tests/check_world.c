@@ -933,7 +933,9 @@ START_TEST(test_frames_both_ways)
 			  hs_bytes() + shm_bytes(1, moved) + app_bytes0);
 	ck_assert_uint_ge(ls0.tx_flushes, 1);
 	ck_assert_uint_le(ls0.tx_flushes, ls0.tx_frames);
-	ck_assert_uint_ge(ls0.tx_queued_max, app_bytes0);
+	/* sent back to back outside the loop, they waited in one batch, all but
+	 * the first, which may have left from its commit (a direct lane) */
+	ck_assert_uint_ge(ls0.tx_queued_max, app_bytes0 - RK_WIRE_HDR_LEN - s0[0].len);
 	ck_assert_int_eq(n[0].nerr, 0);
 	ck_assert_int_eq(n[1].nerr, 0);
 

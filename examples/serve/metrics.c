@@ -206,7 +206,8 @@ static const struct mdef link_more_defs[] = {
 	{ "rankrt_link_shm_ring_full_total", NULL, "shm links: flushes stopped by a full ring.",
 	  COUNTER, LINK(shm_ring_full), 1 },
 	{ "rankrt_link_tcp_io_total", "path=\"direct\",direction=\"rx\"", "tcp links: reads "
-	  "and writes that moved bytes, by path (direct syscall or io_uring).", COUNTER,
+	  "and writes that moved bytes, by path (direct: a syscall from a poll or a flush; "
+	  "commit: one from the send that made the frame; ring: io_uring).", COUNTER,
 	  LINK(tcp_rx_direct), 1 },
 	{ "rankrt_link_tcp_io_total", "path=\"ring\",direction=\"rx\"", NULL, COUNTER,
 	  LINK(tcp_rx_ring), 1 },
@@ -214,6 +215,8 @@ static const struct mdef link_more_defs[] = {
 	  LINK(tcp_tx_direct), 1 },
 	{ "rankrt_link_tcp_io_total", "path=\"ring\",direction=\"tx\"", NULL, COUNTER,
 	  LINK(tcp_tx_ring), 1 },
+	{ "rankrt_link_tcp_io_total", "path=\"commit\",direction=\"tx\"", NULL, COUNTER,
+	  LINK(tcp_tx_commit), 1 },
 	{ "rankrt_link_shm_tx_direct_total", NULL, "shm links: frames published into the ring "
 	  "by the send that encoded them, without a flush.", COUNTER, LINK(shm_tx_direct), 1 },
 };

@@ -47,7 +47,8 @@
 #   VARIANTS                      more rk-VARIANT-MODE busy rows for those modes, each
 #                                 VARIANT one of: defer (as DEFER=1), coop (RK_COOP_TASKRUN=1),
 #                                 nocoop (RK_COOP_TASKRUN=0), nocoopdefer (RK_COOP_TASKRUN=0
-#                                 RK_DEFER_TASKRUN=1)
+#                                 RK_DEFER_TASKRUN=1), noyield (RK_SPIN_YIELD=0: a spin
+#                                 that never yields its core)
 #   ONECPU [0]                    1: client and server both on CPU 0 (rk-pingpong under
 #                                 taskset -c 0, the peers with --cpus 0,0): each round trip
 #                                 is then both ends' CPU path plus two context switches,
@@ -141,6 +142,7 @@ rk_row()
 	case $mode in coop-*) learn+=(RK_COOP_TASKRUN=1) mode=${mode#coop-} ;; esac
 	case $mode in nocoop-*) learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoop-} ;; esac
 	case $mode in nocoopdefer-*) defer=1 learn+=(RK_COOP_TASKRUN=0) mode=${mode#nocoopdefer-} ;; esac
+	case $mode in noyield-*) learn+=(RK_SPIN_YIELD=0) mode=${mode#noyield-} ;; esac
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
