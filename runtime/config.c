@@ -88,6 +88,7 @@ enum knob_id {
 	K_MAX_PENDING,
 	K_REFUSED_LOG_MS,
 	K_SHM,
+	K_LANE,
 	K__COUNT,
 };
 
@@ -199,6 +200,9 @@ static const struct knob knobs[] = {
 	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, U(shm), 1, 0, 0,
 		    "same-host links on shared memory: auto (when both ends share a host), "
 		    "on (required on every link), off (never)" },
+	[K_LANE] = { "RK_LANE", "lane", KIND_BOOL, U(lane), 1, 0, 0,
+		     "a same-host follower's threads may send USER frames to the leader "
+		     "without its loop (rk_link_lane_open); 0: every frame goes by the loop" },
 };
 _Static_assert(ARRAY_SIZE(knobs) == K__COUNT, "every knob needs a table entry");
 
@@ -289,6 +293,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->max_pending = RK_DEF_MAX_PENDING;
 	cfg->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
 	cfg->shm = RK_SHM_AUTO;
+	cfg->lane = true;
 }
 
 const char *rk_wait_mode_name(enum rk_wait_mode mode)

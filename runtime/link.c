@@ -801,12 +801,37 @@ static int link_rx_bcast(struct rk_link *l, const uint8_t *p, size_t n)
 	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_bseq);
 }
 
-static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, bool bcast)
+/* A follower's lane (shm.c) hands over whole USER frames of its own sequence. */
+static int link_rx_lane(struct rk_link *l, const uint8_t *p, size_t n)
+{
+	struct rk_wire_hdr h;
+	int64_t total;
+
+	if (l->state != RK_LINK_UP)
+		return 0;	/* failing or closed: drop what is still arriving */
+	total = link_hdr(l, p, n, &h);
+	if (total == -EAGAIN || (total >= 0 && (size_t)total != n))
+		return -RK_ESHMRING;
+	if (total < 0)
+		return (int)total;
+	if (h.type != RK_FRAME_USER)
+		return -RK_ESHMRING;	/* a lane carries nothing else */
+	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_lseq);
+}
+
+enum rx_kind { RX_STREAM, RX_BCAST, RX_LANE };
+
+static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, enum rx_kind kind)
 {
 	int ret;
 
 	l->in_dispatch++;
-	ret = bcast ? link_rx_bcast(l, p, n) : link_rx(l, p, n);
+	if (kind == RX_BCAST)
+		ret = link_rx_bcast(l, p, n);
+	else if (kind == RX_LANE)
+		ret = link_rx_lane(l, p, n);
+	else
+		ret = link_rx(l, p, n);
 	l->rx_cut = false;
 	if (ret) {
 		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, rk_link_transport(l),
@@ -820,10 +845,15 @@ static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, bool bcast
 
 int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 {
-	return link_rx_any(l, p, n, false);
+	return link_rx_any(l, p, n, RX_STREAM);
 }
 
 int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n)
 {
-	return link_rx_any(l, frame, n, true);
+	return link_rx_any(l, frame, n, RX_BCAST);
+}
+
+int rk__link_rx_lane(struct rk_link *l, const uint8_t *frame, size_t n)
+{
+	return link_rx_any(l, frame, n, RX_LANE);
 }

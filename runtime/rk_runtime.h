@@ -216,6 +216,9 @@ struct rk_config {
 	 * host (boot id, network and pid namespace) move their tcp:// link to
 	 * shared-memory rings; the socket stays to notice a dead peer */
 	enum rk_shm_mode shm;		/* RK_SHM */
+	/* a follower's lane on such a link (rk_link_lane_open()): its worker
+	 * threads send USER frames to the leader without the loop */
+	bool lane;			/* RK_LANE */
 };
 
 /**
@@ -627,6 +630,9 @@ struct rk_link_stats {
 					 * nothing queued before it) that wrote bytes: no
 					 * flush; a part the socket did not take went on as a
 					 * flush's */
+	/* shared-memory links only, after the fields above (which keep their offsets) */
+	uint64_t shm_lane_rx;		/* leader: frames that came on the follower's lane
+					 * (rk_link_lane_open()), not on the link's ring */
 };
 
 /**
@@ -659,6 +665,70 @@ RK_EXPORT bool rk_link_up(const struct rk_link *link);
 RK_EXPORT void rk_link_stats(const struct rk_link *link, struct rk_link_stats *out);
 /** rk_link_transport() - "tcp", "shm" (a link on shared memory) or "roce". */
 RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
+
+/*
+ * Lanes: a follower's worker thread sends to the leader without its loop.
+ *
+ * On a same-host link (rk_link_transport() says "shm") the follower's end of
+ * the segment has a third ring, its lane, which the leader's loop polls beside
+ * the link's own rings. A lane carries RK_FRAME_USER frames only, in its own
+ * order (its own sequence numbers): a lane frame is not ordered against the
+ * link's frames, only against the lane's. The leader checks each one as it
+ * checks a link frame and hands it to the world's frame callback as if it had
+ * come on the link (a bad one fails the link). Use it for what is on a
+ * round's critical path and carries its own key (a worker's partial results,
+ * tagged with the round): the follower's loop may then sleep while its
+ * workers compute and send.
+ */
+struct rk_lane;
+
+struct rk_lane_stats {
+	uint64_t frames;		/* frames published on the lane */
+	uint64_t bytes;			/* their bytes, headers included */
+	uint64_t full;			/* commits refused for want of room (-EAGAIN) */
+	uint64_t wakes;			/* the leader's loop slept: this lane woke it */
+};
+
+/**
+ * rk_link_lane_open() - the lane of a follower's same-host link.
+ * @link: the follower's link to the leader (rk_world_link(w, 0)).
+ * @out: the lane, owned by the caller until rk_lane_close().
+ * One lane per link at a time; a lane closed and opened again goes on where
+ * the last one stopped. The lane holds its own mapping: it stays safe to use
+ * after the link failed or was destroyed (its commits then fail -EPIPE).
+ * Return: 0; -EOPNOTSUPP when the link is not on shared memory (yet), is the
+ * leader's end, or RK_LANE=0; -ENOTCONN when the link is not up; -EBUSY when
+ * another lane of the link is open; -ENOMEM or -errno of mmap()/dup().
+ * Loop thread; from any callback of that loop.
+ */
+RK_EXPORT int rk_link_lane_open(struct rk_link *link, struct rk_lane **out);
+
+/**
+ * rk_lane_reserve() / rk_lane_commit() - encode a frame in the lane's buffer
+ * and publish it: reserve @len payload bytes, write them, then commit the
+ * final length (<= @len) with the frame's type (RK_FRAME_USER only) and flags.
+ * One thread at a time uses a lane (any one: the lane does no locking).
+ * Return: reserve: a pointer valid until the commit, or NULL with *@err set:
+ * -EBUSY (a reservation is open), -RK_ETOOBIG (@len past rk_lane_max());
+ * commit: 0 (published, the leader's loop woken if it slept); -EAGAIN when the
+ * lane has no room now (nothing was sent: send it another way or again
+ * later); -EPIPE once the link ended at either end; -EINVAL for another type,
+ * a length past the reservation, or no reservation; -RK_ESHMRING when the
+ * leader's head makes no sense. Every commit ends the reservation.
+ */
+RK_EXPORT uint8_t *rk_lane_reserve(struct rk_lane *lane, uint32_t len, int *err);
+RK_EXPORT int rk_lane_commit(struct rk_lane *lane, unsigned int type, unsigned int flags,
+			     uint32_t len);
+/** rk_lane_max() - the largest payload a lane frame may have, bytes. Any thread. */
+RK_EXPORT uint32_t rk_lane_max(const struct rk_lane *lane);
+/** rk_lane_stats() - copy the lane's counters. The lane's thread. */
+RK_EXPORT void rk_lane_stats(const struct rk_lane *lane, struct rk_lane_stats *out);
+/**
+ * rk_lane_close() - let the lane go (NULL: nothing). Any thread, once no
+ * other call on the lane runs; the link may be gone already. Its frames
+ * already published stay published.
+ */
+RK_EXPORT void rk_lane_close(struct rk_lane *lane);
 
 /* ---- the world ----------------------------------------------------------- */
 

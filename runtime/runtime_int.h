@@ -440,6 +440,7 @@ struct rk_link {
 	struct rk__gaps gaps;		/* its busy frames' arrivals, learned by the loop */
 	uint64_t tx_sent;		/* bytes handed to the transport (rk__link_tx_done) */
 	uint64_t rx_bseq;		/* next sequence number on the broadcast ring (shm.c) */
+	uint64_t rx_lseq;		/* next sequence number on the follower's lane (shm.c) */
 	bool rx_cut;			/* set by a control frame: the stream it came on ends
 					 * with it; bytes after it fail the link (-EPROTO) */
 	const char *via;		/* the transport in use when not tops->name ("shm") */
@@ -460,6 +461,10 @@ int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n);
  * ring: validated like any received frame, its sequence number counted in the
  * broadcast stream (rx_bseq). Return: 0, or the error that failed the link. */
 int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n);
+/* One whole frame read from a follower's lane (leader): a USER frame of the
+ * lane's own sequence (rx_lseq), anything else fails the link. Return: 0, or the
+ * error that failed the link. */
+int rk__link_rx_lane(struct rk_link *l, const uint8_t *frame, size_t n);
 /* Next bytes to send: a pointer and length into the out buffer (0: none). */
 size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p);
 /* @n bytes of what rk__link_tx_next() gave were sent. */
@@ -631,6 +636,8 @@ enum rk__shm_poke {
 	RK__SHM_POKE_CHUNK,	/* a record holding @p, @n bytes as they are */
 	RK__SHM_POKE_BHEAD,	/* follower: a broadcast position past the ring's tail */
 	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */
+	RK__SHM_POKE_LANE,	/* follower, no lane open: a lane record holding @p, @n
+				 * bytes as they are (@n 0: a length word past the bound) */
 };
 int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, size_t n);
 /* Tests: run @l's source arm step, what the loop does before it blocks: the

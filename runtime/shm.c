@@ -56,6 +56,16 @@
  * record (a reader its head), fences, and makes a syscall (FUTEX_WAKE or an
  * eventfd write) only when the bell says the peer sleeps; while the peer spins
  * it makes none.
+ *
+ * A follower's lane (rk_link_lane_open()): a third ring in the link segment,
+ * follower -> leader, written by one thread of the follower's that is not its
+ * loop (a worker with a round's partial results) and read by the leader's
+ * loop beside the link's rings. Its records hold whole USER frames of the
+ * lane's own sequence; the lane publishes and rings the leader's bell as a
+ * flush would, so the follower's loop is not on that frame's path and may
+ * sleep. It never waits for room: a commit without room fails (-EAGAIN) and
+ * the caller sends another way. The lane maps the segment itself, so it
+ * outlives the link safely; either end's link end marks the segment shut.
  */
 #include "config.h"
 
@@ -99,7 +109,8 @@
 #define SHM_LINE	128u		/* one index per line: no false sharing, even paired */
 #define SHM_MAGIC_LINK	0x4c534b52u	/* "RKSL" */
 #define SHM_MAGIC_BCAST	0x42534b52u	/* "RKSB" */
-#define SHM_VERSION	2u		/* a link segment's layout: records polled by their length */
+#define SHM_VERSION	3u		/* a link segment's layout: records polled by their length,
+					 * and the follower's lane */
 #define SHM_BCAST_VERSION 1u		/* the broadcast segment's (ARCHITECTURE.md: fixed) */
 #define SHM_POLL_BUDGET	64		/* records one poll delivers */
 #define SHM_ACCEPT_BUDGET 16		/* connections one wake of the listener takes */
@@ -119,7 +130,8 @@
  * Followers map it read-only; each one's consumed position is LS_B_HEAD in its
  * own link segment. A link segment is the control page below and then two
  * rings of ring_size bytes (leader -> follower first), with chunk records at
- * multiples of REC_ALIGN (layout version 2: rec_put()).
+ * multiples of REC_ALIGN (rec_put()), then the follower's lane of
+ * lane_size(ring_size) bytes, its records whole frames (layout version 3).
  *
  * Round epochs (rk_sched.h): with RK_RESIDENT not off, the leader also makes
  * an epoch region (rk__epoch_create_fd(), sealed as the broadcast ring) and
@@ -142,6 +154,11 @@
 #define LS_EP_WAITERS	(8 * SHM_LINE)	/* u32: the follower's consumers asleep on ... */
 #define LS_EP_BELL	(9 * SHM_LINE)	/* u32: ... this futex word, rung by the leader's
 					 * epoch publications (rk__epoch_map()) */
+#define LS_LN_HEAD	(10 * SHM_LINE)	/* the follower's lane: the leader's head */
+#define LS_LN_SHUT	(11 * SHM_LINE)	/* u32: nonzero once either end's link ended */
+#define LS_LN_WRITER	(12 * SHM_LINE)	/* the lane's writer: u32 open, u32 zero, u64
+					 * position, u64 next sequence number (the
+					 * follower's, kept while no lane is open) */
 _Static_assert(RK__EPOCH_MAX_BELLS >= RK_WIRE_SHM_SLOTS,
 	       "every broadcast reader's epoch bell must fit the writer's list");
 #define BS_TAIL		(1 * SHM_LINE)	/* the broadcast ring's tail (the leader's) */
@@ -158,6 +175,23 @@ _Static_assert(RK__EPOCH_MAX_BELLS >= RK_WIRE_SHM_SLOTS,
 static inline uint64_t pad8(uint64_t n)
 {
 	return (n + 7) & ~7ull;
+}
+
+/* The follower's lane: half a link ring, each record one frame of at most a
+ * quarter of it (header included). */
+static inline uint32_t lane_size(uint32_t ring)
+{
+	return ring / 2;
+}
+
+static inline uint32_t lane_rec_max(uint32_t ring)
+{
+	return lane_size(ring) / 4;
+}
+
+static inline size_t seg_len(uint32_t ring)
+{
+	return SHM_HDR_SIZE + 2 * (size_t)ring + lane_size(ring);
 }
 
 /* ---- what this kernel can do ------------------------------------------------------ */
@@ -240,6 +274,8 @@ struct rk__shm_link {
 	int memfd;
 	uint32_t ring_size;
 	struct ring tx, rx;
+	struct ring lrx;		/* leader: the follower's lane */
+	uint8_t *lstage;		/* leader: a lane frame, copied out */
 	_Atomic uint32_t *bell;		/* ours: set before we sleep */
 	_Atomic uint32_t *peer_bell;
 	_Atomic uint64_t *bhead;	/* the follower's position in the broadcast ring */
@@ -303,6 +339,7 @@ struct rk__shm {
 	struct rk_epoch *ep;		/* round epochs the followers map, or NULL */
 	int epfd;
 	bool resident;			/* RK_RESIDENT is not off */
+	bool lane;			/* RK_LANE */
 	uint8_t *scratch;		/* a broadcast frame being encoded */
 	size_t scratch_cap;
 
@@ -756,6 +793,9 @@ static void seg_attach(struct rk__shm_link *s)
 	if (s->leader) {
 		ring_init(&s->tx, d, s->ring_size, s->base, LS_LF_TAIL, LS_LF_HEAD);
 		ring_init(&s->rx, d + s->ring_size, s->ring_size, s->base, LS_FL_TAIL, LS_FL_HEAD);
+		/* a link-style ring: no tail word, the head's line stands in */
+		ring_init(&s->lrx, d + 2 * (size_t)s->ring_size, lane_size(s->ring_size), s->base,
+			  LS_LN_HEAD, LS_LN_HEAD);
 		s->bell = u32_at(s->base, LS_L_BELL);
 		s->peer_bell = u32_at(s->base, LS_F_BELL);
 	} else {
@@ -998,6 +1038,52 @@ bad:
 }
 
 /*
+ * Leader: deliver the follower's lane frames from the one whose length word
+ * @len was read at our head, as rx_deliver() delivers chunks, each checked as
+ * a whole frame (rk__link_rx_lane()). The head is published at the end of the
+ * batch: the lane's writer never waits for room, so it needs no wake for it.
+ * Return: frames delivered, or 0 when the link failed.
+ */
+static int __attribute__((noinline)) lane_deliver(struct rk__shm_link *s, uint32_t len)
+{
+	struct rk_link *l = s->l;
+	uint32_t max = lane_rec_max(s->ring_size);
+	_Atomic uint32_t *h;
+	uint32_t zero;
+	uint64_t span, mark;
+	int n = 0;
+
+	if (!s->lstage) {
+		s->lstage = malloc(max);
+		if (!s->lstage) {
+			shm_fail(s, -ENOMEM, "lane staging buffer");
+			return 0;
+		}
+	}
+	while (len && n < SHM_POLL_BUDGET && link_reading(l)) {
+		h = rec_word(&s->lrx, s->lrx.pos);
+		zero = le32toh(atomic_load_explicit(h + 1, memory_order_relaxed));
+		mark = le64toh(atomic_load_explicit((_Atomic uint64_t *)(void *)(h + 2),
+						    memory_order_relaxed));
+		span = rec_span(len);
+		if (len > max || zero || mark) {
+			shm_fail(s, -RK_ESHMRING, "lane record");
+			return 0;
+		}
+		ring_read(&s->lrx, s->lrx.pos + REC_HDR, s->lstage, len);
+		s->lrx.pos += span;
+		n++;
+		l->stats.shm_lane_rx++;
+		if (rk__link_rx_lane(l, s->lstage, len))
+			return 0;	/* the link failed */
+		len = link_reading(l) ? rec_len(&s->lrx) : 0;
+	}
+	/* Release: the records are copied out before the writer reuses them. */
+	atomic_store_explicit(s->lrx.head, s->lrx.pos, memory_order_release);
+	return n;
+}
+
+/*
  * One look at the rings. While nothing comes this reads two lines that stay
  * in our cache (the broadcast tail, when we read that ring, and the length
  * word at our head) and writes none; a frame's arrival is the miss on the
@@ -1031,6 +1117,17 @@ static int rx_poll(struct rk__shm_link *s)
 	 */
 	__builtin_prefetch(s->rx.data + ((s->rx.pos + 64) & (s->rx.size - 1)));
 	len = rec_len(&s->rx);
+	if (s->leader) {
+		uint32_t ll = rec_len(&s->lrx);
+
+		if (ll) {
+			int n = lane_deliver(s, ll);
+
+			if (!n || !len || !link_reading(s->l))
+				return n;
+			return n + rx_deliver(s, 0, len);
+		}
+	}
 	if (!len && !bav)
 		return 0;
 	return rx_deliver(s, s->brx.pos + (uint64_t)bav, len);
@@ -1267,6 +1364,8 @@ static bool pending(struct rk__shm_link *s)
 
 	if (s->rx_ring && rec_len(&s->rx))
 		return true;	/* a record, or a bad one the poll will fail */
+	if (s->rx_ring && s->leader && rec_len(&s->lrx))
+		return true;	/* a lane frame */
 	if (s->rx_ring && s->bcast && ring_avail(&s->brx) != 0)
 		return true;
 	if (!s->tx_blocked)
@@ -1410,6 +1509,13 @@ static void epoch_detach(struct rk__shm_link *s)
 	}
 }
 
+/* The link ends at this end: a lane of the segment refuses from now on. */
+static void lane_shut(struct rk__shm_link *s)
+{
+	if (s->base)
+		atomic_store_explicit(u32_at(s->base, LS_LN_SHUT), 1, memory_order_release);
+}
+
 /* Give back what the setup made (the link stays on TCP). Ops in flight end by
  * their cancellation; their descriptors close at destroy. */
 static void setup_undo(struct rk__shm_link *s)
@@ -1421,6 +1527,7 @@ static void setup_undo(struct rk__shm_link *s)
 	if (!s->pid_armed)
 		fd_close(&s->pidfd);
 	epoch_detach(s);
+	lane_shut(s);
 	seg_unmap(&s->base, s->len);
 	seg_unmap(&s->bbase, s->blen);
 	fd_close(&s->memfd);
@@ -1503,7 +1610,7 @@ static int offer_setup(struct rk_link *l, struct rk__shm *c, const struct rk_wir
 	if (!s)
 		return -ENOMEM;
 	s->ring_size = SHM_RING_SIZE;
-	s->len = SHM_HDR_SIZE + 2 * (size_t)SHM_RING_SIZE;
+	s->len = seg_len(SHM_RING_SIZE);
 	ret = seg_create("rankrt-link", s->len, SHM_MAGIC_LINK, SHM_RING_SIZE, false, &s->memfd,
 			 &s->base);
 	if (ret)
@@ -1894,7 +2001,7 @@ static int follower_fetch(struct rk__shm_link *s)
 		s->efd = fds[1];
 		s->peer_efd = fds[2];
 		fds[0] = fds[1] = fds[2] = -1;
-		s->len = SHM_HDR_SIZE + 2 * (size_t)s->ring_size;
+		s->len = seg_len(s->ring_size);
 		ret = seg_map(s->memfd, s->len, SHM_MAGIC_LINK, s->ring_size, false, &s->base);
 	}
 	if (!ret)
@@ -2042,6 +2149,7 @@ void rk__shm_shutdown(struct rk_link *l)
 	if (s->leader && s->slot >= 0 && s->ctx->readers[s->slot] == s)
 		s->ctx->readers[s->slot] = NULL;
 	epoch_detach(s);	/* the link ends: its consumers take the launch path */
+	lane_shut(s);
 	cancel_all(s);
 }
 
@@ -2054,6 +2162,7 @@ void rk__shm_destroy(struct rk_link *l)
 	if (s->leader && s->slot >= 0 && s->ctx->readers[s->slot] == s)
 		s->ctx->readers[s->slot] = NULL;
 	epoch_detach(s);
+	lane_shut(s);
 	seg_unmap(&s->base, s->len);
 	seg_unmap(&s->bbase, s->blen);
 	fd_close(&s->memfd);
@@ -2063,6 +2172,7 @@ void rk__shm_destroy(struct rk_link *l)
 	fd_close(&s->pidfd);
 	free(s->stage);
 	free(s->bstage);
+	free(s->lstage);
 	free(s);
 	l->shm = NULL;
 }
@@ -2182,6 +2292,7 @@ int rk__shm_prepare(struct rk_loop *loop, const struct rk__addr *a, bool require
 	c->bfd = -1;
 	c->epfd = -1;
 	c->resident = cfg->resident != RK_RESIDENT_OFF;
+	c->lane = cfg->lane;
 	c->loopback = !rk__tcp_resolve(a, cfg->rank == 0, &ss, &len) && rk__sockaddr_loopback(&ss);
 	identity(&c->me);
 	if (c->mode != RK_SHM_OFF)
@@ -2223,6 +2334,192 @@ bool rk__shm_settled(const struct rk_link *l)
 	return !l->tctx || l->shm_settled;
 }
 
+/* ---- the follower's lane ---------------------------------------------------------- */
+
+struct rk_lane {
+	uint8_t *base;			/* our own mapping of the link segment */
+	size_t len;
+	struct ring tx;
+	_Atomic uint32_t *peer_bell;	/* the leader's */
+	_Atomic uint32_t *shut;
+	uint8_t *writer;		/* LS_LN_WRITER */
+	int peer_efd;			/* ours: a dup of the link's */
+	uint32_t rank;
+	uint64_t seq;
+	uint32_t max;			/* payload bytes */
+	uint8_t *buf;			/* header + max */
+	uint32_t rlen;			/* the open reservation's length */
+	bool reserved;
+	struct rk_lane_stats stats;
+};
+
+static _Atomic uint32_t *lane_owner(uint8_t *w)
+{
+	return (_Atomic uint32_t *)(void *)w;
+}
+
+static void lane_free(struct rk_lane *ln)
+{
+	if (ln->base)
+		munmap(ln->base, ln->len);
+	if (ln->peer_efd >= 0)
+		close(ln->peer_efd);
+	free(ln->buf);
+	free(ln);
+}
+
+int rk_link_lane_open(struct rk_link *l, struct rk_lane **out)
+{
+	struct rk__shm_link *s = l->shm;
+	struct rk_lane *ln;
+	uint32_t zero = 0, rec;
+	uint64_t head;
+	int ret;
+
+	*out = NULL;
+	if (!s || s->leader || !s->ctx->lane || (s->st != SS_MAPPED && s->st != SS_ACTIVE))
+		return -EOPNOTSUPP;
+	if (s->closing || !rk_link_up(l))
+		return -ENOTCONN;
+	ln = calloc(1, sizeof(*ln));
+	if (!ln)
+		return -ENOMEM;
+	ln->peer_efd = -1;
+	ln->len = s->len;
+	ln->base = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
+	if (ln->base == MAP_FAILED) {
+		ret = -errno;
+		ln->base = NULL;
+		goto fail;
+	}
+	ln->peer_efd = fcntl(s->peer_efd, F_DUPFD_CLOEXEC, 0);
+	if (ln->peer_efd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	rec = lane_rec_max(s->ring_size);
+	ln->max = rec - RK_WIRE_HDR_LEN < s->ctx->max_frame ? rec - RK_WIRE_HDR_LEN
+							     : s->ctx->max_frame;
+	ln->buf = malloc(RK_WIRE_HDR_LEN + (size_t)ln->max);
+	if (!ln->buf) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ln->writer = ln->base + LS_LN_WRITER;
+	ln->shut = u32_at(ln->base, LS_LN_SHUT);
+	ln->peer_bell = u32_at(ln->base, LS_L_BELL);
+	ln->rank = (uint32_t)l->rank;
+	ring_init(&ln->tx, ln->base + SHM_HDR_SIZE + 2 * (size_t)s->ring_size,
+		  lane_size(s->ring_size), ln->base, LS_LN_HEAD, LS_LN_HEAD);
+	/* Acquire: pairs with rk_lane_close()'s release of the writer's state. */
+	if (!atomic_compare_exchange_strong_explicit(lane_owner(ln->writer), &zero, 1,
+						     memory_order_acquire,
+						     memory_order_relaxed)) {
+		ret = -EBUSY;
+		goto fail;
+	}
+	ln->tx.pos = rk__le64_load(ln->writer + 8);
+	ln->seq = rk__le64_load(ln->writer + 16);
+	head = atomic_load_explicit(ln->tx.head, memory_order_acquire);
+	if (ln->tx.pos - head > ln->tx.size || (head & (REC_ALIGN - 1)) ||
+	    (ln->tx.pos & (REC_ALIGN - 1))) {
+		atomic_store_explicit(lane_owner(ln->writer), 0, memory_order_release);
+		ret = -RK_ESHMRING;
+		goto fail;
+	}
+	ln->tx.seen = head;
+	*out = ln;
+	return 0;
+fail:
+	lane_free(ln);
+	return ret;
+}
+
+uint8_t *rk_lane_reserve(struct rk_lane *ln, uint32_t len, int *err)
+{
+	if (ln->reserved) {
+		*err = -EBUSY;
+		return NULL;
+	}
+	if (len > ln->max) {
+		*err = -RK_ETOOBIG;
+		return NULL;
+	}
+	ln->reserved = true;
+	ln->rlen = len;
+	return ln->buf + RK_WIRE_HDR_LEN;
+}
+
+int rk_lane_commit(struct rk_lane *ln, unsigned int type, unsigned int flags, uint32_t len)
+{
+	uint64_t span;
+	int64_t room;
+	uint32_t b;
+	uint64_t one = 1;
+	size_t n;
+	int ret;
+
+	if (!ln->reserved)
+		return -EINVAL;
+	ln->reserved = false;
+	if (type != RK_FRAME_USER || len > ln->rlen)
+		return -EINVAL;
+	if (atomic_load_explicit(ln->shut, memory_order_acquire))
+		return -EPIPE;
+	ret = rk_wire_encode_hdr(ln->buf, type, flags, ln->rank, ln->seq,
+				 ln->buf + RK_WIRE_HDR_LEN, len);
+	if (ret < 0)
+		return ret;
+	n = RK_WIRE_HDR_LEN + (size_t)len;
+	span = rec_span(n);
+	room = ring_room(&ln->tx, span);
+	if (room < 0)
+		return (int)room;
+	if (room < (int64_t)span) {
+		ln->stats.full++;
+		return -EAGAIN;
+	}
+	rec_put(&ln->tx, ln->tx.pos, ln->buf, (uint32_t)n, 0);
+	ln->tx.pos += span;
+	ln->seq++;
+	ln->stats.frames++;
+	ln->stats.bytes += n;
+	/* Pairs with the fence in the leader's src_arm(), as peer_wake() does. */
+	atomic_thread_fence(memory_order_seq_cst);
+	b = atomic_load_explicit(ln->peer_bell, memory_order_relaxed);
+	if (b & BELL_SLEEP) {
+		b = atomic_exchange_explicit(ln->peer_bell, 0, memory_order_relaxed);
+		if (b & BELL_FUTEX)
+			futex_wake(ln->peer_bell);
+		if ((b & BELL_EFD) && write(ln->peer_efd, &one, sizeof(one)) < 0)
+			(void)0;	/* non-blocking; a full counter already wakes it */
+		if (b & BELL_SLEEP)
+			ln->stats.wakes++;
+	}
+	return 0;
+}
+
+uint32_t rk_lane_max(const struct rk_lane *ln)
+{
+	return ln->max;
+}
+
+void rk_lane_stats(const struct rk_lane *ln, struct rk_lane_stats *out)
+{
+	*out = ln->stats;
+}
+
+void rk_lane_close(struct rk_lane *ln)
+{
+	if (!ln)
+		return;
+	rk__le64_store(ln->writer + 8, ln->tx.pos);
+	rk__le64_store(ln->writer + 16, ln->seq);
+	/* Release: the next lane reads the state we leave. */
+	atomic_store_explicit(lane_owner(ln->writer), 0, memory_order_release);
+	lane_free(ln);
+}
+
 /* ---- tests: what a broken peer writes ------------------------------------------- */
 
 int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, size_t n)
@@ -2261,6 +2558,25 @@ int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, 
 		atomic_store_explicit(s->bhead, s->brx.pos + SHM_BCAST_SIZE * 2,
 				      memory_order_release);
 		return 0;
+	case RK__SHM_POKE_LANE: {
+		uint8_t *w = s->base + LS_LN_WRITER;
+		struct ring r;
+
+		if (s->leader || atomic_load(lane_owner(w)) || n > lane_rec_max(s->ring_size))
+			return -EINVAL;
+		ring_init(&r, s->base + SHM_HDR_SIZE + 2 * (size_t)s->ring_size,
+			  lane_size(s->ring_size), s->base, LS_LN_HEAD, LS_LN_HEAD);
+		r.pos = rk__le64_load(w + 8);
+		if (!n) {
+			atomic_store_explicit(rec_word(&r, r.pos),
+					      htole32(lane_rec_max(s->ring_size) + 8),
+					      memory_order_release);
+			break;
+		}
+		rec_put(&r, r.pos, p, (uint32_t)n, 0);
+		rk__le64_store(w + 8, r.pos + rec_span(n));
+		break;
+	}
 	case RK__SHM_POKE_BCAST:
 		if (!s->leader || !c->bbase || n < RK_WIRE_HDR_LEN || n > SHM_BCAST_MAX)
 			return -EINVAL;

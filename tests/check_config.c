@@ -190,7 +190,8 @@ START_TEST(test_print_defaults)
 		"# RK_SECRET_FILE unset\n"
 		"RK_MAX_PENDING=64\n"
 		"RK_REFUSED_LOG_MS=10000\n"
-		"RK_SHM=auto\n";
+		"RK_SHM=auto\n"
+		"RK_LANE=1\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);
 
@@ -580,7 +581,7 @@ START_TEST(test_env_unknown)
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(!strncmp(err, "unknown variable RK_SPINUS (known: RK_RANK ", 43), "%s",
 		      err);
-	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_SHM)"), "%s",
+	ck_assert_msg(strstr(err, " RK_SPIN_US ") && strstr(err, " RK_LANE)"), "%s",
 		      err);
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);	/* nothing applied */
 

@@ -51,6 +51,7 @@ static unsigned int g_stays_tcp;	/* "stays on TCP" warnings */
 static unsigned int g_eventfd_lines;	/* "on shared memory (eventfd wake-ups" */
 static unsigned int g_futex_lines;
 static uint64_t g_tx_limit;		/* the links' send bound, 0: the default */
+static bool g_lane_off;			/* RK_LANE=0 in the ranks made now */
 
 static void log_capture(int level, int rank, const char *msg, void *arg)
 {
@@ -118,6 +119,7 @@ struct rank {
 	uint32_t seq_next;	/* TAG_SEQ frames: the next one expected */
 	unsigned int disorder;	/* ...and how many came out of order */
 	uint64_t nseq;
+	unsigned int npong;
 };
 
 static void on_ready(struct rk_world *w, void *arg)
@@ -161,8 +163,10 @@ static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_w
 		if (u.len >= 4)
 			memcpy(&m->seq, u.data, 4);
 	}
-	if (u.tag == TAG_PONG)
+	if (u.tag == TAG_PONG) {
+		r->npong++;
 		rk_loop_stop(r->loop);
+	}
 	return RK_BUSY;
 }
 
@@ -198,6 +202,7 @@ static void cfg_base(struct rk_config *c, int rank, int size)
 	c->wait.spin_ns = 1 * MS;		/* the machine is shared: block soon */
 	c->log_level = RK_LOG_INFO;
 	c->shm = RK_SHM_AUTO;
+	c->lane = !g_lane_off;
 	if (g_tx_limit)
 		c->tx_limit = g_tx_limit;
 	if (rk__auth_available())
@@ -969,7 +974,8 @@ static const struct poke_case {
 	const char *name;
 	bool from_leader;	/* who writes the bad bytes */
 	enum rk__shm_poke what;
-	int frame;		/* for CHUNK/BCAST: 1 bad magic, 2 bad payload CRC */
+	int frame;		/* for CHUNK/BCAST/LANE: 1 bad magic, 2 bad payload CRC,
+				 * 3 not a USER frame, 4 a sequence number ahead */
 	int expect;		/* the reader's error, which its world reports */
 } pokes[] = {
 	{ "link record longer than a chunk", true, RK__SHM_POKE_OVERSIZE, 0, -RK_ESHMRING },
@@ -982,6 +988,11 @@ static const struct poke_case {
 	{ "broadcast position past the tail", false, RK__SHM_POKE_BHEAD, 0, -RK_ESHMRING },
 	{ "garbage broadcast record", true, RK__SHM_POKE_BCAST, 1, -RK_EMAGIC },
 	{ "broadcast frame with a bad CRC", true, RK__SHM_POKE_BCAST, 2, -RK_EPAYCRC },
+	{ "lane record longer than a lane frame", false, RK__SHM_POKE_LANE, 0, -RK_ESHMRING },
+	{ "garbage on the lane", false, RK__SHM_POKE_LANE, 1, -RK_EMAGIC },
+	{ "lane frame with a bad CRC", false, RK__SHM_POKE_LANE, 2, -RK_EPAYCRC },
+	{ "lane frame that is not USER", false, RK__SHM_POKE_LANE, 3, -RK_ESHMRING },
+	{ "lane frame out of sequence", false, RK__SHM_POKE_LANE, 4, -RK_ESEQ },
 };
 
 START_TEST(test_poke)
@@ -996,14 +1007,23 @@ START_TEST(test_poke)
 	writer = pc->from_leader ? &r[0] : &r[1];
 	reader = pc->from_leader ? &r[1] : &r[0];
 	if (pc->frame) {
-		n = rk_wire_encode_user(f + RK_WIRE_HDR_LEN, sizeof(f) - RK_WIRE_HDR_LEN, TAG_SEQ,
-					"payload!", 8);
-		ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_USER, 0, (uint32_t)writer->rank,
-						    0, f + RK_WIRE_HDR_LEN, (uint32_t)n), 32);
+		struct rk_wire_round_done d = { .round_id = 1, .status = -EIO };
+
+		if (pc->frame == 3)	/* a well-formed frame of another type */
+			n = rk_wire_encode_round_done(f + RK_WIRE_HDR_LEN,
+						      sizeof(f) - RK_WIRE_HDR_LEN, &d);
+		else
+			n = rk_wire_encode_user(f + RK_WIRE_HDR_LEN, sizeof(f) - RK_WIRE_HDR_LEN,
+						TAG_SEQ, "payload!", 8);
+		ck_assert_int_gt(n, 0);
+		ck_assert_int_eq(rk_wire_encode_hdr(f, pc->frame == 3 ? RK_FRAME_ROUND_DONE :
+						    RK_FRAME_USER, 0, (uint32_t)writer->rank,
+						    pc->frame == 4 ? 5 : 0, f + RK_WIRE_HDR_LEN,
+						    (uint32_t)n), 32);
 		n += RK_WIRE_HDR_LEN;
 		if (pc->frame == 1)
 			f[0] = 'X';
-		else
+		else if (pc->frame == 2)
 			f[n - 1] ^= 1;
 	}
 	ck_assert_int_eq(rk__shm_test_poke(rk_world_link(writer->w, pc->from_leader ? 1 : 0),
@@ -1017,6 +1037,234 @@ START_TEST(test_poke)
 	ck_assert_msg(writer->err == pc->expect, "%s: the writer heard %s", pc->name,
 		      rk_errname(writer->err));
 	ck_assert_uint_eq(reader->nrx, 0);	/* nothing of it reached the application */
+	stop(r, 2);
+}
+END_TEST
+
+/* ---- the follower's lane ------------------------------------------------------- */
+
+/* One TAG_SEQ frame of @len data bytes on @ln, @seq in its first four. */
+static int lane_seq(struct rk_lane *ln, uint32_t seq, size_t len)
+{
+	uint8_t buf[4096], *p;
+	int err = 0, n;
+
+	ck_assert_uint_le(len, sizeof(buf));
+	ck_assert_uint_ge(len, 4);
+	memset(buf, (int)(seq & 0xff), len);
+	memcpy(buf, &seq, 4);
+	p = rk_lane_reserve(ln, (uint32_t)(8 + len), &err);
+	if (!p)
+		return err;
+	n = rk_wire_encode_user(p, 8 + len, TAG_SEQ, buf, (uint32_t)len);
+	ck_assert_int_eq(n, (int)(8 + len));
+	return rk_lane_commit(ln, RK_FRAME_USER, 0, (uint32_t)n);
+}
+
+/*
+ * Who may have a lane, and what a lane refuses: only the follower's end of a
+ * link on shared memory, one at a time; a lane closed and opened again goes
+ * on where the last stopped (its frames keep their order and the lane's
+ * sequence: a restart at 0 would fail the link with RK_ESEQ).
+ */
+START_TEST(test_lane_open)
+{
+	static const enum rk_shm_mode tcp[2] = { RK_SHM_AUTO, RK_SHM_OFF };
+	struct rank r[2] = { 0 };
+	struct rk_link_stats st;
+	struct rk_lane *a, *b;
+	struct rk_lane_stats ls;
+	uint8_t *p;
+	int err, i;
+
+	start(r, 2, NULL);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[0].w, 1), &a), -EOPNOTSUPP);
+	ck_assert_ptr_null(a);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &a), 0);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &b), -EBUSY);
+	ck_assert_uint_ge(rk_lane_max(a), 4096);
+	err = 0;
+	ck_assert_ptr_null(rk_lane_reserve(a, rk_lane_max(a) + 1, &err));
+	ck_assert_int_eq(err, -RK_ETOOBIG);
+	p = rk_lane_reserve(a, 16, &err);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_ptr_null(rk_lane_reserve(a, 16, &err));
+	ck_assert_int_eq(err, -EBUSY);
+	ck_assert_int_eq(rk_lane_commit(a, RK_FRAME_NCCL_ID, 0, 16), -EINVAL);
+	ck_assert_int_eq(rk_lane_commit(a, RK_FRAME_USER, 0, 8), -EINVAL);	/* ended */
+	ck_assert_ptr_nonnull(rk_lane_reserve(a, 16, &err));
+	ck_assert_int_eq(rk_lane_commit(a, RK_FRAME_USER, 0, 17), -EINVAL);	/* past it */
+	for (i = 0; i < 10; i++)
+		ck_assert_int_eq(lane_seq(a, (uint32_t)i, 16 + (size_t)i * 40), 0);
+	rk_lane_stats(a, &ls);
+	ck_assert_uint_eq(ls.frames, 10);
+	rk_lane_close(a);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &b), 0);
+	for (i = 10; i < 20; i++)
+		ck_assert_int_eq(lane_seq(b, (uint32_t)i, 100), 0);
+	ck_assert(PUMP_UNTIL(5000, r[0].nseq == 20, &r[0], &r[1]));
+	ck_assert_uint_eq(r[0].disorder, 0);
+	ck_assert_int_eq(r[0].rx[0].peer, 1);
+	link_stats(&r[0], 1, &st);
+	ck_assert_uint_eq(st.shm_lane_rx, 20);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	/* the link ends: the lane refuses, and outlives the world safely */
+	rank_stop(&r[1]);
+	ck_assert_int_eq(lane_seq(b, 20, 8), -EPIPE);
+	rk_lane_close(b);
+	rank_stop(&r[0]);
+
+	/* a link on TCP, and RK_LANE=0, have none */
+	start(r, 2, tcp);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &a), -EOPNOTSUPP);
+	stop(r, 2);
+	memset(r, 0, sizeof(r));
+	setenv("RK_LANE", "0", 1);
+	{
+		struct rk_config c;
+
+		rk_config_init(&c);
+		ck_assert_int_eq(rk_config_from_env(&c, NULL, 0), 0);
+		ck_assert(!c.lane);
+	}
+	unsetenv("RK_LANE");
+	g_lane_off = true;
+	start(r, 2, NULL);
+	g_lane_off = false;
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &a), -EOPNOTSUPP);
+	stop(r, 2);
+}
+END_TEST
+
+/*
+ * A lane without room refuses (-EAGAIN, counted, nothing sent, the lane's
+ * sequence not spent); once the leader read, it takes frames again, and
+ * every frame taken arrives once, in order.
+ */
+START_TEST(test_lane_full)
+{
+	struct rank r[2] = { 0 };
+	struct rk_lane *ln;
+	struct rk_lane_stats ls;
+	uint32_t sent = 0;
+	int ret;
+
+	start(r, 2, NULL);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &ln), 0);
+	while ((ret = lane_seq(ln, sent, 1000)) == 0)
+		sent++;
+	ck_assert_int_eq(ret, -EAGAIN);
+	ck_assert_uint_gt(sent, 100);
+	rk_lane_stats(ln, &ls);
+	ck_assert_uint_eq(ls.full, 1);
+	ck_assert_uint_eq(ls.frames, sent);
+	ck_assert(PUMP_UNTIL(5000, r[0].nseq == sent, &r[0], &r[1]));
+	ck_assert_int_eq(lane_seq(ln, sent, 1000), 0);
+	sent++;
+	ck_assert(PUMP_UNTIL(5000, r[0].nseq == sent, &r[0], &r[1]));
+	ck_assert_uint_eq(r[0].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	rk_lane_close(ln);
+	stop(r, 2);
+}
+END_TEST
+
+/*
+ * The lane wakes a sleeping leader, as the link's own writer does (both
+ * ranks in this thread, as test_no_lost_wakeup): a lane frame published
+ * before the leader's arm step is seen by it (no sleep); once the leader is
+ * asleep the next lane frame rings its bell exactly once; while it is awake
+ * no frame makes a wake-up syscall. Futex waits and eventfds.
+ */
+START_TEST(test_lane_wake)
+{
+	struct rank r[2] = { 0 };
+	struct rk_lane *ln;
+	struct rk_lane_stats ls;
+	struct rk_link *l0;
+
+	rk__shm_test_mask(_i ? RK__SHM_F_FUTEX : 0);
+	start(r, 2, NULL);
+	PUMP_UNTIL(20, false, &r[0], &r[1]);
+	l0 = rk_world_link(r[0].w, 1);
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &ln), 0);
+
+	ck_assert_int_eq(lane_seq(ln, 0, 8), 0);	/* the leader is awake */
+	rk_lane_stats(ln, &ls);
+	ck_assert_uint_eq(ls.wakes, 0);
+	ck_assert_int_eq(rk__shm_test_arm(l0), 1);	/* it looks again and finds it */
+	ck_assert(PUMP_UNTIL(5000, r[0].nseq == 1, &r[0]));
+
+	PUMP_UNTIL(5, false, &r[0]);
+	ck_assert_int_eq(rk__shm_test_arm(l0), 0);	/* asleep */
+	ck_assert_int_eq(lane_seq(ln, 1, 8), 0);
+	ck_assert_int_eq(lane_seq(ln, 2, 8), 0);
+	rk_lane_stats(ln, &ls);
+	ck_assert_uint_eq(ls.wakes, 1);			/* the bell was taken */
+	ck_assert(PUMP_UNTIL(5000, r[0].nseq == 3, &r[0], &r[1]));
+	ck_assert_uint_eq(r[0].disorder, 0);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	rk_lane_close(ln);
+	stop(r, 2);
+}
+END_TEST
+
+struct lane_writer {
+	struct rk_lane *ln;
+	uint32_t n;
+	uint64_t refused;
+};
+
+static void *lane_writer_main(void *arg)
+{
+	struct lane_writer *lw = arg;
+	uint32_t i = 0;
+	int ret;
+
+	while (i < lw->n) {
+		ret = lane_seq(lw->ln, i, 16 + (i * 37) % 3000);
+		if (ret == -EAGAIN) {
+			lw->refused++;
+			sched_yield();
+			continue;
+		}
+		if (ret)
+			break;
+		i++;
+	}
+	lw->n = i;
+	return NULL;
+}
+
+/*
+ * A thread that is not the loop's sends on the lane while this thread runs
+ * both loops and the link carries its own frames both ways (pings and their
+ * pongs): every lane frame arrives once, in the lane's order, and every pong.
+ */
+START_TEST(test_lane_thread)
+{
+	struct rank r[2] = { 0 };
+	struct lane_writer lw = { .n = 3000 };
+	struct rk_link_stats st;
+	pthread_t th;
+	uint32_t i;
+
+	start(r, 2, NULL);
+	r[1].echo = true;
+	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &lw.ln), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, lane_writer_main, &lw), 0);
+	for (i = 0; i < 300; i++) {
+		ck_assert_int_eq(send_seq(&r[0], 1, TAG_PING, i, 16 + i % 100), 0);
+		ck_assert(PUMP_UNTIL(10000, r[0].npong == i + 1, &r[0], &r[1]));
+	}
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(lw.n, 3000);
+	ck_assert(PUMP_UNTIL(10000, r[0].nseq == 3000, &r[0], &r[1]));
+	ck_assert_uint_eq(r[0].disorder, 0);
+	link_stats(&r[0], 1, &st);
+	ck_assert_uint_eq(st.shm_lane_rx, 3000);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	rk_lane_close(lw.ln);
 	stop(r, 2);
 }
 END_TEST
@@ -1696,6 +1944,11 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, test_direct_lane);
 	tcase_add_test(tc, test_direct_order);
 	tcase_add_test(tc, test_direct_switch);
+	tc = new_tcase(s, "lane");
+	tcase_add_test(tc, test_lane_open);
+	tcase_add_test(tc, test_lane_full);
+	tcase_add_loop_test(tc, test_lane_wake, 0, 2);
+	tcase_add_test(tc, test_lane_thread);
 	tc = new_tcase(s, "untrusted");
 	tcase_add_loop_test(tc, test_poke, 0, (int)ARRAY_SIZE(pokes));
 	tcase_add_test(tc, test_stranger_socket);

@@ -219,6 +219,9 @@ static const struct mdef link_more_defs[] = {
 	  LINK(tcp_tx_commit), 1 },
 	{ "rankrt_link_shm_tx_direct_total", NULL, "shm links: frames published into the ring "
 	  "by the send that encoded them, without a flush.", COUNTER, LINK(shm_tx_direct), 1 },
+	{ "rankrt_link_shm_lane_rx_total", NULL, "shm links, leader: frames that came on the "
+	  "follower's lane (sent by its worker threads, not its loop).", COUNTER,
+	  LINK(shm_lane_rx), 1 },
 };
 _Static_assert(N_LINK_TABLE + ARRAY_SIZE(link_more_defs) == N_LINK_CTR &&
 	       sizeof(struct rk_link_stats) == 8 * N_LINK_CTR,

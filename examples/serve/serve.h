@@ -117,7 +117,7 @@ struct be_stats {
 
 /* metrics.c: what a rank reports for /metrics beyond /v1/stats' counters. */
 #define N_WORLD_CTR  18u /* struct rk_world_stats */
-#define N_LINK_CTR   26u /* struct rk_link_stats */
+#define N_LINK_CTR   27u /* struct rk_link_stats */
 #define N_NOTIFY_CTR 14u /* struct rk_gpu_notifier_stats */
 #define N_PEER_ERR   10u /* peer failures by name (metrics.c), the last one "other" */
 #define METRICS_LEN  (8u * (N_WORLD_CTR + N_LINK_CTR + N_NOTIFY_CTR + N_PEER_ERR + 1u)) /* + flags */
