@@ -787,6 +787,7 @@ struct tworld {
 		struct toy_cpu_stats stats;
 		struct rk_sched_stats sstats;
 		struct rk_link_stats link;	/* follower: its link to the leader, at QUIT */
+		bool on_shm;			/* ...which was on shared memory */
 	} r[4];
 };
 
@@ -1106,6 +1107,7 @@ static void *rank_thread(void *arg)
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
 		rk_link_stats(rk_world_link(t->w, 0), &t->link);
+		t->on_shm = !strcmp(rk_link_transport(rk_world_link(t->w, 0)), "shm");
 	}
 out:
 	if (t->b) {
@@ -1220,6 +1222,19 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 		}
 		if (r && r == tcp_rank)
 			ck_assert_uint_eq(t->link.shm_bcast_frames, 0);
+		/*
+		 * Who sent the partials: on shared memory the worker, on the lane,
+		 * every round once it opened (with a scheduler, the leader settles
+		 * the links before its first ROUND: every round); on TCP the loop.
+		 * The leader's count of partials received (below) takes both ways.
+		 */
+		if (r && t->on_shm && use_sched)
+			ck_assert_uint_eq(t->stats.lane_sent, t->stats.rounds);
+		else if (r && t->on_shm)
+			ck_assert_uint_le(t->stats.lane_sent, t->stats.rounds);
+		else
+			ck_assert_uint_eq(t->stats.lane_sent, 0);
+		ck_assert_uint_eq(t->stats.lane_refused, 0);
 		/* a follower sends its partial logits each round, and nothing for a
 		 * round that succeeded (no ROUND_DONE): HELLO, the same-host upgrade's
 		 * SHM_REQUEST and SHM_ANSWER, and heartbeats aside */

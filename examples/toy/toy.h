@@ -283,6 +283,9 @@ struct toy_cpu_stats {
 	uint64_t resident_mismatch;	/* armed, but the round took the launch path (a shape
 					 * the armed buffers do not fit, no descriptor) */
 	uint64_t resident_fallbacks;	/* could not pre-arm (no memory): launch path */
+	/* a follower on a same-host link (RK_LANE): who sent its partials */
+	uint64_t lane_sent;	/* rounds whose partials the worker sent on the lane */
+	uint64_t lane_refused;	/* ...that the lane could not take: the loop sent them */
 };
 
 /**

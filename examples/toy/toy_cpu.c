@@ -33,7 +33,12 @@
  *
  * Reduction: a follower sends its partials to the leader in one USER frame
  * tagged TOY_TAG (payload after the USER header: u64 round_id, u32 n_outputs,
- * u32 V, then n_outputs * V int32, all little-endian) and reports completion;
+ * u32 V, then n_outputs * V int32, all little-endian) and reports completion.
+ * On a same-host link the worker sends that frame itself, on the link's lane
+ * (rk_link_lane_open(), RK_LANE), before it posts the job: the follower's loop
+ * is then not on the round's path (the post only reports); a frame the lane
+ * cannot take goes by the loop as before. A round's partials go once, by one
+ * of the two (job->lane_sent);
  * the leader sums its own partials and every follower's (int32, so the order
  * does not matter) and reports completion once all T have arrived. token()
  * then picks from the sums.
@@ -78,10 +83,12 @@ struct toy_job {
 	bool armed;		/* waits on the epoch for round @want, not on the queue */
 	uint64_t want;
 	atomic_bool disarm;	/* the loop gave round @want to the launch path */
+	atomic_bool took;	/* worker: it read round @want from the region and runs it */
 	bool orphan;		/* loop: computed for a launch that failed; dropped */
 	bool launched;		/* loop: launch() has run for its round */
 	bool early;		/* loop: back from the worker before that launch() */
 	bool slept;		/* worker: it slept on the futex before the epoch came */
+	bool lane_sent;		/* worker: its partials went on the lane */
 };
 
 struct toy_cpu {
@@ -102,6 +109,10 @@ struct toy_cpu {
 	bool stop;			/* under mu */
 	struct toy_job *unused;		/* under mu: armed jobs the worker handed back */
 	atomic_bool halt;		/* destroy: an armed wait ends */
+	/* follower: the lane the worker sends partials on (set by the loop, read
+	 * by the worker; used by the worker alone), and its counts */
+	_Atomic(struct rk_lane *) lane;
+	atomic_uint_fast64_t lane_sent, lane_refused;
 
 	/* resident rounds: the loop's, and read by the worker once armed */
 	bool res_on;			/* RK_RESIDENT is not off */
@@ -202,6 +213,12 @@ static bool resident_run(struct toy_cpu *b, struct toy_job *job)
 	if (n < 0 || id != job->want || rk_wire_decode_round(b->desc, (size_t)n, &v) ||
 	    !shape_fits(job, &v, b->m.V))
 		return false;	/* launch() decided the same from the same facts */
+	/*
+	 * Release: before the partials can reach the leader (the lane), and so
+	 * before the region can hold a later round: a launch() that finds the
+	 * region past @want sees this and takes the job (take_armed()).
+	 */
+	atomic_store_explicit(&job->took, true, memory_order_release);
 	t0 = now_ns();
 	/* it fits: toy_round_copy() only checks and copies */
 	job->status = toy_round_copy(&job->r, &v, b->m.V);
@@ -213,6 +230,8 @@ static bool resident_run(struct toy_cpu *b, struct toy_job *job)
 	job->ns = now_ns() - t0;
 	return true;
 }
+
+static void lane_send(struct toy_cpu *b, struct toy_job *job);
 
 static void *worker_main(void *arg)
 {
@@ -246,6 +265,8 @@ static void *worker_main(void *arg)
 			pthread_mutex_unlock(&b->tab_mu);
 			job->ns = now_ns() - t0;
 		}
+		if (b->rank != 0)
+			lane_send(b, job);
 		/* the loop owns the job from here; this thread must not touch it */
 		rk_loop_post(b->loop, &job->post);
 
@@ -374,22 +395,18 @@ static bool owes_report(const struct toy_cpu *b)
 
 /* ---- follower: partials to the leader ----------------------------------------------- */
 
-static int send_partials(struct toy_cpu *b, const struct toy_job *job)
+/* The partials frame's payload length (USER header included). */
+static uint64_t partials_len(const struct toy_cpu *b, const struct toy_job *job)
 {
-	struct rk_link *link = rk_world_link(b->w, 0);
-	size_t n = (size_t)job->r.n_out * b->m.V;
-	uint64_t len = 8 + PARTIAL_HDR + (uint64_t)n * 4;
-	uint8_t *p, *d;
-	int ret;
+	return 8 + PARTIAL_HDR + (uint64_t)job->r.n_out * b->m.V * 4;
+}
 
-	if (!link)
-		return -ENOTCONN;
-	if (len > RK_WIRE_MAX_PAYLOAD)
-		return -RK_ETOOBIG;
-	/* encoded in place in the link's send batch: no copy of the partials */
-	p = rk_link_reserve(link, (uint32_t)len, &ret);
-	if (!p)
-		return ret;
+/* Write @job's partials frame payload at @p (partials_len() bytes). */
+static void partials_encode(const struct toy_cpu *b, const struct toy_job *job, uint8_t *p)
+{
+	size_t n = (size_t)job->r.n_out * b->m.V;
+	uint8_t *d;
+
 	/* the USER header only: it cannot fail with no data and room for it */
 	d = p + rk_wire_encode_user(p, 8, TOY_TAG, NULL, 0);
 	put64(d, job->r.round_id);
@@ -402,7 +419,56 @@ static int send_partials(struct toy_cpu *b, const struct toy_job *job)
 	for (size_t x = 0; x < n; x++)
 		put32(d + 4 * x, (uint32_t)job->out[x]);
 #endif
+}
+
+static int send_partials(struct toy_cpu *b, const struct toy_job *job)
+{
+	struct rk_link *link = rk_world_link(b->w, 0);
+	uint64_t len = partials_len(b, job);
+	uint8_t *p;
+	int ret;
+
+	if (!link)
+		return -ENOTCONN;
+	if (len > RK_WIRE_MAX_PAYLOAD)
+		return -RK_ETOOBIG;
+	/* encoded in place in the link's send batch: no copy of the partials */
+	p = rk_link_reserve(link, (uint32_t)len, &ret);
+	if (!p)
+		return ret;
+	partials_encode(b, job, p);
 	return rk_link_commit(link, RK_FRAME_USER, 0, (uint32_t)len);
+}
+
+/*
+ * Worker: send @job's partials on the lane, if there is one and it takes
+ * them; otherwise the loop sends them (job_done()). Only a computed round.
+ */
+static void lane_send(struct toy_cpu *b, struct toy_job *job)
+{
+	struct rk_lane *ln = atomic_load_explicit(&b->lane, memory_order_acquire);
+	uint64_t len = partials_len(b, job);
+	uint8_t *p;
+	int ret;
+
+	job->lane_sent = false;
+	if (!ln || job->status)
+		return;
+	if (len > rk_lane_max(ln)) {
+		atomic_fetch_add_explicit(&b->lane_refused, 1, memory_order_relaxed);
+		return;
+	}
+	p = rk_lane_reserve(ln, (uint32_t)len, &ret);
+	if (!p)
+		return;
+	partials_encode(b, job, p);
+	ret = rk_lane_commit(ln, RK_FRAME_USER, 0, (uint32_t)len);
+	if (ret) {
+		atomic_fetch_add_explicit(&b->lane_refused, 1, memory_order_relaxed);
+		return;
+	}
+	job->lane_sent = true;
+	atomic_fetch_add_explicit(&b->lane_sent, 1, memory_order_relaxed);
 }
 
 /* ---- completion of the worker's job (loop thread) ----------------------------------- */
@@ -466,7 +532,7 @@ static enum rk_activity job_done(struct rk_post *p)
 		b->n_retire = 0;
 	}
 	if (b->rank != 0) {
-		if (!status)
+		if (!status && !job->lane_sent)
 			status = send_partials(b, job);
 		job_put(b, job);
 		report(b, s, id, status);
@@ -656,6 +722,7 @@ static void arm_one(struct toy_cpu *b, uint64_t want)
 	job->launched = false;
 	job->early = false;
 	atomic_store_explicit(&job->disarm, false, memory_order_relaxed);
+	atomic_store_explicit(&job->took, false, memory_order_relaxed);
 	job->s = NULL;
 	queue_job(b, job);
 	b->armed[b->n_armed++] = job;
@@ -680,11 +747,13 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 		return NULL;
 	a = b->armed[0];
 	len = rk_wire_round_size(round->n_streams, round->n_tok_total);
-	/* done early: the worker read this round from the region and it fitted;
-	 * else the worker's facts: the region holds this round's descriptor
-	 * (-ENOSPC: one is there, not copied), it fits the worker's copy and
-	 * the armed buffers */
-	if ((ep == b->ep && a->want == round->round_id && a->early) ||
+	/* done early, or taken: the worker read this round from the region and
+	 * it fitted (its partials may have gone on the lane, and the region may
+	 * hold a later round already); else the worker's facts: the region holds
+	 * this round's descriptor (-ENOSPC: one is there, not copied), it fits
+	 * the worker's copy and the armed buffers */
+	if ((ep == b->ep && a->want == round->round_id &&
+	     (a->early || atomic_load_explicit(&a->took, memory_order_acquire))) ||
 	    (ep == b->ep && a->want == round->round_id && len >= 0 && len <= b->desc_max &&
 	     rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id &&
 	     shape_fits(a, round, b->m.V))) {
@@ -730,6 +799,19 @@ static void shape_grow(struct toy_cpu *b, const struct rk_wire_round *round)
 		b->shape_out = outs > UINT32_MAX ? UINT32_MAX : (uint32_t)outs;
 }
 
+/* Loop, follower: the lane to the leader, once the link is on shared memory
+ * (RK_LANE): the worker sends its partials on it from then on. */
+static void lane_open(struct toy_cpu *b)
+{
+	struct rk_link *link = rk_world_link(b->w, 0);
+	struct rk_lane *ln;
+
+	if (!link || rk_link_lane_open(link, &ln))
+		return;	/* not on shared memory (yet), or RK_LANE=0: the loop sends */
+	/* release: the lane's state before the pointer the worker reads */
+	atomic_store_explicit(&b->lane, ln, memory_order_release);
+}
+
 static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
 		      unsigned int flags)
 {
@@ -740,6 +822,8 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	int ret;
 
 	(void)flags;
+	if (b->rank != 0 && !atomic_load_explicit(&b->lane, memory_order_relaxed))
+		lane_open(b);
 	job = take_armed(b, ep, round);
 	if (b->aborted) {
 		if (job && job->early) {
@@ -966,6 +1050,8 @@ const struct toy_model *toy_cpu_model(const struct toy_cpu *b)
 void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out)
 {
 	*out = b->stats;
+	out->lane_sent = atomic_load_explicit(&b->lane_sent, memory_order_relaxed);
+	out->lane_refused = atomic_load_explicit(&b->lane_refused, memory_order_relaxed);
 }
 
 int toy_cpu_destroy(struct toy_cpu *b)
@@ -1003,6 +1089,7 @@ int toy_cpu_destroy(struct toy_cpu *b)
 		job_free(job);
 	}
 	rk_epoch_release(b->ep);
+	rk_lane_close(atomic_load(&b->lane));	/* the worker is gone */
 	free(b->desc);
 	if (b->cur)
 		job_put(b, b->cur);

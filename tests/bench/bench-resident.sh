@@ -18,7 +18,8 @@
 # Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
 # MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
 # runs every rank under RK_WAIT=block, e.g. on-block, one ending in -fblock
-# only the followers, the leader under the default; a mode starting with
+# only the followers, the leader under the default; before either, -nolane
+# sets RK_LANE=0 (e.g. on-nolane-fblock); a mode starting with
 # base- runs the rest of its name with the programs of the built tree
 # BASE_BUILD: MODES="off base-off" BASE=base-off compares two builds, the
 # same run), BASE (the mode the
@@ -93,6 +94,10 @@ job()
 	else
 		rmode=${m4%-block}
 		[ "$rmode" != "$m4" ] && wenv=RK_WAIT=block
+	fi
+	if [ "${rmode%-nolane}" != "$rmode" ]; then
+		rmode=${rmode%-nolane}
+		wenv="$wenv RK_LANE=0"	# the followers' partials go by their loops
 	fi
 	extra=
 	if [ "$rmode" = on-stream ]; then
