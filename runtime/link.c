@@ -783,8 +783,14 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* The broadcast ring hands over whole frames: anything else is a bad record. */
-static int link_rx_bcast(struct rk_link *l, const uint8_t *p, size_t n)
+enum rx_kind { RX_STREAM, RX_BCAST, RX_LANE };
+
+/*
+ * The broadcast ring and a follower's lane (shm.c) hand over whole frames,
+ * each of its own sequence: anything else is a bad record. The broadcast ring
+ * never carries the shm handshake; a lane carries USER frames only.
+ */
+static int link_rx_whole(struct rk_link *l, const uint8_t *p, size_t n, enum rx_kind kind)
 {
 	struct rk_wire_hdr h;
 	int64_t total;
@@ -796,42 +802,21 @@ static int link_rx_bcast(struct rk_link *l, const uint8_t *p, size_t n)
 		return -RK_ESHMRING;
 	if (total < 0)
 		return (int)total;
+	if (kind == RX_LANE)
+		return h.type == RK_FRAME_USER ?
+			       link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_lseq) :
+			       -RK_ESHMRING;
 	if (h.type >= RK_FRAME_SHM_REQUEST && h.type <= RK_FRAME_SHM_SWITCH)
 		return -RK_EHANDSHAKE;	/* never broadcast */
 	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_bseq);
 }
-
-/* A follower's lane (shm.c) hands over whole USER frames of its own sequence. */
-static int link_rx_lane(struct rk_link *l, const uint8_t *p, size_t n)
-{
-	struct rk_wire_hdr h;
-	int64_t total;
-
-	if (l->state != RK_LINK_UP)
-		return 0;	/* failing or closed: drop what is still arriving */
-	total = link_hdr(l, p, n, &h);
-	if (total == -EAGAIN || (total >= 0 && (size_t)total != n))
-		return -RK_ESHMRING;
-	if (total < 0)
-		return (int)total;
-	if (h.type != RK_FRAME_USER)
-		return -RK_ESHMRING;	/* a lane carries nothing else */
-	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_lseq);
-}
-
-enum rx_kind { RX_STREAM, RX_BCAST, RX_LANE };
 
 static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, enum rx_kind kind)
 {
 	int ret;
 
 	l->in_dispatch++;
-	if (kind == RX_BCAST)
-		ret = link_rx_bcast(l, p, n);
-	else if (kind == RX_LANE)
-		ret = link_rx_lane(l, p, n);
-	else
-		ret = link_rx(l, p, n);
+	ret = kind == RX_STREAM ? link_rx(l, p, n) : link_rx_whole(l, p, n, kind);
 	l->rx_cut = false;
 	if (ret) {
 		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, rk_link_transport(l),
