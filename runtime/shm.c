@@ -194,6 +194,18 @@ static inline size_t seg_len(uint32_t ring)
 	return SHM_HDR_SIZE + 2 * (size_t)ring + lane_size(ring);
 }
 
+struct ring;
+static void ring_init(struct ring *r, uint8_t *data, uint64_t size, uint8_t *base, size_t tail,
+		      size_t head);
+
+/* The lane of the segment mapped at @base: a link-style ring (no tail word,
+ * the head's line stands in), after the two link rings. */
+static void lane_ring(struct ring *r, uint8_t *base, uint32_t ring)
+{
+	ring_init(r, base + SHM_HDR_SIZE + 2 * (size_t)ring, lane_size(ring), base, LS_LN_HEAD,
+		  LS_LN_HEAD);
+}
+
 /* ---- what this kernel can do ------------------------------------------------------ */
 
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
@@ -462,6 +474,22 @@ static inline _Atomic uint32_t *rec_word(const struct ring *r, uint64_t pos)
 static inline uint32_t rec_len(const struct ring *r)
 {
 	return le32toh(atomic_load_explicit(rec_word(r, r->pos), memory_order_acquire));
+}
+
+/*
+ * Reader: the rest of the header of the record at our head, in place (a
+ * record's first line never wraps: rec_put()), each word loaded once: relaxed
+ * atomics, so the compiler may not read the peer's memory again after the
+ * caller's checks; ordered by the acquire of its length word (rec_len()).
+ * Return: the mark, and its zero field in *@zero.
+ */
+static inline uint64_t rec_rest(const struct ring *r, uint32_t *zero)
+{
+	_Atomic uint32_t *h = rec_word(r, r->pos);
+
+	*zero = le32toh(atomic_load_explicit(h + 1, memory_order_relaxed));
+	return le64toh(atomic_load_explicit((_Atomic uint64_t *)(void *)(h + 2),
+					    memory_order_relaxed));
 }
 
 /*
@@ -793,9 +821,7 @@ static void seg_attach(struct rk__shm_link *s)
 	if (s->leader) {
 		ring_init(&s->tx, d, s->ring_size, s->base, LS_LF_TAIL, LS_LF_HEAD);
 		ring_init(&s->rx, d + s->ring_size, s->ring_size, s->base, LS_FL_TAIL, LS_FL_HEAD);
-		/* a link-style ring: no tail word, the head's line stands in */
-		ring_init(&s->lrx, d + 2 * (size_t)s->ring_size, lane_size(s->ring_size), s->base,
-			  LS_LN_HEAD, LS_LN_HEAD);
+		lane_ring(&s->lrx, s->base, s->ring_size);
 		s->bell = u32_at(s->base, LS_L_BELL);
 		s->peer_bell = u32_at(s->base, LS_F_BELL);
 	} else {
@@ -979,22 +1005,12 @@ static int __attribute__((noinline)) rx_deliver(struct rk__shm_link *s, uint64_t
 						uint32_t len)
 {
 	struct rk_link *l = s->l;
-	_Atomic uint32_t *h;
 	uint64_t span, mark;
 	uint32_t zero;
 	int n = 0, ret;
 
 	while (len && n < SHM_POLL_BUDGET && link_reading(l)) {
-		/*
-		 * The rest of the header, in place (a record's first line never
-		 * wraps: rec_put()), each word loaded once: relaxed atomics, so
-		 * the compiler may not read the peer's memory again after the
-		 * checks; ordered by the acquire of @len, the word we read.
-		 */
-		h = rec_word(&s->rx, s->rx.pos);
-		zero = le32toh(atomic_load_explicit(h + 1, memory_order_relaxed));
-		mark = le64toh(atomic_load_explicit((_Atomic uint64_t *)(void *)(h + 2),
-						    memory_order_relaxed));
+		mark = rec_rest(&s->rx, &zero);
 		span = rec_span(len);
 		/*
 		 * The next record's length word, asked for now: the writer zeroed
@@ -1048,9 +1064,8 @@ static int __attribute__((noinline)) lane_deliver(struct rk__shm_link *s, uint32
 {
 	struct rk_link *l = s->l;
 	uint32_t max = lane_rec_max(s->ring_size);
-	_Atomic uint32_t *h;
 	uint32_t zero;
-	uint64_t span, mark;
+	uint64_t mark;
 	int n = 0;
 
 	if (!s->lstage) {
@@ -1061,17 +1076,13 @@ static int __attribute__((noinline)) lane_deliver(struct rk__shm_link *s, uint32
 		}
 	}
 	while (len && n < SHM_POLL_BUDGET && link_reading(l)) {
-		h = rec_word(&s->lrx, s->lrx.pos);
-		zero = le32toh(atomic_load_explicit(h + 1, memory_order_relaxed));
-		mark = le64toh(atomic_load_explicit((_Atomic uint64_t *)(void *)(h + 2),
-						    memory_order_relaxed));
-		span = rec_span(len);
+		mark = rec_rest(&s->lrx, &zero);
 		if (len > max || zero || mark) {
 			shm_fail(s, -RK_ESHMRING, "lane record");
 			return 0;
 		}
 		ring_read(&s->lrx, s->lrx.pos + REC_HDR, s->lstage, len);
-		s->lrx.pos += span;
+		s->lrx.pos += rec_span(len);
 		n++;
 		l->stats.shm_lane_rx++;
 		if (rk__link_rx_lane(l, s->lstage, len))
@@ -2409,8 +2420,7 @@ int rk_link_lane_open(struct rk_link *l, struct rk_lane **out)
 	ln->shut = u32_at(ln->base, LS_LN_SHUT);
 	ln->peer_bell = u32_at(ln->base, LS_L_BELL);
 	ln->rank = (uint32_t)l->rank;
-	ring_init(&ln->tx, ln->base + SHM_HDR_SIZE + 2 * (size_t)s->ring_size,
-		  lane_size(s->ring_size), ln->base, LS_LN_HEAD, LS_LN_HEAD);
+	lane_ring(&ln->tx, ln->base, s->ring_size);
 	/* Acquire: pairs with rk_lane_close()'s release of the writer's state. */
 	if (!atomic_compare_exchange_strong_explicit(lane_owner(ln->writer), &zero, 1,
 						     memory_order_acquire,
@@ -2564,8 +2574,7 @@ int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, 
 
 		if (s->leader || atomic_load(lane_owner(w)) || n > lane_rec_max(s->ring_size))
 			return -EINVAL;
-		ring_init(&r, s->base + SHM_HDR_SIZE + 2 * (size_t)s->ring_size,
-			  lane_size(s->ring_size), s->base, LS_LN_HEAD, LS_LN_HEAD);
+		lane_ring(&r, s->base, s->ring_size);
 		r.pos = rk__le64_load(w + 8);
 		if (!n) {
 			atomic_store_explicit(rec_word(&r, r.pos),

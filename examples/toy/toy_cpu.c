@@ -454,16 +454,13 @@ static void lane_send(struct toy_cpu *b, struct toy_job *job)
 	job->lane_sent = false;
 	if (!ln || job->status)
 		return;
-	if (len > rk_lane_max(ln)) {
-		atomic_fetch_add_explicit(&b->lane_refused, 1, memory_order_relaxed);
-		return;
+	/* past rk_lane_max() the reservation fails (-RK_ETOOBIG): the loop sends */
+	p = len <= UINT32_MAX ? rk_lane_reserve(ln, (uint32_t)len, &ret) : NULL;
+	if (p) {
+		partials_encode(b, job, p);
+		ret = rk_lane_commit(ln, RK_FRAME_USER, 0, (uint32_t)len);
 	}
-	p = rk_lane_reserve(ln, (uint32_t)len, &ret);
-	if (!p)
-		return;
-	partials_encode(b, job, p);
-	ret = rk_lane_commit(ln, RK_FRAME_USER, 0, (uint32_t)len);
-	if (ret) {
+	if (!p || ret) {
 		atomic_fetch_add_explicit(&b->lane_refused, 1, memory_order_relaxed);
 		return;
 	}
