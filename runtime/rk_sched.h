@@ -100,10 +100,11 @@ struct rk_backend_ops {
 	 * this call (handled after it returns, never recursively). On the leader,
 	 * completion means the outputs can be read with token(). @round is valid
 	 * only during the call; @s until the report.
-	 * Return: 0, or -errno: the round fails on every rank, and it must then
-	 * not be reported. A leader's backend that finds one stream bad runs the
-	 * others and fails that stream through token(); a follower cannot fail one
-	 * stream alone (its report is the rank's share as a whole).
+	 * Return: 0, RK_LAUNCH_OFF_LOOP (below), or -errno: the round fails on
+	 * every rank, and it must then not be reported. A leader's backend that
+	 * finds one stream bad runs the others and fails that stream through
+	 * token(); a follower cannot fail one stream alone (its report is the
+	 * rank's share as a whole).
 	 */
 	int (*launch)(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
 		      unsigned int flags);
@@ -135,6 +136,19 @@ struct rk_backend_ops {
  * ROUND (what a GPU consumer registered at creation needs).
  */
 #define RK_BACKEND_SHARED_EPOCH	0x1u
+
+/*
+ * A follower's launch() may return this instead of 0: the round runs without
+ * this rank's loop (a resident consumer took it from the shared epoch region
+ * and sends the rank's share itself, e.g. on a lane, rk_link_lane_open(3)),
+ * so the loop need not stay awake for it: its ROUND is not busy work (no
+ * spin window restarts for it) and the scheduler does not predict the next
+ * ROUND while rounds go this way (rk_sched_stats.off_loop_rounds). The
+ * backend's own completion post should then report RK_IDLE too. The round is
+ * still reported with rk_sched_complete() as any other. On the leader it
+ * means 0.
+ */
+#define RK_LAUNCH_OFF_LOOP	1
 
 /*
  * A drafter proposes up to @k tokens to follow @hist (the stream's tokens so
@@ -207,6 +221,8 @@ struct rk_sched_stats {
 	uint64_t shared_rounds;		/* rounds in the same-host shared region: the
 					 * leader's publications there; a follower's
 					 * rounds it left to it (not published here) */
+	uint64_t off_loop_rounds;	/* follower: launches that returned
+					 * RK_LAUNCH_OFF_LOOP */
 };
 
 /*

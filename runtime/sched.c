@@ -76,6 +76,8 @@ struct rk_sched {
 	struct rk__pred gap;			/* one ROUND seen -> the next */
 	uint64_t t_round;			/* the last ROUND seen, 0 = no ROUND awaited */
 	bool round_late;			/* that one was seen right after a sleep */
+	bool off_loop;				/* the last ROUND's launch() said
+						 * RK_LAUNCH_OFF_LOOP: nothing to predict */
 
 	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
 	 * region could not be made */
@@ -123,7 +125,8 @@ static uint64_t src_expect(struct rk_source *src, uint64_t now)
 {
 	struct rk_sched *s = src->data;
 
-	return s->t_round ? rk__pred_expect(&s->gap, s->t_round, now) : 0;
+	/* a round that runs without the loop leaves it nothing to be early for */
+	return s->t_round && !s->off_loop ? rk__pred_expect(&s->gap, s->t_round, now) : 0;
 }
 
 static const struct rk_source_ops round_source_ops = {
@@ -186,6 +189,12 @@ static int be_launch(struct rk_sched *s, const struct rk_wire_round *view, unsig
 	s->depth++;
 	ret = s->ops->launch(s->ctx, s, view, flags);
 	s->depth--;
+	if (s->rank != 0)
+		s->off_loop = ret == RK_LAUNCH_OFF_LOOP;
+	if (ret == RK_LAUNCH_OFF_LOOP) {
+		s->stats.off_loop_rounds += s->rank != 0;
+		ret = 0;
+	}
 	return ret;
 }
 
@@ -1131,12 +1140,15 @@ int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
 		round_seen(s);
 		ret = follower_round(s, h, payload);
 		if (ret) {
+			s->off_loop = false;
 			if (ret != -RK_ESTOPPED)
 				rk__err(s->rank, "round %llu: %s", (unsigned long long)s->round_id,
 					rk_strerror(ret));
 			follower_report(s, s->round_id, ret);
+			return RK_BUSY;
 		}
-		return RK_BUSY;
+		/* a round the backend runs without this loop is not its work */
+		return s->off_loop ? RK_IDLE : RK_BUSY;
 	case RK_FRAME_ROUND_DONE:
 		if (s->rank != 0 || rk_wire_decode_round_done(payload, h->len, &d))
 			return -ENOENT;

@@ -787,6 +787,7 @@ struct tworld {
 		struct toy_cpu_stats stats;
 		struct rk_sched_stats sstats;
 		struct rk_link_stats link;	/* follower: its link to the leader, at QUIT */
+		struct rk_loop_stats lstats;	/* follower: its loop's, at QUIT */
 		bool on_shm;			/* ...which was on shared memory */
 	} r[4];
 };
@@ -1107,6 +1108,7 @@ static void *rank_thread(void *arg)
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
 		rk_link_stats(rk_world_link(t->w, 0), &t->link);
+		rk_loop_stats(t->loop, &t->lstats);
 		t->on_shm = !strcmp(rk_link_transport(rk_world_link(t->w, 0)), "shm");
 	}
 out:
@@ -1235,6 +1237,22 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 		else
 			ck_assert_uint_eq(t->stats.lane_sent, 0);
 		ck_assert_uint_eq(t->stats.lane_refused, 0);
+		/*
+		 * A round the worker takes from the region and shares on the lane
+		 * runs without the follower's loop (RK_LAUNCH_OFF_LOOP): its ROUND
+		 * and its report are not busy work, so such a loop's busy events
+		 * come only from the posted rounds (their ROUND and report), QUIT
+		 * and the first round before the lane opened.
+		 */
+		ck_assert_uint_eq(t->sstats.off_loop_rounds,
+				  r && t->on_shm && use_sched ? t->stats.resident : 0);
+		if (r && t->on_shm && use_sched)
+			ck_assert_msg(t->lstats.busy_events <=
+					      2 * (t->sstats.rounds - t->sstats.off_loop_rounds) + 2,
+				      "rank %d: %llu busy events in %llu rounds, %llu off the loop",
+				      r, (unsigned long long)t->lstats.busy_events,
+				      (unsigned long long)t->sstats.rounds,
+				      (unsigned long long)t->sstats.off_loop_rounds);
 		/* a follower sends its partial logits each round, and nothing for a
 		 * round that succeeded (no ROUND_DONE): HELLO, the same-host upgrade's
 		 * SHM_REQUEST and SHM_ANSWER, and heartbeats aside */

@@ -124,10 +124,10 @@ void print_notify(const struct server *srv)
 		printf("resident r%d: cpu, %" PRIu64 " rounds: posted %" PRIu64 " resident %" PRIu64
 		       " (after a futex sleep %" PRIu64 ", before launch %" PRIu64 "), mismatched %"
 		       PRIu64 ", fallbacks %" PRIu64 "; shared region %" PRIu64 "; lane %" PRIu64
-		       " (refused %" PRIu64 ")\n", srv->rank, ts.rounds,
+		       " (refused %" PRIu64 "); off the loop %" PRIu64 "\n", srv->rank, ts.rounds,
 		       ts.posted, ts.resident, ts.resident_sleeps, ts.resident_early,
 		       ts.resident_mismatch, ts.resident_fallbacks, ss.shared_rounds, ts.lane_sent,
-		       ts.lane_refused);
+		       ts.lane_refused, ss.off_loop_rounds);
 		fflush(stdout);
 	}
 	if (!srv->cuda || !srv->opt.bench)

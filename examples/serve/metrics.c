@@ -617,6 +617,9 @@ static void leader(FILE *f, const struct metrics_wait *m)
 	one(f, "rankrt_sched_rounds_shared_total", "counter",
 	    "Rounds in the same-host shared epoch region: the leader's publications there, a "
 	    "follower's rounds left to it.", s->shared_rounds);
+	one(f, "rankrt_sched_rounds_off_loop_total", "counter",
+	    "Follower: rounds its backend ran without the loop (RK_LAUNCH_OFF_LOOP: a resident "
+	    "consumer that shares on the lane).", s->off_loop_rounds);
 	one(f, "rankrt_sched_resident_fallbacks_total", "counter",
 	    "Rounds that took the launch path: no epoch region, or a publication refused.",
 	    s->resident_fallbacks);

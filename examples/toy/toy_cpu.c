@@ -507,7 +507,8 @@ static enum rk_activity job_done(struct rk_post *p)
 			return RK_BUSY;
 		}
 		job->early = true;
-		return RK_BUSY;
+		/* its partials went on the lane: launch() only reports it */
+		return job->lane_sent ? RK_IDLE : RK_BUSY;
 	}
 	if (job->armed) {
 		b->stats.resident++;
@@ -529,11 +530,15 @@ static enum rk_activity job_done(struct rk_post *p)
 		b->n_retire = 0;
 	}
 	if (b->rank != 0) {
+		/* partials that went on the lane leave the loop only the report,
+		 * which nobody waits for (no ROUND_DONE for a success) */
+		enum rk_activity act = !status && job->lane_sent ? RK_IDLE : RK_BUSY;
+
 		if (!status && !job->lane_sent)
 			status = send_partials(b, job);
 		job_put(b, job);
 		report(b, s, id, status);
-		return RK_BUSY;
+		return act;
 	}
 	if (b->cur)
 		job_put(b, b->cur);
@@ -816,12 +821,16 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	struct rk_epoch *ep = b->res_on ? rk_sched_epoch(s) : NULL;
 	struct toy_job *job;
 	size_t need;
+	bool off_loop;
 	int ret;
 
 	(void)flags;
 	if (b->rank != 0 && !atomic_load_explicit(&b->lane, memory_order_relaxed))
 		lane_open(b);
 	job = take_armed(b, ep, round);
+	/* a follower's worker runs it from the region and sends its partials on
+	 * the lane: the loop only reaps the report */
+	off_loop = job && b->rank != 0 && atomic_load_explicit(&b->lane, memory_order_relaxed);
 	if (b->aborted) {
 		if (job && job->early) {
 			/* back already: no post will bring it to job_done() */
@@ -879,7 +888,7 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 		rk_loop_post(b->loop, &job->post);	/* done: reported from the loop */
 	shape_grow(b, round);
 	arm(b, ep, round->round_id);
-	return 0;
+	return off_loop ? RK_LAUNCH_OFF_LOOP : 0;
 fail:
 	job_put(b, job);
 	return ret;
