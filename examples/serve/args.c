@@ -121,6 +121,10 @@ static void usage(FILE *f)
 		"                     round's first kernel polls the round epoch (kernel,\n"
 		"                     default), or the stream waits on it first (stream:\n"
 		"                     cuStreamWaitValue64)\n"
+		"  --cpu-worker-spin-us=N|auto  cpu, resident rounds: how long the worker\n"
+		"                     spins on the round epoch before it sleeps (0..1000000;\n"
+		"                     auto, the default: always under RK_WAIT=spin, never\n"
+		"                     under block; adaptive: %u us with two CPUs per rank)\n"
 		"  --device=N         cuda: the GPU (default: rank %% the GPU count)\n"
 		"  --vocab=V          vocabulary size (default %u; 1..%u)\n"
 		"  --hidden=H         hidden size: the work per output (default %u; 1..%u,\n"
@@ -176,8 +180,8 @@ static void usage(FILE *f)
 		"GET /metrics (Prometheus); GET /v1/stats; GET /health. Logs carry UTC times\n"
 		"and a line per request (RK_LOG_TIME=1, RK_LOG=info unless set). See\n"
 		"docs/SERVE.md.\n",
-		DEF_HTTP_MAX_CONNS, MAX_HTTP_CONNS, DEF_HTTP_IDLE_S, TOY_DEF_V, TOY_MAX_V, TOY_DEF_H,
-		TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
+		DEF_HTTP_MAX_CONNS, MAX_HTTP_CONNS, DEF_HTTP_IDLE_S, TOY_WORKER_SPIN_US, TOY_DEF_V,
+		TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
 }
 
 /* --bench-policies=LIST: names of bench_policies, each once. Return 0 or -1 (said). */
@@ -240,6 +244,7 @@ enum {
 	OPT_NOTIFY,
 	OPT_GRAPHS,
 	OPT_RES_WAIT,
+	OPT_WORKER_SPIN,
 	OPT_DEVICE,
 	OPT_BENCH,
 	OPT_B_STREAMS,
@@ -275,6 +280,7 @@ int parse_args(int argc, char **argv, struct options *o)
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
 		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
 		{ "cuda-resident-wait", required_argument, NULL, OPT_RES_WAIT },
+		{ "cpu-worker-spin-us", required_argument, NULL, OPT_WORKER_SPIN },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "bench", no_argument, NULL, OPT_BENCH },
 		{ "bench-streams", required_argument, NULL, OPT_B_STREAMS },
@@ -427,6 +433,15 @@ int parse_args(int argc, char **argv, struct options *o)
 			o->res_stream = !strcmp(optarg, "stream");
 			o->res_wait_set = true;
 			break;
+		case OPT_WORKER_SPIN:
+			if (!strcmp(optarg, "auto")) {
+				o->model.worker_spin_us = TOY_WORKER_SPIN_AUTO;
+			} else if (cli_u32(PROG, "cpu-worker-spin-us", optarg, 0, 1000000,
+					   &o->model.worker_spin_us)) {
+				return 2;
+			}
+			o->worker_spin_set = true;
+			break;
 		case OPT_DEVICE:
 			if (cli_u32(PROG, "device", optarg, 0, 1023, &dev))
 				return 2;
@@ -531,6 +546,10 @@ int parse_args(int argc, char **argv, struct options *o)
 					    o->device >= 0)) {
 		fprintf(stderr, PROG ": --notify, --cuda-graphs and --device apply to "
 			"--backend=cuda only\n");
+		return 2;
+	}
+	if (o->backend != BACKEND_CPU && o->worker_spin_set) {
+		fprintf(stderr, PROG ": --cpu-worker-spin-us applies to --backend=cpu only\n");
 		return 2;
 	}
 #ifndef RK_HAVE_SERVE_HTTP

@@ -91,6 +91,7 @@ struct options {
 	bool graphs_set;
 	bool res_stream;		/* cuda: pre-armed rounds wait with cuStreamWaitValue64 */
 	bool res_wait_set;
+	bool worker_spin_set;
 	bool notify_set;
 	int device; /* -1: rank % device count */
 

@@ -229,7 +229,19 @@ struct toy_params {
 	uint32_t V;		/* vocabulary, default TOY_DEF_V */
 	uint32_t H;		/* hidden size, the work knob, default TOY_DEF_H */
 	uint64_t seed;		/* model seed */
+	/*
+	 * CPU backend, resident rounds: how long the armed worker spins on the
+	 * round epoch before it sleeps on the futex, us (0: it sleeps at once;
+	 * UINT32_MAX: always), or TOY_WORKER_SPIN_AUTO (toy_params_init()):
+	 * always under RK_WAIT=spin, never under block, and under adaptive
+	 * TOY_WORKER_SPIN_US where the affinity mask has two CPUs per rank of
+	 * the world (the loop and the worker), else never.
+	 */
+	uint32_t worker_spin_us;
 };
+
+#define TOY_WORKER_SPIN_AUTO	(UINT32_MAX - 1)
+#define TOY_WORKER_SPIN_US	100u
 
 /*
  * What RK_RESIDENT=auto picks on each toy backend, in this one place: the

@@ -47,6 +47,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,6 +155,24 @@ void toy_params_init(struct toy_params *p)
 	p->V = TOY_DEF_V;
 	p->H = TOY_DEF_H;
 	p->seed = 1;
+	p->worker_spin_us = TOY_WORKER_SPIN_AUTO;
+}
+
+/* toy_params.worker_spin_us for a rank of a @size-rank world under @mode, ns */
+static uint64_t worker_spin_ns(uint32_t us, enum rk_wait_mode mode, uint32_t size)
+{
+	cpu_set_t set;
+
+	if (us == UINT32_MAX)
+		return UINT64_MAX;
+	if (us != TOY_WORKER_SPIN_AUTO)
+		return (uint64_t)us * 1000;
+	if (mode == RK_WAIT_SPIN)
+		return UINT64_MAX;
+	if (mode == RK_WAIT_BLOCK || sched_getaffinity(0, sizeof(set), &set) ||
+	    (uint64_t)CPU_COUNT(&set) < 2ull * size)
+		return 0;
+	return TOY_WORKER_SPIN_US * 1000ull;
 }
 
 /* The end of round @round_id on this rank. Call last: it may re-enter launch(). */
@@ -966,13 +985,13 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	lc = rk_loop_config(b->loop);
 	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident);
 	/*
-	 * The armed worker spins on the epoch only under RK_WAIT=spin (a core per
-	 * thread); otherwise it sleeps on the futex at once, as the posted worker
-	 * sleeps on its queue: beside a loop that spins its own busy window, a
-	 * second spinner per rank took the cores the loops needed (0.2-0.4x the
-	 * tokens/s on the 2-vCPU dev VM with a 50 us spin, docs/BENCH.md).
+	 * The armed worker's spin on the epoch (worker_spin_ns()): a worker that
+	 * sleeps costs the leader a FUTEX_WAKE per round on the round's path, one
+	 * per follower; one that spins takes a core, which a machine with a CPU
+	 * per thread has to spare and a smaller one needs for its loops
+	 * (docs/RESIDENT-SHM.md).
 	 */
-	b->spin_ns = lc->wait.mode == RK_WAIT_SPIN ? UINT64_MAX : 0;
+	b->spin_ns = worker_spin_ns(p->worker_spin_us, lc->wait.mode, b->size);
 	b->shape_st = ARM_STREAMS;
 	b->shape_tok = ARM_TOKENS;
 	b->shape_out = ARM_OUTS;

@@ -19,7 +19,8 @@
 # MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
 # runs every rank under RK_WAIT=block, e.g. on-block, one ending in -fblock
 # only the followers, the leader under the default; before either, -nolane
-# sets RK_LANE=0 (e.g. on-nolane-fblock); a mode starting with
+# sets RK_LANE=0 (e.g. on-nolane-fblock); -wspinN anywhere in a mode passes
+# --cpu-worker-spin-us=N (e.g. on-wspin0); a mode starting with
 # base- runs the rest of its name with the programs of the built tree
 # BASE_BUILD: MODES="off base-off" BASE=base-off compares two builds, the
 # same run), BASE (the mode the
@@ -83,6 +84,9 @@ job()
 		jlaunch=$BASE_BUILD/examples/launch/rk-launch
 		jserve=$BASE_BUILD/examples/serve/rk-serve
 	fi
+	# -wspinN anywhere: the CPU worker's epoch spin, --cpu-worker-spin-us=N
+	wspin=$(echo "$rmode" | sed -n 's/.*-wspin\([0-9]*\).*/\1/p')
+	[ -n "$wspin" ] && rmode=$(echo "$rmode" | sed "s/-wspin$wspin//")
 	m4=$rmode
 	rmode=${m4%-fblock}
 	wenv=
@@ -109,6 +113,7 @@ job()
 		${fwrap:+sh "$fwrap"} "$jserve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
 		--bench-modes greedy --bench-draft "${DRAFTS:-plain,drafted}" \
 		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" $extra \
+		${wspin:+--cpu-worker-spin-us=$wspin} \
 		${ARGS:-} </dev/null >"$out/job.out" 2>&1
 	jrc=$?
 	sed -n "s/^\[r0\] cell /CELL tp=$1 size=$2 mode=$4 run=$5 /p" "$out/job.out" | tee -a "$out/cells"
