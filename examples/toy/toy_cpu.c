@@ -777,7 +777,17 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 	     (a->early || atomic_load_explicit(&a->took, memory_order_acquire))) ||
 	    (ep == b->ep && a->want == round->round_id && len >= 0 && len <= b->desc_max &&
 	     rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id &&
-	     shape_fits(a, round, b->m.V))) {
+	     shape_fits(a, round, b->m.V)) ||
+	    /*
+	     * The region moved past this round while we looked (this thread
+	     * preempted between the two reads above): the leader completed it,
+	     * so our share reached it, which only the worker sends before our
+	     * launch(); it set took first, and the read (acquire) that saw the
+	     * later epoch makes that store visible now. Without this second look
+	     * the round was posted again and ran twice (-EPROTO).
+	     */
+	    (ep == b->ep && a->want == round->round_id && id > round->round_id &&
+	     atomic_load_explicit(&a->took, memory_order_acquire))) {
 		for (i = 1; i < b->n_armed; i++)
 			b->armed[i - 1] = b->armed[i];
 		b->n_armed--;
