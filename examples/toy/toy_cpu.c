@@ -750,6 +750,39 @@ static void arm_one(struct toy_cpu *b, uint64_t want)
 }
 
 /*
+ * Loop: whether the armed job @a takes round @round (launch()): done early,
+ * or taken (the worker read this round from the region and it fitted; its
+ * partials may have gone on the lane, and the region may hold a later round
+ * already); else the worker's facts: the region holds this round's
+ * descriptor (-ENOSPC: one is there, not copied), it fits the worker's copy
+ * and the armed buffers.
+ */
+static bool armed_takes(const struct toy_cpu *b, struct rk_epoch *ep, struct toy_job *a,
+			const struct rk_wire_round *round)
+{
+	int64_t len = rk_wire_round_size(round->n_streams, round->n_tok_total);
+	uint64_t id = 0;
+
+	if (ep != b->ep || a->want != round->round_id)
+		return false;
+	if (a->early || atomic_load_explicit(&a->took, memory_order_acquire))
+		return true;
+	if (len < 0 || len > b->desc_max)
+		return false;
+	if (rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id)
+		return shape_fits(a, round, b->m.V);
+	/*
+	 * The region moved past this round while we looked (this thread
+	 * preempted between the two reads): the leader completed it, so our
+	 * share reached it, which only the worker sends before our launch(); it
+	 * set took first, and the read (acquire) that saw the later epoch makes
+	 * that store visible now. Without this second look the round was posted
+	 * again and ran twice (-EPROTO).
+	 */
+	return id > round->round_id && atomic_load_explicit(&a->took, memory_order_acquire);
+}
+
+/*
  * Loop: round @round is launched. Return the oldest armed job when the worker
  * takes the round from the region (the same checks as resident_run()), else
  * NULL: every armed job is the worker's to hand back, and those still waiting
@@ -759,35 +792,13 @@ static struct toy_job *take_armed(struct toy_cpu *b, struct rk_epoch *ep,
 				  const struct rk_wire_round *round)
 {
 	struct toy_job *a;
-	uint64_t id = 0;
-	int64_t len;
 	unsigned int i;
 	bool kick = false;
 
 	if (!b->n_armed)
 		return NULL;
 	a = b->armed[0];
-	len = rk_wire_round_size(round->n_streams, round->n_tok_total);
-	/* done early, or taken: the worker read this round from the region and
-	 * it fitted (its partials may have gone on the lane, and the region may
-	 * hold a later round already); else the worker's facts: the region holds
-	 * this round's descriptor (-ENOSPC: one is there, not copied), it fits
-	 * the worker's copy and the armed buffers */
-	if ((ep == b->ep && a->want == round->round_id &&
-	     (a->early || atomic_load_explicit(&a->took, memory_order_acquire))) ||
-	    (ep == b->ep && a->want == round->round_id && len >= 0 && len <= b->desc_max &&
-	     rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id &&
-	     shape_fits(a, round, b->m.V)) ||
-	    /*
-	     * The region moved past this round while we looked (this thread
-	     * preempted between the two reads above): the leader completed it,
-	     * so our share reached it, which only the worker sends before our
-	     * launch(); it set took first, and the read (acquire) that saw the
-	     * later epoch makes that store visible now. Without this second look
-	     * the round was posted again and ran twice (-EPROTO).
-	     */
-	    (ep == b->ep && a->want == round->round_id && id > round->round_id &&
-	     atomic_load_explicit(&a->took, memory_order_acquire))) {
+	if (armed_takes(b, ep, a, round)) {
 		for (i = 1; i < b->n_armed; i++)
 			b->armed[i - 1] = b->armed[i];
 		b->n_armed--;
