@@ -765,6 +765,11 @@ struct tworld {
 	bool use_sched;
 	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank */
 	int tcp_rank;			/* a follower with RK_SHM=off (0: none) */
+	bool race;			/* follower 1 runs race_hook() */
+	atomic_uint_fast64_t race_round;	/* the round it holds (0: none yet) */
+	atomic_uint_fast64_t race_loop;	/* the loop stands in the window of this round */
+	atomic_bool race_past;		/* ...and saw the region move past it there */
+	atomic_bool race_timeout;	/* a hold ran into its hang guard */
 	atomic_int port;
 	struct tstream s[NSTREAM];
 	struct trank {
@@ -1056,6 +1061,44 @@ static int leader_sched(struct trank *t, uint64_t deadline)
 	return 0;
 }
 
+/*
+ * Follower 1's toy_params.test_hook: launch()'s two looks at an armed job
+ * (armed_takes()) with the worker's whole round in between, the window a
+ * preemption opens. The first round that the worker is about to take is
+ * held, whichever thread gets there first: the worker waits until the loop
+ * has read took (false) and stands before its region read, and the loop
+ * waits there until the leader has published a later round, which it can
+ * do only once the worker's share has reached it on the lane.
+ */
+static void race_hook(void *arg, int where, const struct rk_epoch *ep, uint64_t id)
+{
+	struct tworld *tw = arg;
+	uint64_t deadline = rk_test_deadline_ms(20000), held = 0;
+	const struct timespec pause = { 0, 20000 };
+
+	if (!atomic_compare_exchange_strong(&tw->race_round, &held, id) && held != id)
+		return;
+	if (where == TOY_HOOK_WORKER_TAKES) {
+		while (atomic_load(&tw->race_loop) != id) {
+			if (rk_test_now_ns() > deadline) {
+				atomic_store(&tw->race_timeout, true);
+				return;
+			}
+			nanosleep(&pause, NULL);
+		}
+		return;
+	}
+	atomic_store(&tw->race_loop, id);
+	while (rk_epoch_current(ep) <= id) {
+		if (rk_test_now_ns() > deadline) {
+			atomic_store(&tw->race_timeout, true);
+			return;
+		}
+		nanosleep(&pause, NULL);
+	}
+	atomic_store(&tw->race_past, true);
+}
+
 static void *rank_thread(void *arg)
 {
 	struct trank *t = arg;
@@ -1077,6 +1120,10 @@ static void *rank_thread(void *arg)
 	p.V = BV;
 	p.H = BH;
 	p.seed = BSEED;
+	if (tw->race && t->rank == 1) {
+		p.test_hook = race_hook;
+		p.test_arg = tw;
+	}
 	ret = toy_cpu_create(t->w, &p, &t->b);
 	if (ret)
 		T_FAIL(t, ret);
@@ -1132,7 +1179,8 @@ out:
 	return NULL;
 }
 
-static void run_world_ex(int size, bool use_sched, enum rk_resident_mode resident, int tcp_rank)
+static void run_world_ex(int size, bool use_sched, enum rk_resident_mode resident, int tcp_rank,
+			 bool race)
 {
 	static const struct {
 		uint32_t prompt[8], n_prompt, n_gen;
@@ -1150,6 +1198,11 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 	tw->use_sched = use_sched;
 	tw->resident = resident;
 	tw->tcp_rank = tcp_rank;
+	tw->race = race;
+	atomic_init(&tw->race_round, 0);
+	atomic_init(&tw->race_loop, 0);
+	atomic_init(&tw->race_past, false);
+	atomic_init(&tw->race_timeout, false);
 	atomic_init(&tw->port, 0);
 	for (i = 0; i < NSTREAM; i++) {
 		struct tstream *s = &tw->s[i];
@@ -1263,6 +1316,13 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 				      (unsigned long long)t->link.heartbeats_tx,
 				      (unsigned long long)t->stats.rounds);
 	}
+	if (race) {
+		/* the window was held open as meant: the loop looked at took, then
+		 * at a region already past the round the worker ran */
+		ck_assert_uint_gt(atomic_load(&tw->race_round), 0);
+		ck_assert(!atomic_load(&tw->race_timeout));
+		ck_assert(atomic_load(&tw->race_past));
+	}
 	ck_assert_uint_eq(tw->r[0].stats.frames_rx, (uint64_t)(size - 1) * tw->r[0].stats.rounds);
 	ck_assert_uint_eq(tw->r[0].stats.stale, 0);
 	for (i = 0; i < NSTREAM; i++) {
@@ -1291,7 +1351,7 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 
 static void run_world_mode(int size, bool use_sched, enum rk_resident_mode resident)
 {
-	run_world_ex(size, use_sched, resident, 0);
+	run_world_ex(size, use_sched, resident, 0, false);
 }
 
 static void run_world(int size, bool use_sched)
@@ -1335,7 +1395,19 @@ END_TEST
  * leader's; the same tokens. */
 START_TEST(test_backend_resident_mixed)
 {
-	run_world_ex(4, true, _i ? RK_RESIDENT_AUTO : RK_RESIDENT_ON, 3);
+	run_world_ex(4, true, _i ? RK_RESIDENT_AUTO : RK_RESIDENT_ON, 3, false);
+}
+END_TEST
+
+/*
+ * TP2 on shared memory: follower 1's loop reads took (false), the worker
+ * takes and runs the round and its share completes it, and only then does
+ * the loop read the region, a later round's by now. The round is the
+ * worker's: it runs once, and the tokens are the reference's.
+ */
+START_TEST(test_backend_resident_took_race)
+{
+	run_world_ex(2, true, RK_RESIDENT_ON, 0, true);
 }
 END_TEST
 
@@ -1570,6 +1642,7 @@ static Suite *toy_suite(void)
 	tcase_add_loop_test(tc, test_backend_sched, 0, 3);
 	tcase_add_loop_test(tc, test_backend_resident, 0, 6);
 	tcase_add_loop_test(tc, test_backend_resident_mixed, 0, 2);
+	tcase_add_test(tc, test_backend_resident_took_race);
 	tcase_add_test(tc, test_resident_auto);
 	tcase_add_test(tc, test_backend_resident_mismatch);
 	tcase_add_test(tc, test_backend_errors);

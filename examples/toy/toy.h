@@ -238,7 +238,21 @@ struct toy_params {
 	 * the world (the loop and the worker), else never.
 	 */
 	uint32_t worker_spin_us;
+	/*
+	 * Tests only, NULL otherwise. The CPU backend calls @test_hook(
+	 * @test_arg, where, region, round id) with TOY_HOOK_LOOP_WINDOW from a
+	 * follower's launch() between its two looks at the armed job that will
+	 * take the round (took read false, the region not yet read), and with
+	 * TOY_HOOK_WORKER_TAKES from the worker just before it marks a round
+	 * taken; check_toy holds the threads there to open, on purpose, the
+	 * window a preemption opens. From the loop and the worker thread.
+	 */
+	void (*test_hook)(void *arg, int where, const struct rk_epoch *ep, uint64_t round_id);
+	void *test_arg;
 };
+
+#define TOY_HOOK_LOOP_WINDOW	1
+#define TOY_HOOK_WORKER_TAKES	2
 
 #define TOY_WORKER_SPIN_AUTO	(UINT32_MAX - 1)
 #define TOY_WORKER_SPIN_US	100u

@@ -121,6 +121,8 @@ struct toy_cpu {
 	uint8_t *desc;			/* the worker's copy of a descriptor, desc_max bytes */
 	uint32_t desc_max;
 	uint64_t spin_ns;		/* the worker spins this long before the futex */
+	void (*hook)(void *, int, const struct rk_epoch *, uint64_t);	/* toy_params.test_hook */
+	void *hook_arg;
 	struct toy_job *armed[ARM_DEPTH];	/* loop: armed jobs the worker holds, oldest first */
 	unsigned int n_armed;
 	uint32_t shape_st, shape_tok, shape_out;	/* the largest round seen */
@@ -156,6 +158,8 @@ void toy_params_init(struct toy_params *p)
 	p->H = TOY_DEF_H;
 	p->seed = 1;
 	p->worker_spin_us = TOY_WORKER_SPIN_AUTO;
+	p->test_hook = NULL;
+	p->test_arg = NULL;
 }
 
 /* toy_params.worker_spin_us for a rank of a @size-rank world under @mode, ns */
@@ -235,8 +239,10 @@ static bool resident_run(struct toy_cpu *b, struct toy_job *job)
 	/*
 	 * Release: before the partials can reach the leader (the lane), and so
 	 * before the region can hold a later round: a launch() that finds the
-	 * region past @want sees this and takes the job (take_armed()).
+	 * region past @want sees this and takes the job (armed_takes()).
 	 */
+	if (b->hook)
+		b->hook(b->hook_arg, TOY_HOOK_WORKER_TAKES, b->ep, job->want);
 	atomic_store_explicit(&job->took, true, memory_order_release);
 	t0 = now_ns();
 	/* it fits: toy_round_copy() only checks and copies */
@@ -769,6 +775,8 @@ static bool armed_takes(const struct toy_cpu *b, struct rk_epoch *ep, struct toy
 		return true;
 	if (len < 0 || len > b->desc_max)
 		return false;
+	if (b->hook && shape_fits(a, round, b->m.V))
+		b->hook(b->hook_arg, TOY_HOOK_LOOP_WINDOW, ep, round->round_id);
 	if (rk_epoch_read(ep, &id, NULL, NULL, 0) == -ENOSPC && id == round->round_id)
 		return shape_fits(a, round, b->m.V);
 	/*
@@ -1013,6 +1021,8 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	 * (docs/RESIDENT-SHM.md).
 	 */
 	b->spin_ns = worker_spin_ns(p->worker_spin_us, lc->wait.mode, b->size);
+	b->hook = p->test_hook;
+	b->hook_arg = p->test_arg;
 	b->shape_st = ARM_STREAMS;
 	b->shape_tok = ARM_TOKENS;
 	b->shape_out = ARM_OUTS;
