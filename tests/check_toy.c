@@ -23,6 +23,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1371,16 +1372,37 @@ START_TEST(test_backend_sched)
 }
 END_TEST
 
-/* On and off are what they say on both backends; auto is toy.c's table (not
- * asserted here, so that flipping it stays a one-line change), never true for
- * a backend the table does not know. */
+/*
+ * On and off are what they say on both backends whatever the machine; auto
+ * is toy.c's table (which backend is on where is not asserted here, so that
+ * changing an entry stays a one-line change), but never true without CPUs to
+ * spare nor for a backend the table does not know. Spare CPUs: two per rank
+ * of the mask, and a policy that may spin.
+ */
 START_TEST(test_resident_auto)
 {
-	ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON));
-	ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON));
-	ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF));
-	ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF));
-	ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO));
+	cpu_set_t set;
+	uint32_t n;
+	int spare;
+
+	for (spare = 0; spare < 2; spare++) {
+		ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON, spare));
+		ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON, spare));
+		ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF, spare));
+		ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF, spare));
+		ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO, spare));
+	}
+	ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_AUTO, false));
+	ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_AUTO, false));
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	n = (uint32_t)CPU_COUNT(&set);
+	ck_assert(!toy_cpus_spare(1, RK_WAIT_BLOCK));
+	if (n >= 2) {
+		ck_assert(toy_cpus_spare(n / 2, RK_WAIT_ADAPTIVE));
+		ck_assert(toy_cpus_spare(n / 2, RK_WAIT_SPIN));
+	}
+	ck_assert(!toy_cpus_spare(n / 2 + 1, RK_WAIT_ADAPTIVE));
 }
 END_TEST
 

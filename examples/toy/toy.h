@@ -258,19 +258,28 @@ struct toy_params {
 #define TOY_WORKER_SPIN_US	100u
 
 /*
- * What RK_RESIDENT=auto picks on each toy backend, in this one place: the
- * resident path where docs/BENCH.md ("Resident rounds") measured it at least
- * as fast as the launch (posted) path in every decode cell, at no more CPU;
- * the launch path otherwise. Flip a value here when a receipt says so.
+ * What RK_RESIDENT=auto picks on each toy backend, in this one place
+ * (toy.c's resident_auto[]): the resident path where docs/BENCH.md
+ * ("Resident rounds", the rule) measured it better than the launch (posted)
+ * path, on the machines where it did; the launch path otherwise. Change an
+ * entry there when a receipt says so.
  */
 enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
 
 /**
+ * toy_cpus_spare() - whether this thread's affinity mask holds two CPUs per
+ * rank of a @size-rank world (each rank's loop and its worker thread) and
+ * @mode lets a waiting thread spin (not RK_WAIT_BLOCK). Any thread.
+ */
+bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode);
+
+/**
  * toy_resident_on() - whether a backend of @kind runs resident rounds under
  * @mode (struct rk_config.resident): on is yes, off is no, auto is the
- * choice above. Any thread.
+ * choice above, which for the CPU backend is yes only where @spare (the
+ * caller's toy_cpus_spare()). Any thread.
  */
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode);
+bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, bool spare);
 
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);

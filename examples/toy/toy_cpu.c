@@ -165,18 +165,13 @@ void toy_params_init(struct toy_params *p)
 /* toy_params.worker_spin_us for a rank of a @size-rank world under @mode, ns */
 static uint64_t worker_spin_ns(uint32_t us, enum rk_wait_mode mode, uint32_t size)
 {
-	cpu_set_t set;
-
 	if (us == UINT32_MAX)
 		return UINT64_MAX;
 	if (us != TOY_WORKER_SPIN_AUTO)
 		return (uint64_t)us * 1000;
 	if (mode == RK_WAIT_SPIN)
 		return UINT64_MAX;
-	if (mode == RK_WAIT_BLOCK || sched_getaffinity(0, sizeof(set), &set) ||
-	    (uint64_t)CPU_COUNT(&set) < 2ull * size)
-		return 0;
-	return TOY_WORKER_SPIN_US * 1000ull;
+	return toy_cpus_spare(size, mode) ? TOY_WORKER_SPIN_US * 1000ull : 0;
 }
 
 /* The end of round @round_id on this rank. Call last: it may re-enter launch(). */
@@ -1012,7 +1007,8 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
 	lc = rk_loop_config(b->loop);
-	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident);
+	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident,
+				    toy_cpus_spare(b->size, lc->wait.mode));
 	/*
 	 * The armed worker's spin on the epoch (worker_spin_ns()): a worker that
 	 * sleeps costs the leader a FUTEX_WAKE per round on the round's path, one
