@@ -1373,36 +1373,38 @@ START_TEST(test_backend_sched)
 END_TEST
 
 /*
- * On and off are what they say on both backends whatever the machine; auto
- * is toy.c's table (which backend is on where is not asserted here, so that
- * changing an entry stays a one-line change), but never true without CPUs to
- * spare nor for a backend the table does not know. Spare CPUs: two per rank
- * of the mask, and a policy that may spin.
+ * On and off are what they say on both backends whatever the world and the
+ * machine; auto is toy.c's table (which backend is on where is not asserted
+ * here, so that changing an entry stays a one-line change), but never true
+ * without CPUs to spare (two per rank of the mask, and a policy that may
+ * spin), at TP1, nor for a backend the table does not know.
  */
 START_TEST(test_resident_auto)
 {
+	static const enum rk_wait_mode waits[] = { RK_WAIT_SPIN, RK_WAIT_ADAPTIVE, RK_WAIT_BLOCK };
 	cpu_set_t set;
-	uint32_t n;
-	int spare;
-
-	for (spare = 0; spare < 2; spare++) {
-		ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON, spare));
-		ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON, spare));
-		ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF, spare));
-		ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF, spare));
-		ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO, spare));
-	}
-	ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_AUTO, false));
-	ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_AUTO, false));
+	uint32_t n, size;
+	unsigned int i;
 
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
 	n = (uint32_t)CPU_COUNT(&set);
-	ck_assert(!toy_cpus_spare(1, RK_WAIT_BLOCK));
-	if (n >= 2) {
-		ck_assert(toy_cpus_spare(n / 2, RK_WAIT_ADAPTIVE));
-		ck_assert(toy_cpus_spare(n / 2, RK_WAIT_SPIN));
+	for (i = 0; i < 3; i++) {
+		for (size = 1; size <= n + 1; size++) {
+			enum rk_wait_mode wt = waits[i];
+
+			ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON, size, wt));
+			ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON, size, wt));
+			ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF, size, wt));
+			ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF, size, wt));
+			ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO, size,
+						   wt));
+			ck_assert(toy_cpus_spare(size, wt) == (wt != RK_WAIT_BLOCK && n >= 2 * size));
+			if (size == 1 || !toy_cpus_spare(size, wt)) {
+				ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_AUTO, size, wt));
+				ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_AUTO, size, wt));
+			}
+		}
 	}
-	ck_assert(!toy_cpus_spare(n / 2 + 1, RK_WAIT_ADAPTIVE));
 }
 END_TEST
 

@@ -274,12 +274,14 @@ enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
 bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode);
 
 /**
- * toy_resident_on() - whether a backend of @kind runs resident rounds under
- * @mode (struct rk_config.resident): on is yes, off is no, auto is the
- * choice above, which for the CPU backend is yes only where @spare (the
- * caller's toy_cpus_spare()). Any thread.
+ * toy_resident_on() - whether a backend of @kind on a rank of a @size-rank
+ * world runs resident rounds under @mode (struct rk_config.resident) and the
+ * wait policy @wait: on is yes, off is no, auto is the choice above, which
+ * for the CPU backend is yes only in a world with followers where
+ * toy_cpus_spare(). Any thread.
  */
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, bool spare);
+bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, uint32_t size,
+		     enum rk_wait_mode wait);
 
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);

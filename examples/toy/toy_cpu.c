@@ -1007,8 +1007,7 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
 	lc = rk_loop_config(b->loop);
-	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident,
-				    toy_cpus_spare(b->size, lc->wait.mode));
+	b->res_on = toy_resident_on(TOY_BACKEND_CPU, lc->resident, b->size, lc->wait.mode);
 	/*
 	 * The armed worker's spin on the epoch (worker_spin_ns()): a worker that
 	 * sleeps costs the leader a FUTEX_WAKE per round on the round's path, one

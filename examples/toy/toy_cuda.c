@@ -1462,8 +1462,8 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	ret = CU(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
 	if (ret)
 		goto err_free;
-	b->res_on = toy_resident_on(TOY_BACKEND_CUDA, rk_loop_config(b->loop)->resident,
-				    toy_cpus_spare(b->size, rk_loop_config(b->loop)->wait.mode));
+	b->res_on = toy_resident_on(TOY_BACKEND_CUDA, rk_loop_config(b->loop)->resident, b->size,
+				    rk_loop_config(b->loop)->wait.mode);
 	/* a debugging switch, not a knob: docs/GPU.md */
 	b->res_pdl = !getenv("TOY_CUDA_PDL") || strcmp(getenv("TOY_CUDA_PDL"), "0");
 	ret = CU(b, cudaMalloc((void **)&b->dgate, 2 * sizeof(*b->dgate)));
