@@ -14,16 +14,19 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "gpu_int.h"
 #include "rk_sched.h"
+#include "runtime_int.h"
 
 struct rk_gpu_epoch {
 	struct rk_epoch *e;
 	void *base;		/* host */
 	void *dptr;		/* device */
 	int dev;
+	bool view;		/* a same-host follower's read-only view of the leader's */
 };
 
 int rk_gpu_epoch_register(struct rk_epoch *e, int cuda_device, struct rk_gpu_epoch **out)
@@ -49,11 +52,14 @@ int rk_gpu_epoch_register(struct rk_epoch *e, int cuda_device, struct rk_gpu_epo
 		return -ENOMEM;
 	g->dev = cuda_device;
 	g->base = rk_epoch_base(e, &len);
+	g->view = rk__epoch_is_view(e);
 	ret = RK_CUDA(-1, cudaSetDevice, cuda_device);
 	if (ret)
 		goto err_free;
+	/* a view is mapped read-only: so must the device's mapping be */
 	ret = RK_CUDA(-1, cudaHostRegister, g->base, len,
-		      cudaHostRegisterMapped | cudaHostRegisterPortable);
+		      cudaHostRegisterMapped | cudaHostRegisterPortable |
+			      (g->view ? cudaHostRegisterReadOnly : 0));
 	if (ret)
 		goto err_free;
 	ret = RK_CUDA(-1, cudaHostGetDevicePointer, &g->dptr, g->base, 0);
@@ -81,6 +87,8 @@ int rk_gpu_epoch_wait(struct rk_gpu_epoch *g, struct CUstream_st *stream, uint64
 
 	if (!g || !d->wait_value64)
 		return -EOPNOTSUPP;
+	if (g->view)
+		return -EROFS;	/* rk_epoch_close() of a view could not end the wait */
 	return rk__cu_check(-1, d->wait_value64(stream,
 						(CUdeviceptr)(uintptr_t)g->dptr + RK_EPOCH_OFF_EPOCH,
 						want, CU_STREAM_WAIT_VALUE_GEQ),

@@ -58,7 +58,12 @@ struct rk_gpu_epoch;
  * visible to CUDA device @cuda_device: cudaHostRegister (mapped, portable)
  * of the whole page-aligned region, so a stream can wait on its epoch word
  * and kernels can read the descriptor through rk_gpu_epoch_device_ptr(). It
- * holds a reference on @e until rk_gpu_epoch_unregister().
+ * holds a reference on @e until rk_gpu_epoch_unregister(). A same-host
+ * follower's region (rk_sched_epoch() of a backend with
+ * RK_BACKEND_SHARED_EPOCH) is its read-only view of the leader's: it is
+ * registered read-only (cudaHostRegisterReadOnly), so the leader's one store
+ * reaches this device with no CPU of this process in the way; kernels only
+ * read it.
  * Return: 0 and *@out; -EOPNOTSUPP (built without CUDA, or the driver lacks
  * 64-bit stream memory operations: cuStreamWaitValue64), -RK_ENOGPU, -ENOMEM,
  * -EIO (CUDA, logged). The caller falls back to launching (its own log line
@@ -78,7 +83,10 @@ RK_EXPORT void *rk_gpu_epoch_device_ptr(const struct rk_gpu_epoch *g);
  * runs once the region's epoch is at least @want (cuStreamWaitValue64, GEQ,
  * from the driver table of gpu/load.c). The stream stays blocked until then:
  * its owner ends a wait that will never be met with rk_epoch_close() before
- * synchronising the stream. Return: 0; -EOPNOTSUPP; -EIO (logged). Loop thread.
+ * synchronising the stream. Return: 0; -EOPNOTSUPP; -EROFS on a follower's
+ * view of the leader's region (nothing enqueued: closing a view cannot end
+ * the wait, so poll the epoch word from a kernel, which can also read a word
+ * of the caller's own to give up); -EIO (logged). Loop thread.
  */
 RK_EXPORT int rk_gpu_epoch_wait(struct rk_gpu_epoch *g, struct CUstream_st *stream,
 				uint64_t want);

@@ -501,6 +501,11 @@ void rk__epoch_bell_del(struct rk_epoch *e, _Atomic uint32_t *bell)
 	}
 }
 
+bool rk__epoch_is_view(const struct rk_epoch *e)
+{
+	return e->vbell != NULL;
+}
+
 void rk__epoch_own(struct rk_epoch *e, void *map, size_t len)
 {
 	e->vown = map;

@@ -734,6 +734,10 @@ int rk__epoch_map(int fd, uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic 
  */
 void rk__epoch_own(struct rk_epoch *e, void *map, size_t len);
 
+/* rk__epoch_is_view() - whether @e is a reader's view (rk__epoch_map()): mapped
+ * read-only, another process's region. Any thread. */
+bool rk__epoch_is_view(const struct rk_epoch *e);
+
 /*
  * rk__epoch_bell_add() - the writer @e also wakes a reader's consumers asleep
  * on @bell (counted in @waiters) after each publication and close (not a kick),

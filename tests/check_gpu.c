@@ -29,6 +29,8 @@
 #include "config.h"
 
 #include "gpu_test.h"
+#include "runtime_int.h"
+#include "toy_cuda_k.h"
 
 #ifdef RK_HAVE_CUDA
 /* Stream work that takes a while: a kernel sleeping @us (a memset without kernels). */
@@ -911,6 +913,145 @@ static int bench(void)
 	return pass ? 0 : 1;
 }
 
+/* ---- round epochs on the device (rk_gpu_epoch_*) ---------------------------------- */
+
+/* Wait (a hang guard, not a timing bound) for @s to drain; false if it did not. */
+static bool stream_drains(cudaStream_t s, uint64_t ms)
+{
+	uint64_t deadline = rk_test_now_ns() + ms * MS;
+	const struct timespec pause = { 0, 100000 };
+	cudaError_t r;
+
+	while ((r = cudaStreamQuery(s)) == cudaErrorNotReady && rk_test_now_ns() < deadline)
+		nanosleep(&pause, NULL);
+	return r == cudaSuccess;
+}
+
+/*
+ * A same-host follower's region is its read-only view of the leader's (a
+ * sealed memfd): it registers read-only, and a kernel polling the view's
+ * epoch word starts on the writer's store, with no call of the reader in
+ * between. A stream wait on the view is refused (-EROFS: closing a view
+ * could not end it); the writer's own region still takes one.
+ */
+START_TEST(test_epoch_view)
+{
+	_Atomic uint32_t waiters = 0, bell = 0;
+	struct rk_epoch *w = NULL, *v = NULL;
+	struct rk_gpu_epoch *gw = NULL, *gv = NULL;
+	uint64_t *flag, *dflag;
+	const uint64_t *dep;
+	cudaStream_t s;
+	int fd;
+
+	CK_CUDA(cudaSetDevice(0));
+	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	ck_assert_int_eq(rk__epoch_create_fd(256, &fd, &w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, 256, &waiters, &bell, &v), 0);
+	close(fd);
+	ck_assert(rk__epoch_is_view(v));
+	ck_assert(!rk__epoch_is_view(w));
+	ck_assert_int_eq(rk_gpu_epoch_register(v, 0, &gv), 0);
+	ck_assert_int_eq(rk_gpu_epoch_register(w, 0, &gw), 0);
+	ck_assert_int_eq(rk_gpu_epoch_wait(gv, s, 1), -EROFS);
+
+	CK_CUDA(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
+	__atomic_store_n(flag, 0, __ATOMIC_RELAXED);
+	CK_CUDA(cudaHostGetDevicePointer((void **)&dflag, flag, 0));
+	dep = (const uint64_t *)((uint8_t *)rk_gpu_epoch_device_ptr(gv) + RK_EPOCH_OFF_EPOCH);
+	ck_assert_int_eq(toy_cuda_k_poll_flag(s, dep, 3, dflag, 77), 0);
+	/* epoch 0 < 3: the kernel cannot have stored yet */
+	ck_assert_uint_eq(__atomic_load_n(flag, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(rk_epoch_publish(w, 1, 0, NULL, 0), 0);
+	ck_assert_int_eq(rk_epoch_publish(w, 2, 0, NULL, 0), 0);
+	ck_assert_uint_eq(__atomic_load_n(flag, __ATOMIC_ACQUIRE), 0);
+	ck_assert_int_eq(rk_epoch_publish(w, 3, 0, NULL, 0), 0);
+	ck_assert_msg(stream_drains(s, 20000), "the kernel on the view never saw epoch 3");
+	ck_assert_uint_eq(__atomic_load_n(flag, __ATOMIC_ACQUIRE), 77);
+	ck_assert_uint_eq(rk_epoch_current(v), 3);
+
+	/* the writer's region: a stream wait, met by the next publication */
+	ck_assert_int_eq(rk_gpu_epoch_wait(gw, s, 4), 0);
+	ck_assert_int_eq(rk_epoch_publish(w, 4, 0, NULL, 0), 0);
+	ck_assert(stream_drains(s, 20000));
+
+	ck_assert_int_eq(rk_gpu_epoch_unregister(&gv), 0);
+	ck_assert_int_eq(rk_gpu_epoch_unregister(&gw), 0);
+	ck_assert_ptr_null(gv);
+	CK_CUDA(cudaFreeHost(flag));
+	CK_CUDA(cudaStreamDestroy(s));
+	rk_epoch_release(v);
+	rk_epoch_release(w);
+}
+END_TEST
+
+/*
+ * The toy's plan kernel waiting for an epoch that will not come, on a region
+ * it cannot close (a follower's view): the host sets the slot's cancel word
+ * and the kernel gives up with its gate shut and the slot released (done =
+ * want). Without the word the stream would never drain (the guard then
+ * publishes the epoch to let it go, and the test fails).
+ */
+START_TEST(test_plan_cancel)
+{
+	_Atomic uint32_t waiters = 0, bell = 0;
+	struct rk_epoch *w = NULL, *v = NULL;
+	struct rk_gpu_epoch *gv = NULL;
+	struct toy_cuda_kpredict *pred, *dpred;
+	struct toy_cuda_kstream *ks;
+	uint32_t *tok, *gate, hgate[2] = { 7, 7 };
+	uint8_t *base;
+	cudaStream_t s;
+	bool drained;
+	int fd;
+
+	CK_CUDA(cudaSetDevice(0));
+	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	ck_assert_int_eq(rk__epoch_create_fd(4096, &fd, &w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, 4096, &waiters, &bell, &v), 0);
+	close(fd);
+	ck_assert_int_eq(rk_gpu_epoch_register(v, 0, &gv), 0);
+	base = rk_gpu_epoch_device_ptr(gv);
+	CK_CUDA(cudaHostAlloc((void **)&pred, sizeof(*pred), cudaHostAllocMapped));
+	memset(pred, 0, sizeof(*pred));
+	pred->want = 5;
+	pred->n = 1;
+	pred->V = 256;
+	pred->s[0].id = 1;
+	pred->s[0].max_tok = 1;
+	CK_CUDA(cudaHostGetDevicePointer((void **)&dpred, pred, 0));
+	CK_CUDA(cudaMalloc((void **)&ks, sizeof(*ks)));
+	CK_CUDA(cudaMalloc((void **)&tok, 16 * sizeof(*tok)));
+	CK_CUDA(cudaMalloc((void **)&gate, sizeof(hgate)));
+	ck_assert_int_eq(toy_cuda_k_resident_plan(s, (const uint64_t *)(base + RK_EPOCH_OFF_EPOCH),
+						  (const uint32_t *)(base + RK_EPOCH_OFF_DESC_LEN),
+						  base + RK_EPOCH_OFF_DESC, dpred, 1, 0, 1, 256, ks,
+						  tok, gate),
+			 0);
+	__atomic_store_n(&pred->cancel, 1u, __ATOMIC_RELEASE);
+	drained = stream_drains(s, 20000);
+	if (!drained) {
+		ck_assert_int_eq(rk_epoch_publish(w, 5, 0, NULL, 0), 0);
+		stream_drains(s, 20000);
+	}
+	ck_assert_msg(drained, "the plan kernel did not give up on its cancel word");
+	CK_CUDA(cudaMemcpy(hgate, gate, sizeof(hgate), cudaMemcpyDeviceToHost));
+	ck_assert_uint_eq(hgate[0], 1);	/* shut: the gated kernels return at once */
+	ck_assert_uint_eq(hgate[1], 0);
+	ck_assert_uint_eq(__atomic_load_n(&pred->done, __ATOMIC_ACQUIRE), 5);
+	ck_assert_uint_eq(rk_epoch_current(v), 0);
+
+	CK_CUDA(cudaFree(gate));
+	CK_CUDA(cudaFree(tok));
+	CK_CUDA(cudaFree(ks));
+	CK_CUDA(cudaFreeHost(pred));
+	ck_assert_int_eq(rk_gpu_epoch_unregister(&gv), 0);
+	CK_CUDA(cudaStreamDestroy(s));
+	rk_epoch_release(v);
+	rk_epoch_release(w);
+}
+END_TEST
+
 static Suite *gpu_suite(void)
 {
 	Suite *s = suite_create("gpu");
@@ -922,6 +1063,11 @@ static Suite *gpu_suite(void)
 	tcase_add_test(tc, test_notify_errors);
 	tcase_add_test(tc, test_notify_lazy);
 	tcase_add_test(tc, test_notify_set_mode);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("epoch");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_epoch_view);
+	tcase_add_test(tc, test_plan_cancel);
 	suite_add_tcase(s, tc);
 #ifdef RK_HAVE_NCCL
 	tc = tcase_create("nccl");

@@ -36,7 +36,13 @@
  * usual, behind them in stream order. The collective is never pre-armed: it
  * cannot be cancelled, so ranks that disagreed about arming would call it a
  * different number of times. A wait that no round will meet (teardown, an
- * abort, a launch from elsewhere) is released with rk_epoch_close().
+ * abort, a launch from elsewhere) is released with rk_epoch_close() and the
+ * slot's cancel word: a same-host follower's region is its read-only view of
+ * the leader's (RK_BACKEND_SHARED_EPOCH), whose epoch only the leader moves,
+ * so the leader's one store starts every follower's pre-armed round, and only
+ * the cancel word can end a follower's wait. A stream wait cannot read it, so
+ * on a view the plan kernel's poll is the only wait (--cuda-resident-wait is
+ * then kernel).
  */
 #include "config.h"
 
@@ -884,6 +890,16 @@ static void disarm(struct toy_cuda *b)
 		res_fallback(b, "a pre-armed round was not published: the region is closed", 0);
 		rk_epoch_close(b->ep);
 	}
+	if (b->armed) {
+		/*
+		 * And the slot's own word, which a kernel still waiting reads as
+		 * it naps: the close above does not reach the device when the
+		 * region is the leader's (a view; rk_epoch_current() then says
+		 * closed once our scheduler closed it). Release: after the
+		 * slot's other stores, as the epoch's would be.
+		 */
+		__atomic_store_n(&b->pred_h[b->rslot]->cancel, 1u, __ATOMIC_RELEASE);
+	}
 	b->armed = false;
 	b->armed_ok = false;
 	res_drop_job(b);
@@ -1126,6 +1142,7 @@ static int arm_try(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_
 	pred->t_start = pred->t_seen = pred->t_plan = 0;
 	pred->polls = 0;
 	pred->gate = 0;
+	pred->cancel = 0;
 	for (i = 0; i < n; i++) {
 		rk_wire_round_stream(r, i, &ws);
 		e = find(b, ws.stream_id);
@@ -1138,6 +1155,10 @@ static int arm_try(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_
 	g = res_graph(b, n, dmax, k);		/* captured before the wait: nothing runs */
 	if (b->res_wait == TOY_CUDA_WAIT_STREAM) {
 		ret = rk_gpu_epoch_wait(b->gep, b->stream, pred->want);
+		if (ret == -EROFS)
+			ret = 0;	/* the leader's region: the plan kernel polls it */
+		else if (!ret)
+			b->armed = true;	/* the stream waits from here: disarm() if never met */
 		if (ret) {
 			if (job)
 				job_put(b, job);
@@ -1145,7 +1166,6 @@ static int arm_try(struct toy_cuda *b, struct rk_sched *s, const struct rk_wire_
 			res_fallback(b, "cuStreamWaitValue64", ret);
 			return TOY_CUDA_SKIP_OTHER;
 		}
-		b->armed = true;	/* the stream waits from here: disarm() if never met */
 	}
 	b->rslot = k;
 	b->arm_dmax = dmax;
@@ -1412,6 +1432,7 @@ const struct rk_backend_ops toy_cuda_ops = {
 	.launch = cuda_launch,
 	.token = cuda_token,
 	.retire = cuda_retire,
+	.flags = RK_BACKEND_SHARED_EPOCH,
 };
 
 /* ---- lifetime --------------------------------------------------------------------------- */

@@ -248,6 +248,9 @@ __global__ void k_resident_plan(const uint64_t *d_epoch, const uint32_t *d_len,
 		ep = ld_acquire64(d_epoch);
 		while ((int64_t)(ep - want) < 0) {
 			if (++polls > TOY_CUDA_POLL_FAST) {
+				/* given up by the host: the epoch stays short, so bad */
+				if (ld32(pp + offsetof(toy_cuda_kpredict, cancel)))
+					break;
 				nap = nap ? (nap * 2 > TOY_CUDA_POLL_SLEEP_MAX ?
 					     TOY_CUDA_POLL_SLEEP_MAX : nap * 2) : 64;
 				__nanosleep(nap);

@@ -78,6 +78,8 @@ struct toy_cuda_kpredict {
 	uint64_t t_start, t_seen, t_plan;
 	uint32_t polls;		/* epoch loads that found it short of @want */
 	uint32_t gate;		/* its verdict: 0 the round is the predicted one */
+	uint32_t cancel;	/* the host: not 0, give up the wait (gate 1) */
+	uint32_t pad;
 	struct {
 		uint64_t id;
 		uint32_t position;	/* tokens folded before it */
@@ -92,7 +94,9 @@ struct toy_cuda_kpredict {
  * (host-mapped) reaches @pred->want: it polls the word (acquire, system
  * scope; TOY_CUDA_POLL_FAST loads back to back, then naps growing to
  * TOY_CUDA_POLL_SLEEP_MAX ns), so a stream that already waited for it
- * (cuStreamWaitValue64) passes at once. Then read the round's descriptor
+ * (cuStreamWaitValue64) passes at once; while it naps it also reads
+ * @pred->cancel, and gives up (gate[0] = 1) once the host has set it: a
+ * follower's region is the leader's, which the follower cannot close. Then read the round's descriptor
  * (@d_len: its u32 length, @desc the ROUND payload; rk_sched.h's layout) and
  * compare it with *@pred (a device address of host-mapped memory, read when
  * the kernel runs) for @n streams, at most @dmax drafts a stream, vocabulary
