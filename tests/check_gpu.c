@@ -927,6 +927,17 @@ static bool stream_drains(cudaStream_t s, uint64_t ms)
 	return r == cudaSuccess;
 }
 
+/* A leader's region in a sealed memfd (@w) and a follower's view of it (@v). */
+static void view_pair(uint32_t desc_max, _Atomic uint32_t *waiters, _Atomic uint32_t *bell,
+		      struct rk_epoch **w, struct rk_epoch **v)
+{
+	int fd;
+
+	ck_assert_int_eq(rk__epoch_create_fd(desc_max, &fd, w), 0);
+	ck_assert_int_eq(rk__epoch_map(fd, desc_max, waiters, bell, v), 0);
+	close(fd);
+}
+
 /*
  * A same-host follower's region is its read-only view of the leader's (a
  * sealed memfd): it registers read-only, and a kernel polling the view's
@@ -942,13 +953,10 @@ START_TEST(test_epoch_view)
 	uint64_t *flag, *dflag;
 	const uint64_t *dep;
 	cudaStream_t s;
-	int fd;
 
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	ck_assert_int_eq(rk__epoch_create_fd(256, &fd, &w), 0);
-	ck_assert_int_eq(rk__epoch_map(fd, 256, &waiters, &bell, &v), 0);
-	close(fd);
+	view_pair(256, &waiters, &bell, &w, &v);
 	ck_assert(rk__epoch_is_view(v));
 	ck_assert(!rk__epoch_is_view(w));
 	ck_assert_int_eq(rk_gpu_epoch_register(v, 0, &gv), 0);
@@ -1003,13 +1011,10 @@ START_TEST(test_plan_cancel)
 	uint8_t *base;
 	cudaStream_t s;
 	bool drained;
-	int fd;
 
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-	ck_assert_int_eq(rk__epoch_create_fd(4096, &fd, &w), 0);
-	ck_assert_int_eq(rk__epoch_map(fd, 4096, &waiters, &bell, &v), 0);
-	close(fd);
+	view_pair(4096, &waiters, &bell, &w, &v);
 	ck_assert_int_eq(rk_gpu_epoch_register(v, 0, &gv), 0);
 	base = rk_gpu_epoch_device_ptr(gv);
 	CK_CUDA(cudaHostAlloc((void **)&pred, sizeof(*pred), cudaHostAllocMapped));

@@ -96,8 +96,8 @@ struct toy_cuda_kpredict {
  * TOY_CUDA_POLL_SLEEP_MAX ns), so a stream that already waited for it
  * (cuStreamWaitValue64) passes at once; while it naps it also reads
  * @pred->cancel, and gives up (gate[0] = 1) once the host has set it: a
- * follower's region is the leader's, which the follower cannot close. Then read the round's descriptor
- * (@d_len: its u32 length, @desc the ROUND payload; rk_sched.h's layout) and
+ * follower's region is the leader's, which the follower cannot close. Then
+ * read the round's descriptor (@d_len: its u32 length, @desc the ROUND payload; rk_sched.h's layout) and
  * compare it with *@pred (a device address of host-mapped memory, read when
  * the kernel runs) for @n streams, at most @dmax drafts a stream, vocabulary
  * @V, reading at most @tokwin tokens. It matches: write the kstreams and
