@@ -1071,32 +1071,36 @@ static int leader_sched(struct trank *t, uint64_t deadline)
  * waits there until the leader has published a later round, which it can
  * do only once the worker's share has reached it on the lane.
  */
+/* One pause of a hold; false (race_timeout set) once past its hang guard. */
+static bool race_pause(struct tworld *tw, uint64_t deadline)
+{
+	const struct timespec pause = { 0, 20000 };
+
+	if (rk_test_now_ns() > deadline) {
+		atomic_store(&tw->race_timeout, true);
+		return false;
+	}
+	nanosleep(&pause, NULL);
+	return true;
+}
+
 static void race_hook(void *arg, int where, const struct rk_epoch *ep, uint64_t id)
 {
 	struct tworld *tw = arg;
 	uint64_t deadline = rk_test_deadline_ms(20000), held = 0;
-	const struct timespec pause = { 0, 20000 };
 
 	if (!atomic_compare_exchange_strong(&tw->race_round, &held, id) && held != id)
 		return;
 	if (where == TOY_HOOK_WORKER_TAKES) {
-		while (atomic_load(&tw->race_loop) != id) {
-			if (rk_test_now_ns() > deadline) {
-				atomic_store(&tw->race_timeout, true);
+		while (atomic_load(&tw->race_loop) != id)
+			if (!race_pause(tw, deadline))
 				return;
-			}
-			nanosleep(&pause, NULL);
-		}
 		return;
 	}
 	atomic_store(&tw->race_loop, id);
-	while (rk_epoch_current(ep) <= id) {
-		if (rk_test_now_ns() > deadline) {
-			atomic_store(&tw->race_timeout, true);
+	while (rk_epoch_current(ep) <= id)
+		if (!race_pause(tw, deadline))
 			return;
-		}
-		nanosleep(&pause, NULL);
-	}
 	atomic_store(&tw->race_past, true);
 }
 

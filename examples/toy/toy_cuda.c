@@ -886,11 +886,12 @@ static void res_mark_unlaunched(struct toy_cuda *b, struct job *job)
 /* A pre-armed wait that no round will meet: release it (the gate stays shut). */
 static void disarm(struct toy_cuda *b)
 {
-	if (b->armed && b->ep && rk_epoch_current(b->ep) < b->pred_h[b->rslot]->want) {
-		res_fallback(b, "a pre-armed round was not published: the region is closed", 0);
-		rk_epoch_close(b->ep);
-	}
 	if (b->armed) {
+		if (b->ep && rk_epoch_current(b->ep) < b->pred_h[b->rslot]->want) {
+			res_fallback(b, "a pre-armed round was not published: the region is closed",
+				     0);
+			rk_epoch_close(b->ep);
+		}
 		/*
 		 * And the slot's own word, which a kernel still waiting reads as
 		 * it naps: the close above does not reach the device when the
