@@ -4,6 +4,7 @@
 #define RK_RDMA_INT_H
 
 #include "runtime_int.h"
+#include "sock_int.h"
 
 /*
  * The QP description each side sends on the TCP side channel right after the

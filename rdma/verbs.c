@@ -1080,7 +1080,7 @@ int rk__verbs_link_from_fd(struct rk_loop *loop, int fd, const struct rk__verbs_
 		return ret;
 	v->fd = fd;
 	if (getpeername(fd, (struct sockaddr *)&ss, &sslen) == 0)
-		rk__sockaddr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
+		rk__sock_addr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
 	ret = sc_start(v);
 	if (ret) {
 		v->fd = -1; /* the caller closes it */
@@ -1121,7 +1121,7 @@ int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
 	socklen_t len;
 	int fd, ret;
 
-	ret = rk__tcp_resolve(a, false, &ss, &len);
+	ret = rk__sock_resolve(a, false, &ss, &len);
 	if (ret)
 		return ret;
 	ret = vl_new(loop, o, oops, owner, RK_LINK_CONNECTING, &v);
@@ -1136,7 +1136,7 @@ int rk__verbs_connect(struct rk_loop *loop, const struct rk__addr *a,
 	v->fd = fd;
 	v->addr = ss;
 	v->addrlen = len;
-	rk__sockaddr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
+	rk__sock_addr_str(&ss, v->link.peer_addr, sizeof(v->link.peer_addr));
 	sqe = rk__loop_sqe(loop);
 	if (!sqe) {
 		vl_abandon(v);

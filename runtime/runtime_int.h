@@ -498,20 +498,7 @@ static inline bool rk__link_stranger(const struct rk_link *l)
 /* A warning about a link; about a stranger it is only a debug line. */
 #define rk__link_warn(l, ...)							\
 	rk__log(rk__link_stranger(l) ? RK_LOG_DEBUG : RK_LOG_WARN, (l)->rank, __VA_ARGS__)
-/* "host:port" of @ss into @buf (for peer_addr). */
-void rk__sockaddr_str(const struct sockaddr_storage *ss, char *buf, size_t len);
-/* 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. */
-bool rk__sockaddr_loopback(const struct sockaddr_storage *ss);
-
 /* ---- the TCP transport (tcp.c) ---- */
-/* Start a multishot accept on a listening socket; @cb gets each new fd. */
-struct rk__listener;
-int rk__tcp_listen(struct rk_loop *loop, const struct rk__addr *a,
-		   void (*cb)(struct rk__listener *ls, int fd), void *arg, struct rk__listener **out);
-void *rk__listener_arg(struct rk__listener *ls);
-/* Close; *@gone becomes true once its memory is freed (a later iteration). */
-void rk__tcp_listener_close(struct rk__listener *ls, bool *gone);
-int rk__tcp_listener_port(struct rk__listener *ls);
 /* A link's TCP source that reads its socket directly (not a link on shared
  * memory or on the ring only): a frame it waits for crosses the TCP path. */
 bool rk__tcp_source_direct(const struct rk_source *src);
@@ -532,9 +519,6 @@ int rk__tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *
 			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
 int rk__tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
 			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-/* getaddrinfo() for @a (passive: for bind). Return: 0 or -RK_ECONFIG (logged). */
-int rk__tcp_resolve(const struct rk__addr *a, bool passive, struct sockaddr_storage *ss,
-		    socklen_t *len);
 
 /* ---- transport classes (transport.c): how a world's links are made, by scheme ---- */
 /*

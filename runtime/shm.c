@@ -88,6 +88,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "sock_int.h"
 #include "memfd_int.h"
 #include "wire_int.h"
 #include "rk_sched.h"
@@ -2304,7 +2305,7 @@ int rk__shm_prepare(struct rk_loop *loop, const struct rk__addr *a, bool require
 	c->epfd = -1;
 	c->resident = cfg->resident != RK_RESIDENT_OFF;
 	c->lane = cfg->lane;
-	c->loopback = !rk__tcp_resolve(a, cfg->rank == 0, &ss, &len) && rk__sockaddr_loopback(&ss);
+	c->loopback = !rk__sock_resolve(a, cfg->rank == 0, &ss, &len) && rk__sock_loopback(&ss);
 	identity(&c->me);
 	if (c->mode != RK_SHM_OFF)
 		(void)features();	/* the probe's few syscalls now, not on a link */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "sock_int.h"
 
 /* Why a stranger was dropped: the counters of struct rk_world_stats. */
 enum refusal {
@@ -471,7 +472,7 @@ void rk__world_accept(struct rk_world *w, int fd)
 
 static void world_accept(struct rk__listener *ls, int fd)
 {
-	rk__world_accept(rk__listener_arg(ls), fd);
+	rk__world_accept(rk__sock_listener_arg(ls), fd);
 }
 
 /* ---- follower: connect ------------------------------------------------------------- */
@@ -575,10 +576,10 @@ static int world_auth_policy(struct rk_world *w, const struct rk_config *cfg)
 				 "join this job as a rank", w->addr.host, w->addr.port);
 		return 0;
 	}
-	ret = rk__tcp_resolve(&w->addr, w->rank == 0, &ss, &len);
+	ret = rk__sock_resolve(&w->addr, w->rank == 0, &ss, &len);
 	if (ret)
 		return ret;
-	if (rk__sockaddr_loopback(&ss))
+	if (rk__sock_loopback(&ss))
 		return 0;
 	rk__err(w->rank, "world: %s:%u is not a loopback address and no secret is set, so "
 		"anyone who reaches it could join the job. Set RK_SECRET_FILE to a file (chmod "
@@ -641,7 +642,7 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 				goto err_free_links;
 		}
 		if (w->rank == 0) {
-			ret = rk__tcp_listen(loop, &w->addr, world_accept, w, &w->ls);
+			ret = rk__sock_listen(loop, &w->addr, world_accept, w, &w->ls);
 			if (ret) {
 				rk__err(0, "world: cannot listen on %s: %s", cfg->leader,
 					rk_strerror(ret));
@@ -808,7 +809,7 @@ void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
 
 int rk_world_port(const struct rk_world *w)
 {
-	return w->ls ? rk__tcp_listener_port(w->ls) : -ENOTCONN;
+	return w->ls ? rk__sock_listener_port(w->ls) : -ENOTCONN;
 }
 
 int rk_world_destroy(struct rk_world *w)
@@ -831,7 +832,7 @@ int rk_world_destroy(struct rk_world *w)
 	rk_timer_stop(&w->retry_timer);
 	if (w->ls) {
 		ls_gone = false;
-		rk__tcp_listener_close(w->ls, &ls_gone);
+		rk__sock_listener_close(w->ls, &ls_gone);
 	}
 	/* BYE goes only on links that are up; the others just close */
 	for (l = w->all; l; l = next) {
