@@ -4,6 +4,7 @@
 #define RK_RDMA_INT_H
 
 #include "runtime_int.h"
+#include "link_int.h"
 #include "sock_int.h"
 
 /*

@@ -6,14 +6,19 @@
  * bytes (any split), the handshake (HELLO/WELCOME/AUTH, with the proofs that
  * both sides hold the job's secret, WIRE.md), sequence numbers,
  * the send batch (frames queued by handlers leave in one send before the loop
- * waits; on a shared-memory ring a frame with nothing queued before it goes
- * at once: link_direct()), and the per-link memory bounds (a partial frame
+ * waits; a frame with nothing queued before it may leave at once, from its
+ * commit: link_direct()), the per-link memory bounds (a partial frame
  * <= max_frame, unsent bytes <= tx_limit: a peer that stops reading fails
- * with RK_ESLOWPEER).
+ * with RK_ESLOWPEER), and the hand-over of a link from its carrier to a
+ * transport its class swaps in (rk__link_set_transport(): the same-host
+ * upgrade), with the frames of the whole-frame streams such a transport
+ * reads beside the link's byte stream (rk__link_rx_frame()).
  *
  * Lifetime: a link is created by its transport, handed to its owner, and freed
  * by the transport's destroy() once it is closed and no operation is in flight
- * and no handler is running on it (ops_inflight == 0, in_dispatch == 0).
+ * and no handler is running on it (ops_inflight == 0, in_dispatch == 0); its
+ * class's link_shutdown() and link_free() hooks run just after the
+ * transport's shutdown() and just before its destroy().
  */
 #include "config.h"
 
@@ -22,6 +27,7 @@
 #include <string.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
 
 static void link_flush_cb(struct rk__flusher *f);
 
@@ -63,6 +69,8 @@ static void link_maybe_free(struct rk_link *l)
 	rk__secure_zero(l->key, sizeof(l->key));
 	rk__gaps_detach(&l->gaps);
 	rk__loop_unref(loop);
+	if (l->tclass && l->tclass->link_free)
+		l->tclass->link_free(l->tctx, l);
 	l->tops->destroy(l);	/* frees l */
 }
 
@@ -78,6 +86,8 @@ static void link_shutdown(struct rk_link *l)
 		return;
 	l->state = RK_LINK_CLOSED;
 	l->tops->shutdown(l);
+	if (l->tclass && l->tclass->link_shutdown)
+		l->tclass->link_shutdown(l->tctx, l);
 	link_maybe_free(l);
 }
 
@@ -117,8 +127,13 @@ static void link_flush_cb(struct rk__flusher *f)
 
 size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p)
 {
+	size_t n = l->out.len - l->out.off;
+
 	*p = l->out.p + l->out.off;
-	return l->out.len - l->out.off;
+	/* the carrier's bytes before a swap: the transport swapped in sends the rest */
+	if (l->tx_sent < l->tx_carrier_end && n > l->tx_carrier_end - l->tx_sent)
+		n = (size_t)(l->tx_carrier_end - l->tx_sent);
+	return n;
 }
 
 void rk__link_tx_done(struct rk_link *l, size_t n)
@@ -185,13 +200,12 @@ static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
  * The direct lanes (ARCHITECTURE.md, "The TCP busy path", "Same-host links"):
  * a frame that finds nothing queued or in flight before it, on a link that is
  * up, leaves from the commit that encoded it, with no flush. Anything queued
- * (a frame before it, bytes still going on TCP before the switch) keeps the
- * frame behind it in the batch, so the stream's order holds. On shm,
- * rk__shm_tx_direct() takes the whole frame or refuses it (a full ring, a
- * frame over one record, a closing link, before the switch). On TCP the
- * transport takes what the socket does (tcp.c: the first frame of a link in
- * an iteration); a part it took leaves the rest as the out buffer, for the
- * flush. @frame is q's head: q holds nothing before it.
+ * (a frame before it, bytes still going on the carrier before a swap) keeps
+ * the frame behind it in the batch, so the stream's order holds. The
+ * transport's send_direct() takes what it can: all of it or nothing on a
+ * shared-memory ring (shm.c), what the socket does on TCP (tcp.c: the first
+ * frame of a link in an iteration); a part it took leaves the rest as the out
+ * buffer, for the flush. @frame is q's head: q holds nothing before it.
  */
 static bool link_direct(struct rk_link *l, const uint8_t *frame, size_t n)
 {
@@ -200,8 +214,6 @@ static bool link_direct(struct rk_link *l, const uint8_t *frame, size_t n)
 
 	if (l->q.len || l->out.off != l->out.len || l->state != RK_LINK_UP || l->close_after_flush)
 		return false;
-	if (l->shm)
-		return rk__shm_tx_direct(l, frame, n);
 	if (!l->tops->send_direct)
 		return false;
 	took = l->tops->send_direct(l, frame, n);
@@ -321,7 +333,23 @@ void rk_link_stats(const struct rk_link *l, struct rk_link_stats *out)
 
 const char *rk_link_transport(const struct rk_link *l)
 {
-	return l->via ? l->via : l->tops->name;
+	/* after a swap, the carrier's name until the peer's frames moved too: a
+	 * link is on the new transport once both directions are */
+	return l->carrier_name && !l->rx_moved ? l->carrier_name : l->tops->name;
+}
+
+void rk__link_set_transport(struct rk_link *l, const struct rk__transport_ops *ops, void *priv)
+{
+	l->tx_carrier_end = l->tx_sent + tx_pending(l);
+	l->carrier_name = l->tops->name;
+	l->tops = ops;
+	l->tpriv = priv;
+}
+
+void rk__link_rx_switch(struct rk_link *l)
+{
+	l->rx_cut = true;
+	l->rx_moved = true;
 }
 
 /* ---- failure and close ------------------------------------------------------------ */
@@ -493,8 +521,8 @@ static int link_up(struct rk_link *l)
 	}
 	/* a rank joined: real work follows (and a ONCE run ends on it) */
 	rk__loop_note(l->loop, RK_BUSY);
-	if (l->tops->up && l->state == RK_LINK_UP)
-		l->tops->up(l);
+	if (l->tclass && l->tclass->up && l->state == RK_LINK_UP)
+		l->tclass->up(l->tctx, l);
 	return 0;
 }
 
@@ -610,8 +638,8 @@ static int link_admit(const struct rk_link *l, unsigned int type)
 	case RK_LINK_WELCOMED:
 		return type == RK_FRAME_AUTH || type == RK_FRAME_ERROR ? 0 : -RK_EHANDSHAKE;
 	case RK_LINK_UP:
-		if (type >= RK_FRAME_SHM_REQUEST && type <= RK_FRAME_SHM_SWITCH)
-			return l->tops->control ? 0 : -RK_EHANDSHAKE;
+		if (RK__FRAME_BIT(type) & RK__FRAME_CONTROL)
+			return l->tclass && l->tclass->control ? 0 : -RK_EHANDSHAKE;
 		return type == RK_FRAME_HELLO || type == RK_FRAME_WELCOME ||
 			       type == RK_FRAME_AUTH ? -RK_EHANDSHAKE : 0;
 	default:
@@ -628,7 +656,7 @@ static uint32_t link_max_len(const struct rk_link *l)
 }
 
 /* One complete, header-validated frame of the stream counted by *@seq (the
- * link's, or its broadcast ring's). Return 0, or an error (the link fails). */
+ * link's, or a whole-frame stream's). Return 0, or an error (the link fails). */
 static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload,
 			 uint64_t *seq)
 {
@@ -667,13 +695,12 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 		case RK_FRAME_BYE:
 			rk__link_fail(l, -RK_EPEERBYE, false);
 			return 0;
-		case RK_FRAME_SHM_REQUEST:
-		case RK_FRAME_SHM_OFFER:
-		case RK_FRAME_SHM_ANSWER:
-		case RK_FRAME_SHM_SWITCH:
-			rk__loop_note(l->loop, RK_IDLE);
-			return l->tops->control(l, h, payload);	/* admitted only with one */
 		default:
+			if (RK__FRAME_BIT(h->type) & RK__FRAME_CONTROL) {
+				rk__loop_note(l->loop, RK_IDLE);
+				/* admitted only with one (link_admit()) */
+				return l->tclass->control(l->tctx, l, h, payload);
+			}
 			act = l->oops->frame(l, h, payload);
 			rk__loop_note(l->loop, act);
 			if (act == RK_BUSY)
@@ -783,14 +810,12 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 	return 0;
 }
 
-enum rx_kind { RX_STREAM, RX_BCAST, RX_LANE };
-
 /*
- * The broadcast ring and a follower's lane (shm.c) hand over whole frames,
- * each of its own sequence: anything else is a bad record. The broadcast ring
- * never carries the shm handshake; a lane carries USER frames only.
+ * The whole-frame streams (rk__link_rx_frame()): a record holds exactly one
+ * frame, of a type the stream may carry, counted in the stream's own sequence.
  */
-static int link_rx_whole(struct rk_link *l, const uint8_t *p, size_t n, enum rx_kind kind)
+static int link_rx_whole(struct rk_link *l, struct rk__frame_stream *st, const uint8_t *p,
+			 size_t n)
 {
 	struct rk_wire_hdr h;
 	int64_t total;
@@ -799,24 +824,22 @@ static int link_rx_whole(struct rk_link *l, const uint8_t *p, size_t n, enum rx_
 		return 0;	/* failing or closed: drop what is still arriving */
 	total = link_hdr(l, p, n, &h);
 	if (total == -EAGAIN || (total >= 0 && (size_t)total != n))
-		return -RK_ESHMRING;
+		return st->err_record;
 	if (total < 0)
 		return (int)total;
-	if (kind == RX_LANE)
-		return h.type == RK_FRAME_USER ?
-			       link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_lseq) :
-			       -RK_ESHMRING;
-	if (h.type >= RK_FRAME_SHM_REQUEST && h.type <= RK_FRAME_SHM_SWITCH)
-		return -RK_EHANDSHAKE;	/* never broadcast */
-	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_bseq);
+	if (!(RK__FRAME_BIT(h.type) & st->types))
+		return st->err_type;
+	return link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &st->seq);
 }
 
-static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, enum rx_kind kind)
+/* A delivery of received bytes (@st NULL: the byte stream) or of one frame of
+ * the whole-frame stream @st; its error fails the link. */
+static int link_rx_any(struct rk_link *l, struct rk__frame_stream *st, const uint8_t *p, size_t n)
 {
 	int ret;
 
 	l->in_dispatch++;
-	ret = kind == RX_STREAM ? link_rx(l, p, n) : link_rx_whole(l, p, n, kind);
+	ret = st ? link_rx_whole(l, st, p, n) : link_rx(l, p, n);
 	l->rx_cut = false;
 	if (ret) {
 		rk__link_warn(l, "link to rank %d (%s %s): %s", l->peer, rk_link_transport(l),
@@ -830,15 +853,11 @@ static int link_rx_any(struct rk_link *l, const uint8_t *p, size_t n, enum rx_ki
 
 int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 {
-	return link_rx_any(l, p, n, RX_STREAM);
+	return link_rx_any(l, NULL, p, n);
 }
 
-int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n)
+int rk__link_rx_frame(struct rk_link *l, struct rk__frame_stream *st, const uint8_t *frame,
+		      size_t n)
 {
-	return link_rx_any(l, frame, n, RX_BCAST);
-}
-
-int rk__link_rx_lane(struct rk_link *l, const uint8_t *frame, size_t n)
-{
-	return link_rx_any(l, frame, n, RX_LANE);
+	return link_rx_any(l, st, frame, n);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Sealed memfds, as the same-host links (shm.c) and the epoch regions other
+ * Sealed memfds, as the same-host links (shm_ring.c) and the epoch regions other
  * processes map (epoch.c) use them: the flags older libc headers lack, and the
  * one check a mapper makes of a descriptor a peer handed it. After runtime_int.h
  * (RK_EFIELD). Never installed.

@@ -74,6 +74,16 @@ int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid);
 /* 64-bit FNV-1a. */
 uint64_t rk__fnv1a64(const void *p, size_t n);
 
+/* ---- the transport classes' scheme table (transport.c; a class: link_int.h) ---- */
+struct rk__transport_class;
+/* Add @c. Return: 0, -EEXIST (its scheme is taken), -ENOSPC. Not thread-safe:
+ * constructors, and tests before any world exists. */
+int rk__transport_register(const struct rk__transport_class *c);
+/* Remove @c again (tests). */
+void rk__transport_unregister(const struct rk__transport_class *c);
+/* The class of @scheme, or NULL (rk__addr_parse() refuses a scheme without one). */
+const struct rk__transport_class *rk__transport_find(const char *scheme);
+
 /* ---- authentication (auth.c, over OpenSSL's libcrypto) ---- */
 /* The handshake transcript: the HELLO payload, then the WELCOME payload. */
 #define RK__TRANSCRIPT_LEN	(2 * RK_WIRE_HELLO_LEN)
@@ -341,164 +351,9 @@ static inline bool rk__heartbeat_due(uint64_t now, uint64_t last_tx, uint64_t hb
 	return now - last_tx >= hb / 2;
 }
 
-/* ---- links (link.c): framing, handshake, batching, bounds; over a transport ---- */
-
-/* How a link's bytes move (the seam a verbs transport plugs into). */
-struct rk__transport_ops {
-	const char *name;		/* "tcp", "roce" (rk_link.via names what replaced it) */
-	/* Send what rk__link_tx_next() hands out; called by the flusher when
-	 * frames are queued and nothing is in flight. */
-	void (*flush)(struct rk_link *l);
-	/* Stop all I/O (shutdown the socket, flush QPs). Each operation in
-	 * flight must end with rk__link_op_done(). */
-	void (*shutdown)(struct rk_link *l);
-	/* Free the transport's resources (fd, QP); the link's memory follows. */
-	void (*destroy)(struct rk_link *l);
-	/* Optional: the handshake completed and the link is up (the same-host
-	 * upgrade of a tcp link starts here, shm.c). */
-	void (*up)(struct rk_link *l);
-	/* Optional: a frame of the transport's own (SHM_*) on a link that is up.
-	 * Return 0, or an error that fails the link. Without it such frames are
-	 * refused from the header (RK_EHANDSHAKE). */
-	int (*control)(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload);
-	/* Optional: write one frame of @n bytes now, from the commit that encoded
-	 * it, when nothing is queued or in flight on the link (link_direct()).
-	 * Return the bytes the transport took, 0..@n: the rest goes through the
-	 * batch and a flush, as any frame's would; an error is left to that flush. */
-	size_t (*send_direct)(struct rk_link *l, const uint8_t *frame, size_t n);
-};
-
-/*
- * What a link reports to its owner (the world). All on the loop thread.
- * The link runs the handshake itself (WIRE.md): it checks the peer's protocol
- * version, world size, session, rank range and authentication mode, exchanges
- * the proofs, and asks the owner only what the owner knows.
- */
-struct rk__link_owner_ops {
-	/* The peer's HELLO (accepting side) or WELCOME (connecting side) passed
-	 * the link's checks: may this rank join? (No proof has been checked yet:
-	 * decide nothing lasting.) Return 0, or an error sent back as ERROR. */
-	int (*check)(struct rk_link *l, const struct rk_wire_hello *hello);
-	/* The handshake completed, the peer's proof included when a secret is
-	 * used: the link is up. Return 0 to take it, or an error sent back. */
-	int (*handshake)(struct rk_link *l);
-	/* a frame for the application, or an ERROR frame */
-	enum rk_activity (*frame)(struct rk_link *l, const struct rk_wire_hdr *h,
-				  const uint8_t *payload);
-	/* the link failed (called once, with the cause); it closes itself after */
-	void (*failed)(struct rk_link *l, int err);
-	/* the link's I/O is over and its memory is about to be freed */
-	void (*closed)(struct rk_link *l);
-};
-
-enum rk__link_state {
-	RK_LINK_CONNECTING,	/* transport connecting */
-	RK_LINK_ACCEPTED,	/* waiting for HELLO */
-	RK_LINK_HELLO_SENT,	/* waiting for WELCOME */
-	RK_LINK_WELCOMED,	/* connecting side: waiting for the leader's AUTH */
-	RK_LINK_AUTH_WAIT,	/* accepting side: WELCOME and AUTH sent, waiting for AUTH */
-	RK_LINK_UP,
-	RK_LINK_FAILED,		/* draining an ERROR/BYE frame, then closing */
-	RK_LINK_CLOSED,		/* I/O shut down, waiting for ops to end */
-};
-
-struct rk__txbuf {
-	uint8_t *p;
-	size_t len, off, cap;
-};
-
-struct rk_link {
-	struct rk_loop *loop;
-	const struct rk__transport_ops *tops;
-	const struct rk__link_owner_ops *oops;
-	void *owner;
-	enum rk__link_state state;
-	int rank;			/* ours */
-	int peer;			/* theirs, -1 until known */
-	int err;			/* first failure */
-	uint64_t tx_seq, rx_seq;
-	struct rk__txbuf q;		/* frames being queued */
-	struct rk__txbuf out;		/* frames being sent */
-	uint8_t *rx;			/* a partial frame */
-	size_t rx_len, rx_cap;
-	uint32_t max_frame;
-	uint64_t tx_limit;
-	uint64_t created, last_rx, last_tx;
-	struct rk__flusher flusher;
-	unsigned int ops_inflight;
-	unsigned int in_dispatch;
-	bool close_after_flush;
-	bool reserved;
-	bool failed_reported;
-	bool accepted;			/* the accepting side (a stranger until it is up) */
-	bool was_up;			/* the handshake completed once */
-	bool authed;			/* the peer proved the secret; key[] is the link's */
-	uint8_t transcript[RK__TRANSCRIPT_LEN];	/* HELLO payload, then WELCOME payload */
-	uint8_t key[RK_WIRE_MAC_LEN];	/* the link's own key (WIRE.md), once authed */
-	char peer_addr[64];		/* "host:port" of the peer, for log lines */
-	struct rk_link_stats stats;
-	struct rk__gaps gaps;		/* its busy frames' arrivals, learned by the loop */
-	uint64_t tx_sent;		/* bytes handed to the transport (rk__link_tx_done) */
-	uint64_t rx_bseq;		/* next sequence number on the broadcast ring (shm.c) */
-	uint64_t rx_lseq;		/* next sequence number on the follower's lane (shm.c) */
-	bool rx_cut;			/* set by a control frame: the stream it came on ends
-					 * with it; bytes after it fail the link (-EPROTO) */
-	const char *via;		/* the transport in use when not tops->name ("shm") */
-	void *tctx;			/* the context of the class that made it (tcp: shm.c's) */
-	struct rk__shm_link *shm;	/* a tcp link's same-host state (shm.c), or NULL */
-	bool shm_settled;		/* its upgrade ended: on the rings, or it stays on TCP */
-	struct rk_link *next;		/* owner's list */
-	struct rk_link *all_next;	/* owner's list of every live link */
-};
-
-/* Initialise the generic part of a link embedded in a transport's struct. */
-void rk__link_init(struct rk_link *l, struct rk_loop *loop, const struct rk__transport_ops *tops,
-		   const struct rk__link_owner_ops *oops, void *owner, enum rk__link_state state);
-/* Bytes received (any split); frames are parsed, validated and dispatched.
- * Return: 0, or the error that failed the link. */
-int rk__link_rx(struct rk_link *l, const uint8_t *p, size_t n);
-/* One whole frame (@n bytes, in private memory) read from a world's broadcast
- * ring: validated like any received frame, its sequence number counted in the
- * broadcast stream (rx_bseq). Return: 0, or the error that failed the link. */
-int rk__link_rx_bcast(struct rk_link *l, const uint8_t *frame, size_t n);
-/* One whole frame read from a follower's lane (leader): a USER frame of the
- * lane's own sequence (rx_lseq), anything else fails the link. Return: 0, or the
- * error that failed the link. */
-int rk__link_rx_lane(struct rk_link *l, const uint8_t *frame, size_t n);
-/* Next bytes to send: a pointer and length into the out buffer (0: none). */
-size_t rk__link_tx_next(struct rk_link *l, const uint8_t **p);
-/* @n bytes of what rk__link_tx_next() gave were sent. */
-void rk__link_tx_done(struct rk_link *l, size_t n);
-/* Queue a frame ignoring the link state (handshake, ERROR, BYE). */
-int rk__link_send_raw(struct rk_link *l, unsigned int type, unsigned int flags,
-		      const void *payload, uint32_t len);
-/* Fail the link with @err: report it to the owner once; if @tell, send the
- * peer an ERROR frame first; then close. Safe to call repeatedly. */
-void rk__link_fail(struct rk_link *l, int err, bool tell);
-/* As rk__link_fail(), with @msg (NULL: rk_strerror(err)) as the ERROR's text. */
-void rk__link_fail_msg(struct rk_link *l, int err, bool tell, const char *msg);
-/* Orderly close: send BYE (if up), flush, then shut down. */
-void rk__link_close(struct rk_link *l, bool bye);
-/* Shut the transport down now (after a linger), skipping unsent frames. */
-void rk__link_abort(struct rk_link *l);
-/* Transports: an operation of theirs started / ended. */
-static inline void rk__link_op_start(struct rk_link *l)
-{
-	l->ops_inflight++;
-}
-void rk__link_op_done(struct rk_link *l);
-/* The transport connected: start the handshake (HELLO) as rank @rank. */
-void rk__link_connected(struct rk_link *l);
-/* A stranger: an accepted link whose handshake has not completed. Its
- * failures are the owner's to count and log (rate-limited), not the link's. */
-static inline bool rk__link_stranger(const struct rk_link *l)
-{
-	return l->accepted && !l->was_up;
-}
-/* A warning about a link; about a stranger it is only a debug line. */
-#define rk__link_warn(l, ...)							\
-	rk__log(rk__link_stranger(l) ? RK_LOG_DEBUG : RK_LOG_WARN, (l)->rank, __VA_ARGS__)
-/* ---- the TCP transport (tcp.c) ---- */
+/* ---- the TCP rehearsal (tcp.c), for the loop's RK_PREWARM ---- */
+/* The loop's one call into a transport (tests/layers.sh lists it as a known
+ * exception until it moves behind a source hook). */
 /* A link's TCP source that reads its socket directly (not a link on shared
  * memory or on the ring only): a frame it waits for crosses the TCP path. */
 bool rk__tcp_source_direct(const struct rk_source *src);
@@ -506,129 +361,6 @@ bool rk__tcp_source_direct(const struct rk_source *src);
  * making the pair at the first call (both -1). Return 0, or -errno (the pair
  * is closed, both -1 again). Loop thread. */
 int rk__tcp_rehearse(int fds[2]);
-/* Wrap a connected socket in a link (starts receiving). */
-int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,
-			 void *owner, enum rk__link_state state, struct rk_link **out);
-/* Connect to @a; on success the link starts the handshake; on failure
- * oops->failed() reports the connect error (e.g. -ECONNREFUSED). */
-int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
-		    const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-/* The tcp class's connect and from_fd (shm.c's shm:// class shares them): the
- * links carry the class's context @ctx. */
-int rk__tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
-			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-int rk__tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
-			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-
-/* ---- transport classes (transport.c): how a world's links are made, by scheme ---- */
-/*
- * One class per address scheme (rdma-core's provider pattern): the world looks
- * the leader address's scheme up here and never names a transport itself. The
- * leader always listens on TCP (for roce:// that socket is the side channel);
- * a class turns each accepted socket into a link, and connects a follower's.
- * A class registers itself from its own module (a constructor), so a new
- * transport plugs in without touching world.c.
- */
-struct rk__transport_class {
-	const char *scheme;		/* "tcp", "roce" (at most 7 characters) */
-	/* Once per world, before any link: check this rank's end for address @a
-	 * (a device, a GID index) and keep what its links need in *@ctx. May be
-	 * NULL. Return: 0 or -errno / -RK_ECONFIG, logged by the class. */
-	int (*prepare)(struct rk_loop *loop, const struct rk__addr *a, void **ctx);
-	/* Free what prepare() kept. May be NULL. */
-	void (*release)(void *ctx);
-	/* Follower: connect to @a; the link starts the handshake once connected,
-	 * and a failure to connect comes through oops->failed(). */
-	int (*connect)(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
-		       const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-	/* Leader: a link over the socket @fd accepted on the world's port, in state
-	 * RK_LINK_ACCEPTED. It owns @fd on success only. */
-	int (*from_fd)(struct rk_loop *loop, int fd, void *ctx,
-		       const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out);
-	/* Optional, leader: deliver a frame to every follower the class reaches
-	 * with one write (same-host shared memory), setting @done[rank] for each
-	 * one it took; the world sends it to the others link by link. Return 0,
-	 * or an error when no write was made (the world then sends to all). */
-	int (*broadcast)(void *ctx, unsigned int type, unsigned int flags, const void *payload,
-			 uint32_t len, uint8_t *done);
-	/* Optional: add the class's counters to @st. */
-	void (*stats)(void *ctx, struct rk_world_stats *st);
-};
-/* Add @c. Return: 0, -EEXIST (its scheme is taken), -ENOSPC. Not thread-safe:
- * constructors, and tests before any world exists. */
-int rk__transport_register(const struct rk__transport_class *c);
-/* Remove @c again (tests). */
-void rk__transport_unregister(const struct rk__transport_class *c);
-/* The class of @scheme, or NULL. */
-const struct rk__transport_class *rk__transport_find(const char *scheme);
-
-/* ---- same-host links (shm.c): a tcp link moved to shared-memory rings ---- */
-struct rk__shm_link;
-/* The tcp and shm classes' context: this rank's identity and policy, and the
- * leader's broadcast ring. @required: every link must move (shm://). Return:
- * 0 or -ENOMEM; a host without the kernel features is not an error here. */
-int rk__shm_prepare(struct rk_loop *loop, const struct rk__addr *a, bool required, void **ctx);
-void rk__shm_release(void *ctx);
-int rk__shm_broadcast(void *ctx, unsigned int type, unsigned int flags, const void *payload,
-		      uint32_t len, uint8_t *done);
-void rk__shm_stats(void *ctx, struct rk_world_stats *st);
-/* The tcp transport's hooks (tcp.c calls them for links with l->tctx). */
-void rk__shm_link_up(struct rk_link *l);
-int rk__shm_control(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload);
-/* Whether this link's frames now go on its ring; else how many of the @n bytes
- * rk__link_tx_next() gave still go on TCP (those before the switch). */
-bool rk__shm_tx_ring(const struct rk_link *l);
-size_t rk__shm_tx_tcp(const struct rk_link *l, size_t n);
-void rk__shm_flush(struct rk_link *l);
-/* The direct lane: publish one whole encoded frame of @n bytes at @frame into
- * @l's ring now, when nothing is queued before it (the caller's to know) and it
- * fits one record with room. False: it did not (the caller queues it). */
-bool rk__shm_tx_direct(struct rk_link *l, const uint8_t *frame, size_t n);
-/* Whether the peer sends on the ring now (the socket is only the side channel). */
-bool rk__shm_rx_ring(const struct rk_link *l);
-/* Deliver what the rings hold now (the side channel ended: a BYE may be there). */
-void rk__shm_drain(struct rk_link *l);
-void rk__shm_shutdown(struct rk_link *l);
-void rk__shm_destroy(struct rk_link *l);
-/*
- * Same-host round epochs (rk_sched.h, docs/RESIDENT-SHM.md). rk__shm_epoch():
- * the leader's region that its same-host followers map (made beside the
- * broadcast ring; RK_RESIDENT not off), or NULL. rk__shm_link_epoch(): a
- * follower's read-only view of it over link @l, or NULL (not on the rings,
- * not sent, or it could not be mapped); it is closed (rk_epoch_close()) when
- * the link ends, which releases this process's consumers asleep on it.
- * Neither reference is the caller's: rk_epoch_hold() one to keep it.
- * rk__shm_settled(): @l's upgrade has ended either way (a link of a class
- * without same-host upgrades has none: true). Loop thread.
- */
-struct rk_epoch *rk__shm_epoch(void *ctx);
-struct rk_epoch *rk__shm_link_epoch(const struct rk_link *l);
-bool rk__shm_settled(const struct rk_link *l);
-/* Tests: pretend the kernel lacks features (RK__SHM_F_* bits), 0 = as probed. */
-#define RK__SHM_F_MEMFD		0x1u	/* memfd_create() with sealing */
-#define RK__SHM_F_FUTURE_WRITE	0x2u	/* F_SEAL_FUTURE_WRITE: the read-only broadcast ring */
-#define RK__SHM_F_PIDFD		0x4u	/* pidfd_open() */
-#define RK__SHM_F_FUTEX		0x8u	/* IORING_OP_FUTEX_WAIT (else eventfds) */
-void rk__shm_test_mask(unsigned int features);
-/* Tests: write into @l's rings what a broken or hostile peer would, bypassing
- * the link (its sequence numbers, its bounds). Return: 0, -ENOTCONN when @l
- * is not on shared memory, -EINVAL for a poke this end cannot make. */
-enum rk__shm_poke {
-	RK__SHM_POKE_OVERSIZE,	/* a link record longer than a chunk may be */
-	RK__SHM_POKE_RESERVED,	/* a link record whose zero field is not zero */
-	RK__SHM_POKE_MARK,	/* a link record whose mark is not 8-aligned (or not 0) */
-	RK__SHM_POKE_CHUNK,	/* a record holding @p, @n bytes as they are */
-	RK__SHM_POKE_BHEAD,	/* follower: a broadcast position past the ring's tail */
-	RK__SHM_POKE_BCAST,	/* leader: a broadcast record holding @p, @n bytes */
-	RK__SHM_POKE_LANE,	/* follower, no lane open: a lane record holding @p, @n
-				 * bytes as they are (@n 0: a length word past the bound) */
-};
-int rk__shm_test_poke(struct rk_link *l, enum rk__shm_poke what, const void *p, size_t n);
-/* Tests: run @l's source arm step, what the loop does before it blocks: the
- * bell is published, fenced and the rings looked at again. Return: 1 (found
- * something: the loop must not block), 0 (asleep: only a write that rings the
- * bell wakes it), -ENOTCONN when @l is not on shared memory. */
-int rk__shm_test_arm(struct rk_link *l);
 
 /* Leader: a connection accepted on the world's port (the listener's callback;
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */
@@ -656,7 +388,7 @@ void rk__world_hold(struct rk_world *w);
 void rk__world_release(struct rk_world *w);
 /*
  * Leader: run @w's loop (rk_loop_run()) until every link that is up has
- * settled its same-host upgrade (rk__shm_settled()), bounded by the connect
+ * settled its same-host upgrade (its class's settled()), bounded by the connect
  * timeout; nothing on a follower (its link is on the rings before the first
  * ROUND it gets, as the leader's SWITCH precedes it), before the world is
  * ready, or inside a callback. Return: true when

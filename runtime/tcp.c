@@ -11,12 +11,19 @@
  *   loop blocks does the source's arm() submit one io_uring recv into the
  *   link's buffer; a flush the socket cannot take whole hands the rest to an
  *   io_uring send, which waits for room in the kernel.
- * - ring: with RK_WAIT=block, and on a link moving to (or on) shared memory,
- *   a multishot receive into the loop's provided-buffer ring (plain recv into
- *   the link's buffer where the kernel lacks buffer rings) stays in flight.
- *   On shared memory every flush is an io_uring send; under RK_WAIT=block a
- *   flush writes directly first, as above, and only what the socket does not
- *   take goes to an io_uring send.
+ * - ring: with RK_WAIT=block, and on a link that another transport takes
+ *   over (l->moving: the same-host upgrade), a multishot receive into the
+ *   loop's provided-buffer ring (plain recv into the link's buffer where the
+ *   kernel lacks buffer rings) stays in flight. On a link being taken over
+ *   every flush is an io_uring send; under RK_WAIT=block a flush writes
+ *   directly first, as above, and only what the socket does not take goes to
+ *   an io_uring send.
+ *
+ * Under a transport swapped in over it (rk__link_set_transport()), a tcp link
+ * is that transport's carrier: it sends the bytes committed before the swap,
+ * and its socket stays open as the side channel that tells of the peer's end
+ * (EOF or an error fails the link, after the new transport delivered what it
+ * holds); once the peer's stream moved too, a byte on it fails the link.
  *
  * Per direction, at most one of them holds the socket at any time, so no byte
  * is reordered: no direct read while a ring receive is in flight (a spinning
@@ -39,7 +46,9 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
 #include "sock_int.h"
+#include "tcp_int.h"
 
 #define TCP_RX_BUF	65536		/* the link's receive buffer (allocated on first use) */
 #define TCP_RX_BUDGET	16		/* direct reads of one poll: bounds an iteration */
@@ -74,13 +83,13 @@ static void tcp_recv_arm(struct tcp_link *t, bool multi);
 
 /*
  * The ring receive, for good: RK_WAIT=block (the loop never spins, and a
- * multishot receive submitted with the wait costs least), or a link that is
- * moving to shared memory or on it (shm.c watches its socket through this
- * receive). Sends go direct under RK_WAIT=block too (tcp_flush()).
+ * multishot receive submitted with the wait costs least), or a link that
+ * another transport takes over (its socket is watched through this receive,
+ * as the side channel). Sends go direct under RK_WAIT=block too (tcp_flush()).
  */
 static bool tcp_ring_only(const struct tcp_link *t)
 {
-	return t->link.shm || rk_loop_config(t->link.loop)->wait.mode == RK_WAIT_BLOCK;
+	return t->link.moving || rk_loop_config(t->link.loop)->wait.mode == RK_WAIT_BLOCK;
 }
 
 static uint8_t *tcp_buf(struct tcp_link *t)
@@ -97,9 +106,10 @@ static void tcp_rx_end(struct tcp_link *t, int res)
 	int err = res == 0 ? -ECONNRESET : res;
 
 	t->rx_over = true;
-	/* a peer that leaves writes BYE on its ring before it closes */
-	if (l->shm)
-		rk__shm_drain(l);
+	/* a peer that leaves writes BYE on the transport that took the link over
+	 * (a same-host ring) before it closes */
+	if (l->tops->drain)
+		l->tops->drain(l);
 	if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
 		rk__link_warn(l, "link to rank %d (%s): %s", l->peer, l->peer_addr,
 			      res == 0 ? "peer closed the connection" : rk_strerror(res));
@@ -116,13 +126,13 @@ static void tcp_recv_done(struct rk__op *op, int res, unsigned int flags)
 	l->in_dispatch++;	/* keep the link while this CQE is handled */
 	if (res > 0)
 		l->stats.tcp_rx_ring++;
-	if (res > 0 && l->shm && rk__shm_rx_ring(l)) {
-		/* the peer sends on its ring now: this socket only tells of its end */
+	if (res > 0 && l->rx_moved) {
+		/* the peer sends on another transport now: this socket only tells of its end */
 		if (flags & IORING_CQE_F_BUFFER)
 			rk__bufring_recycle(br, flags >> IORING_CQE_BUFFER_SHIFT);
 		if (l->state != RK_LINK_CLOSED && l->state != RK_LINK_FAILED)
-			rk__link_warn(l, "link to rank %d (shm %s): %d bytes on the side channel",
-				      l->peer, l->peer_addr, res);
+			rk__link_warn(l, "link to rank %d (%s %s): %d bytes on the side channel",
+				      l->peer, rk_link_transport(l), l->peer_addr, res);
 		rk__link_fail(l, -EPROTO, false);
 	} else if (res > 0) {
 		if (flags & IORING_CQE_F_BUFFER) {
@@ -161,7 +171,7 @@ static void tcp_recv_arm(struct tcp_link *t, bool multi)
 	struct io_uring_sqe *sqe;
 
 	if (t->recv_armed || t->rx_over || l->state == RK_LINK_CLOSED)
-		return;		/* every spin of a link on shm asks: answer before a call */
+		return;		/* asked at every spin of a link taken over: answer before a call */
 	br = rk__loop_bufring(l->loop);
 	if ((!multi || !br) && !tcp_buf(t)) {
 		rk__link_fail(l, -ENOMEM, false);
@@ -352,23 +362,18 @@ static void tcp_flush(struct rk_link *l)
 
 	if (t->send_armed || t->connecting)
 		return;
-	if (l->shm && rk__shm_tx_ring(l)) {
-		rk__shm_flush(l);
-		return;
-	}
-	n = rk__link_tx_next(l, &p);
-	if (l->shm)
-		n = rk__shm_tx_tcp(l, n);	/* what goes before the switch to the ring */
+	n = rk__link_tx_next(l, &p);	/* under a swap, only the bytes before it */
 	if (!n)
 		return;
 	/*
-	 * A link on (or moving to) shared memory sends on the ring: shm.c orders
-	 * its switch after that send. Every other flush, RK_WAIT=block's too,
-	 * writes the socket directly first: a frame the socket takes whole then
-	 * costs one send() and no SQE, CQE or task work, and the loop's next
-	 * enter is the wait alone (ARCHITECTURE.md, "The TCP busy path").
+	 * A link that another transport takes over sends on the ring: that
+	 * transport's switch is ordered after this send's completion. Every other
+	 * flush, RK_WAIT=block's too, writes the socket directly first: a frame
+	 * the socket takes whole then costs one send() and no SQE, CQE or task
+	 * work, and the loop's next enter is the wait alone (ARCHITECTURE.md,
+	 * "The TCP busy path").
 	 */
-	if (l->shm) {
+	if (l->moving) {
 		if (!tcp_send_ring(t, p, n))
 			rk__loop_queue_flush(l->loop, &l->flusher);	/* try again next iteration */
 		return;
@@ -424,7 +429,7 @@ static size_t tcp_send_direct(struct rk_link *l, const uint8_t *frame, size_t n)
 	uint64_t it = rk__loop_iteration(l->loop);
 	ssize_t r;
 
-	if (t->send_armed || t->connecting || t->commit_iter == it)
+	if (t->send_armed || t->connecting || t->commit_iter == it || l->moving)
 		return 0;
 	t->commit_iter = it;
 	do {
@@ -444,8 +449,6 @@ static void tcp_shutdown(struct rk_link *l)
 	 * completion then calls rk__link_op_done(). */
 	if (t->fd >= 0)
 		shutdown(t->fd, SHUT_RDWR);
-	if (l->shm)
-		rk__shm_shutdown(l);
 	if (t->connecting) {
 		struct io_uring_sqe *sqe = rk__loop_sqe(l->loop);
 
@@ -460,8 +463,6 @@ static void tcp_destroy(struct rk_link *l)
 {
 	struct tcp_link *t = tl_of(l);
 
-	if (l->shm)
-		rk__shm_destroy(l);
 	if (t->fd >= 0)
 		close(t->fd);
 	free(t->buf);
@@ -473,8 +474,6 @@ static const struct rk__transport_ops tcp_ops = {
 	.flush = tcp_flush,
 	.shutdown = tcp_shutdown,
 	.destroy = tcp_destroy,
-	.up = rk__shm_link_up,
-	.control = rk__shm_control,
 	.send_direct = tcp_send_direct,
 };
 
@@ -667,41 +666,28 @@ int rk__tcp_connect(struct rk_loop *loop, const struct rk__addr *a,
 
 /* ---- the tcp:// class ------------------------------------------------------------- */
 
-/* The tcp:// and shm:// classes differ only in their context: shm.c's policy
- * (a tcp:// link moves to shared memory when it can, a shm:// one must). */
-int rk__tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
-			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+static int tcp_class_connect(struct rk_loop *loop, const struct rk__addr *a, void *ctx,
+			     const struct rk__link_owner_ops *oops, void *owner,
+			     struct rk_link **out)
 {
-	int ret = rk__tcp_connect(loop, a, oops, owner, out);
-
-	if (!ret)
-		(*out)->tctx = ctx;
-	return ret;
+	(void)ctx;
+	return rk__tcp_connect(loop, a, oops, owner, out);
 }
 
-int rk__tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
-			  const struct rk__link_owner_ops *oops, void *owner, struct rk_link **out)
+static int tcp_class_from_fd(struct rk_loop *loop, int fd, void *ctx,
+			     const struct rk__link_owner_ops *oops, void *owner,
+			     struct rk_link **out)
 {
-	int ret = rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
-
-	if (!ret)
-		(*out)->tctx = ctx;
-	return ret;
+	(void)ctx;
+	return rk__tcp_link_from_fd(loop, fd, oops, owner, RK_LINK_ACCEPTED, out);
 }
 
-static int tcp_class_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ctx)
-{
-	return rk__shm_prepare(loop, a, false, ctx);
-}
-
+/* TCP alone; same-host links come from the class that takes tcp links over
+ * (shm_upgrade.c), through the registry. */
 static const struct rk__transport_class tcp_class = {
 	.scheme = "tcp",
-	.prepare = tcp_class_prepare,
-	.release = rk__shm_release,
-	.connect = rk__tcp_class_connect,
-	.from_fd = rk__tcp_class_from_fd,
-	.broadcast = rk__shm_broadcast,
-	.stats = rk__shm_stats,
+	.connect = tcp_class_connect,
+	.from_fd = tcp_class_from_fd,
 };
 
 /* Also the symbol a static link names (rankrt.pc's Libs.private) to keep this

@@ -10,8 +10,8 @@
  * rank), and its failure is counted by cause and logged at a bounded rate.
  * A follower connects, retrying with backoff until connect_timeout, and sends
  * HELLO; the leader answers WELCOME (and both prove the secret with AUTH).
- * Links are made by the transport class of the leader address's scheme
- * (runtime_int.h), so this file names no transport. Heartbeats flow on idle links; a peer
+ * Links are made by the transport classes of the leader address's scheme
+ * (link_int.h, transport.c), so this file names no transport. Heartbeats flow on idle links; a peer
  * silent for peer_timeout is declared dead. When the leader loses a follower
  * it tells every other follower with an ERROR frame naming the rank, so every
  * rank learns of a death within peer_timeout + heartbeat.
@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
 #include "sock_int.h"
 
 /* Why a stranger was dropped: the counters of struct rk_world_stats. */
@@ -67,8 +68,7 @@ struct rk_world {
 	void *arg;
 	int rank, size;
 	struct rk__addr addr;
-	const struct rk__transport_class *tc;	/* the leader address's scheme */
-	void *tctx;			/* what its prepare() kept */
+	struct rk__transport tr;	/* the classes of the leader address's scheme */
 	struct rk_link **links;		/* [size]: links that are up */
 	uint8_t *bdone;			/* [size]: followers a class's broadcast reached */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
@@ -456,7 +456,7 @@ void rk__world_accept(struct rk_world *w, int fd)
 		(*refusal_counter(&w->stats, REF_EVICTED))++;
 		return;
 	}
-	ret = w->tc->from_fd(w->loop, fd, w->tctx, &world_link_ops, w, &l);
+	ret = rk__transport_accept(&w->tr, w->loop, fd, &world_link_ops, w, &l);
 	if (ret) {
 		close(fd);
 		(*refusal_counter(&w->stats, REF_OTHER))++;
@@ -482,7 +482,7 @@ static void world_retry_connect(struct rk_world *w)
 	struct rk_link *l;
 	int ret;
 
-	ret = w->tc->connect(w->loop, &w->addr, w->tctx, &world_link_ops, w, &l);
+	ret = rk__transport_connect(&w->tr, w->loop, &w->addr, &world_link_ops, w, &l);
 	if (ret) {
 		report_peer(w, 0, ret);
 		return;
@@ -632,15 +632,12 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 				"takes", cfg->leader);
 			goto err_free_links;
 		}
-		w->tc = rk__transport_find(w->addr.scheme);
 		ret = world_auth_policy(w, cfg);
 		if (ret)
 			goto err_free_links;
-		if (w->tc->prepare) {
-			ret = w->tc->prepare(loop, &w->addr, &w->tctx);
-			if (ret)
-				goto err_free_links;
-		}
+		ret = rk__transport_open(loop, &w->addr, &w->tr);
+		if (ret)
+			goto err_free_links;
 		if (w->rank == 0) {
 			ret = rk__sock_listen(loop, &w->addr, world_accept, w, &w->ls);
 			if (ret) {
@@ -667,8 +664,7 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 	return 0;
 
 err_release:
-	if (w->tc->release)
-		w->tc->release(w->tctx);
+	rk__transport_close(&w->tr);
 err_free_links:
 	free(w->bdone);
 	free(w->links);
@@ -702,7 +698,7 @@ static bool links_settled(const struct rk_world *w)
 	for (i = 0; i < w->size; i++) {
 		if (i == w->rank || !w->links[i] || !rk_link_up(w->links[i]))
 			continue;
-		if (!rk__shm_settled(w->links[i]))
+		if (!rk__transport_settled(&w->tr, w->links[i]))
 			return false;
 	}
 	return true;
@@ -730,9 +726,8 @@ bool rk__world_settle(struct rk_world *w)
 struct rk_epoch *rk__world_epoch(struct rk_world *w)
 {
 	if (w->rank == 0)
-		/* only the tcp and shm classes keep shm.c's context */
-		return w->tc && w->tc->broadcast == rk__shm_broadcast ? rk__shm_epoch(w->tctx) : NULL;
-	return w->links[0] ? rk__shm_link_epoch(w->links[0]) : NULL;
+		return rk__transport_epoch(&w->tr);
+	return w->links[0] ? rk__transport_link_epoch(&w->tr, w->links[0]) : NULL;
 }
 
 int rk_world_send(struct rk_world *w, int rank, unsigned int type, unsigned int flags,
@@ -751,12 +746,10 @@ int rk_world_broadcast(struct rk_world *w, unsigned int type, unsigned int flags
 	if (w->rank != 0)
 		return -ENOTCONN;
 	memset(w->bdone, 0, (size_t)w->size);
-	if (w->tc && w->tc->broadcast) {
-		/* the followers that take one write (a same-host ring) first; if
-		 * that write cannot be made, every follower gets its own copy */
-		if (w->tc->broadcast(w->tctx, type, flags, payload, len, w->bdone))
-			memset(w->bdone, 0, (size_t)w->size);
-	}
+	/* the followers that take one write (a same-host ring) first; if that
+	 * write cannot be made, every follower gets its own copy */
+	if (rk__transport_broadcast(&w->tr, type, flags, payload, len, w->bdone))
+		memset(w->bdone, 0, (size_t)w->size);
 	for (i = 1; i < w->size; i++) {
 		if (w->bdone[i])
 			continue;
@@ -803,8 +796,7 @@ void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
 {
 	*out = w->stats;
 	out->pending = w->nr_pending;
-	if (w->tc && w->tc->stats)
-		w->tc->stats(w->tctx, out);
+	rk__transport_stats(&w->tr, out);
 }
 
 int rk_world_port(const struct rk_world *w)
@@ -865,8 +857,7 @@ int rk_world_destroy(struct rk_world *w)
 		}
 	}
 	rk__loop_unref(w->loop);
-	if (w->tc && w->tc->release)
-		w->tc->release(w->tctx);
+	rk__transport_close(&w->tr);
 	free(w->bdone);
 	free(w->links);
 	free(w);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * check_shm: same-host links (runtime/shm.c). Two or more ranks of one host
+ * check_shm: same-host links (runtime/shm*.c). Two or more ranks of one host
  * move their tcp:// links to shared-memory rings after the handshake; the
  * leader writes a broadcast once for every same-host follower.
  *
@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
+#include "shm_int.h"
 #include "rk_sched.h"
 #include "rk_test.h"
 
@@ -542,6 +544,46 @@ START_TEST(test_unauthenticated)
 	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, 1, 8), 0);
 	ck_assert(PUMP_UNTIL(5000, r[1].nrx == 1, &r[0], &r[1]));
 	stop(r, 2);
+}
+END_TEST
+
+/*
+ * The shm class takes over the tcp class's links (its .over): a world of
+ * either scheme has its links made by the tcp class and runs the shm class's
+ * hooks on them, which must move every link of an shm:// world (or under
+ * RK_SHM=on) and may move a tcp:// world's.
+ */
+START_TEST(test_class)
+{
+	static const struct {
+		const char *addr;
+		enum rk_shm_mode shm;
+		bool required;
+	} v[] = {
+		{ "tcp://127.0.0.1:1", RK_SHM_AUTO, false },
+		{ "tcp://127.0.0.1:1", RK_SHM_ON, true },
+		{ "shm://127.0.0.1:1", RK_SHM_AUTO, true },
+	};
+	struct rk__transport t;
+	struct rk_loop *loop;
+	struct rk_config c;
+	struct rk__addr a;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(v); i++) {
+		cfg_base(&c, 1, 2);
+		c.shm = v[i].shm;
+		ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
+		ck_assert_int_eq(rk__addr_parse(v[i].addr, &a), 0);
+		ck_assert_int_eq(rk__transport_open(loop, &a, &t), 0);
+		ck_assert_ptr_eq(t.make, rk__transport_find("tcp"));
+		ck_assert_ptr_eq(t.run, rk__transport_find("shm"));
+		ck_assert_ptr_eq(t.run, &rk__shm_class);
+		ck_assert(((struct rk__shm *)t.run_ctx)->required == v[i].required);
+		rk__transport_close(&t);
+		ck_assert_ptr_null(t.run);
+		ck_assert_int_eq(rk_loop_destroy(loop), 0);
+	}
 }
 END_TEST
 
@@ -1934,6 +1976,7 @@ static Suite *shm_suite(void)
 	tcase_add_loop_test(tc, test_eventfd_path, 0, 2);
 	tcase_add_loop_test(tc, test_required, 0, 2);
 	tcase_add_test(tc, test_unauthenticated);
+	tcase_add_test(tc, test_class);
 	tc = new_tcase(s, "broadcast");
 	tcase_add_test(tc, test_broadcast_order);
 	tcase_add_test(tc, test_slow_reader);

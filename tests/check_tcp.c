@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
+#include "tcp_int.h"
 #include "rk_test.h"
 
 #define TIMEOUT_S	120

@@ -35,6 +35,8 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
+#include "tcp_int.h"
 #include "rk_test.h"
 #include "rk_rdma.h"
 

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "link_int.h"
 #include "wire_int.h"
 
 #ifndef FUZZ_PEER
