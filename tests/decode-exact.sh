@@ -9,9 +9,13 @@
 # rounds (RK_RESIDENT=on). Also: the JSON
 # (unstreamed) reply hashes the same; bad requests get 400 and change nothing;
 # clients that hang up mid-stream leave the server healthy; SIGTERM to the
-# leader ends the job with status 0. Skips (77) without rk-serve/rk-load.
-# Run from the build directory (tests/Makefile.inc sets builddir).
+# leader ends the job with status 0. Over TCP loopback (RK_SHM=off) unless
+# the caller says otherwise: decode-exact-shm.sh runs it with RK_SHM=on. Skips
+# (77) without rk-serve/rk-load. Run from the build directory
+# (tests/Makefile.inc sets builddir).
 . "$(dirname "$0")/serve-common.sh"
+RK_SHM=${RK_SHM:-off}
+export RK_SHM
 
 # phase TEXT: a time-stamped progress line (the log shows where the time went)
 phase()

@@ -62,10 +62,10 @@ reap()
 up=
 for attempt in 1 2 3 4 5; do
 	port=$((20000 + ($$ * 7 + attempt * 7919) % 40000))
-	RK_LOG=info RK_RANK=0 RK_WORLD_SIZE=2 RK_LEADER="127.0.0.1:$port" \
+	RK_SHM=off RK_LOG=info RK_RANK=0 RK_WORLD_SIZE=2 RK_LEADER="127.0.0.1:$port" \
 		"$embed" </dev/null 2>"$tmp/r0.err" &
 	p0=$!
-	RK_LOG=info RK_RANK=1 RK_WORLD_SIZE=2 RK_LEADER="127.0.0.1:$port" \
+	RK_SHM=off RK_LOG=info RK_RANK=1 RK_WORLD_SIZE=2 RK_LEADER="127.0.0.1:$port" \
 		"$embed" </dev/null 2>"$tmp/r1.err" &
 	p1=$!
 	i=0

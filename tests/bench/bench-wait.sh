@@ -10,6 +10,8 @@ runs=${3:-5}
 idle=${4:-60}
 pp="$b/examples/pingpong/rk-pingpong"
 [ -x "$pp" ] || { echo "no $pp: build first" >&2; exit 1; }
+# TCP loopback: the two ranks share a host, so tcp:// links would move to shm
+export RK_SHM=off
 
 echo "## $(date -u +%F) $(uname -r), $(nproc) CPUs: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo

@@ -5,6 +5,7 @@
 #   check_verbs        the verbs unit tests, RK_TEST_RDMA_A/B = dev,gid,ip
 #   pingpong-roce      rk-pingpong, leader roce:// on rxeA, follower on rxeB
 #   pingpong-tcp       rk-pingpong over tcp:// between the same addresses
+#                      (RK_SHM=off: two ranks of one guest would move to shm)
 #   ib_send_lat        perftest on the same devices: the verbs floor
 #   check_loop@6.1, check_wait@6.1, check_world@6.1   the runtime's suites on the
 #                      guest's kernel
@@ -204,7 +205,8 @@ if [ -z "${SOFTROCE_NODE:-}" ]; then
 	fi
 	pp_pair pingpong-roce 1 "roce://$SOFTROCE_A_IP:7311?dev=$SOFTROCE_A_DEV&gid=$SOFTROCE_A_GID" \
 		RK_RDMA_DEV="$SOFTROCE_B_DEV" RK_RDMA_GID="$SOFTROCE_B_GID"
-	pp_pair pingpong-tcp 0 "tcp://$SOFTROCE_A_IP:7312"
+	# both ranks (bash exports a function's temporary assignments to its commands)
+	RK_SHM=off pp_pair pingpong-tcp 0 "tcp://$SOFTROCE_A_IP:7312"
 	send_lat ib_send_lat "$SOFTROCE_A_DEV" "$SOFTROCE_A_GID" "$SOFTROCE_B_DEV" \
 		"$SOFTROCE_B_GID" "$SOFTROCE_A_IP"
 	echo "veth vA counters (RoCE frames that crossed the wire):"
@@ -229,7 +231,8 @@ else
 		RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$roce" $PPARGS >/tmp/r0 2>&1
 		pp_verdict "2node-roce@$me" 1 $? /tmp/r0
 		barrier
-		RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS >/tmp/r0 2>&1
+		RK_SHM=off RK_RANK=0 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS \
+			>/tmp/r0 2>&1
 		pp_verdict "2node-tcp@$me" 0 $? /tmp/r0
 		barrier
 		timeout 150 ib_send_lat -d "$SOFTROCE_DEV" -x "$SOFTROCE_GID" -n 1000 -F -p 18516 \
@@ -246,7 +249,8 @@ else
 			timeout 150 "$PP" --leader="$roce" $PPARGS >/tmp/r1 2>&1
 		pp_verdict "2node-roce@$me" 1 $? /tmp/r1
 		barrier
-		RK_RANK=1 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS >/tmp/r1 2>&1
+		RK_SHM=off RK_RANK=1 RK_WORLD_SIZE=2 timeout 150 "$PP" --leader="$tcp" $PPARGS \
+			>/tmp/r1 2>&1
 		pp_verdict "2node-tcp@$me" 0 $? /tmp/r1
 		barrier
 		for i in 1 2 3 4 5 6; do	# until node 0's server listens
