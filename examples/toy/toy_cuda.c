@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The toy model's CUDA backend (toy_cuda.h). The kernels are toy_cuda.cu.
+ * The toy model's CUDA backend (toy_cuda.h). The kernels are toy_cuda.cu;
+ * toy_cuda_stub.c stands in for both in a build without CUDA or NCCL.
  *
  * Ownership: launch() validates the round against a host mirror of the
  * stream table and applies it at once: a struct toy_table without states
@@ -22,10 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
-#include "toy_cuda.h"
-
-#if defined(RK_HAVE_CUDA) && defined(RK_HAVE_NCCL)
 #include <cuda_runtime_api.h>
 /* nccl.h declares a few functions without prototypes, e.g. ncclGroupStart() */
 #pragma GCC diagnostic push
@@ -33,6 +30,8 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include "clock.h"
+#include "toy_cuda.h"
 #include "toy_cuda_k.h"
 
 #define INPROGRESS_S	30	/* bound of the wait for an ncclInProgress collective */
@@ -838,113 +837,3 @@ int toy_cuda_destroy(struct toy_cuda *b)
 	free(b);
 	return ret;
 }
-
-#else /* no CUDA or no NCCL: the backend does not exist, callers still link */
-
-int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
-		    enum rk_gpu_notify_mode mode, struct toy_cuda **out)
-{
-	(void)w;
-	(void)p;
-	(void)device;
-	(void)mode;
-	if (out)
-		*out = NULL;
-	return -EOPNOTSUPP;
-}
-
-int toy_cuda_ready(const struct toy_cuda *b)
-{
-	(void)b;
-	return -EOPNOTSUPP;
-}
-
-uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *status)
-{
-	(void)b;
-	if (round_id)
-		*round_id = 0;
-	if (status)
-		*status = 0;
-	return 0;
-}
-
-int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
-		      const uint8_t *payload)
-{
-	(void)b;
-	(void)peer;
-	(void)h;
-	(void)payload;
-	return -ENOENT;
-}
-
-void toy_cuda_abort(struct toy_cuda *b)
-{
-	(void)b;
-}
-
-void toy_cuda_set_graphs(struct toy_cuda *b, bool on)
-{
-	(void)b;
-	(void)on;
-}
-
-int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)
-{
-	(void)b;
-	(void)mode;
-	return -EOPNOTSUPP;
-}
-
-bool toy_cuda_busy(const struct toy_cuda *b)
-{
-	(void)b;
-	return false;
-}
-
-uint32_t toy_cuda_streams(const struct toy_cuda *b)
-{
-	(void)b;
-	return 0;
-}
-
-int toy_cuda_device(const struct toy_cuda *b)
-{
-	(void)b;
-	return -EOPNOTSUPP;
-}
-
-const int32_t *toy_cuda_logits(const struct toy_cuda *b, uint32_t out)
-{
-	(void)b;
-	(void)out;
-	return NULL;
-}
-
-void toy_cuda_stats(const struct toy_cuda *b, struct toy_cuda_stats *out)
-{
-	(void)b;
-	memset(out, 0, sizeof(*out));
-}
-
-int toy_cuda_destroy(struct toy_cuda *b)
-{
-	(void)b;
-	return 0;
-}
-
-static int stub_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *round,
-		       unsigned int flags)
-{
-	(void)ctx;
-	(void)s;
-	(void)round;
-	(void)flags;
-	return -EOPNOTSUPP;
-}
-
-const struct rk_backend_ops toy_cuda_ops = {
-	.launch = stub_launch,
-};
-#endif

@@ -12,9 +12,10 @@
  * into pinned host memory, then a notifier mark. The mark's callback reports
  * the round; token() picks with the same host toy_pick() as the CPU backend.
  *
- * Built with CUDA and NCCL only; otherwise toy_cuda_create() returns
- * -EOPNOTSUPP (so callers build in every configuration). It has no resident
- * rounds: whatever RK_RESIDENT says, every round is launched.
+ * Built with CUDA and NCCL only; otherwise toy_cuda_stub.c stands in and
+ * toy_cuda_create() returns -EOPNOTSUPP (so callers build in every
+ * configuration). It has no resident rounds: whatever RK_RESIDENT says, every
+ * round is launched.
  *
  * Threads: everything on the loop thread of the world's loop. The backend
  * makes its CUDA device current on that thread.
