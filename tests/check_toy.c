@@ -1492,11 +1492,10 @@ START_TEST(test_backend_sched)
 END_TEST
 
 /*
- * On and off are what they say on both backends whatever the world and the
- * machine; auto is toy.c's table (which backend is on where is not asserted
- * here, so that changing an entry stays a one-line change), but never true
- * without CPUs to spare (two per rank of the mask, and a policy that may
- * spin), at TP1, nor for a backend the table does not know.
+ * On and off are what they say whatever the world and the machine; auto is
+ * toy.c's rule (where it is on is not asserted here, so that changing the
+ * rule stays a one-line change), but never true without CPUs to spare (two
+ * per rank of the mask, and a policy that may spin), nor at TP1.
  */
 START_TEST(test_resident_auto)
 {
@@ -1511,17 +1510,11 @@ START_TEST(test_resident_auto)
 		for (size = 1; size <= n + 1; size++) {
 			enum rk_wait_mode wt = waits[i];
 
-			ck_assert(toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_ON, size, wt));
-			ck_assert(toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_ON, size, wt));
-			ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_OFF, size, wt));
-			ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_OFF, size, wt));
-			ck_assert(!toy_resident_on((enum toy_backend_kind)7, RK_RESIDENT_AUTO, size,
-						   wt));
+			ck_assert(toy_resident_on(RK_RESIDENT_ON, size, wt));
+			ck_assert(!toy_resident_on(RK_RESIDENT_OFF, size, wt));
 			ck_assert(toy_cpus_spare(size, wt) == (wt != RK_WAIT_BLOCK && n >= 2 * size));
-			if (size == 1 || !toy_cpus_spare(size, wt)) {
-				ck_assert(!toy_resident_on(TOY_BACKEND_CPU, RK_RESIDENT_AUTO, size, wt));
-				ck_assert(!toy_resident_on(TOY_BACKEND_CUDA, RK_RESIDENT_AUTO, size, wt));
-			}
+			if (size == 1 || !toy_cpus_spare(size, wt))
+				ck_assert(!toy_resident_on(RK_RESIDENT_AUTO, size, wt));
 		}
 	}
 }

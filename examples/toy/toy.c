@@ -1006,28 +1006,17 @@ uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *s
 /* ---- RK_RESIDENT=auto (toy.h) ---------------------------------------------------------- */
 
 /*
- * The rule (docs/BENCH.md, "Resident rounds"): auto runs resident rounds on
- * a backend, on the machines of a kind, once a receipt there (all decode
- * cells: sizes x 1/4/8 streams x plain and drafted, RK_RESIDENT=off against
- * on interleaved run by run, one run) has the tokens/s ratio's median over
- * the cells >= 1.05x, no cell below 0.90x, and the ranks' summed CPU per
- * cell <= 1.05x, on every machine kind measured. The CPU backend meets it
- * at TP2 and TP4 where each rank has two CPUs and may spin (its worker
- * spins on the epoch, toy_cpu.c); with fewer, its armed worker sleeps and
- * every round pays a futex wake; at TP1 the 16-core host measured it level
- * (median 1.00x). The CUDA backend does not meet it at TP1 on the H200
- * (small rounds 0.80-0.90x).
+ * The rule (docs/BENCH.md, "Resident rounds"): auto runs a backend's
+ * resident rounds, on the machines of a kind, once a receipt there (all
+ * decode cells: sizes x 1/4/8 streams x plain and drafted, RK_RESIDENT=off
+ * against on interleaved run by run) has the tokens/s ratio's median over the
+ * cells >= 1.05x, no cell below 0.90x, and the ranks' summed CPU per cell <=
+ * 1.05x, on every machine kind measured. The CPU backend meets it at TP2 and
+ * TP4 where each rank has two CPUs and may spin (its worker spins on the
+ * epoch, toy_cpu_resident.c); with fewer, its armed worker sleeps and every
+ * round pays a futex wake; at TP1 it is level. The CUDA backend has no
+ * resident path: pre-armed rounds did not meet the rule on the H200.
  */
-enum resident_rule {
-	AUTO_LAUNCH,		/* the launch path everywhere */
-	AUTO_SPARE_CPUS,	/* resident with followers, where toy_cpus_spare() */
-};
-
-static const enum resident_rule resident_auto[] = {
-	[TOY_BACKEND_CPU] = AUTO_SPARE_CPUS,
-	[TOY_BACKEND_CUDA] = AUTO_LAUNCH,
-};
-
 bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode)
 {
 	cpu_set_t set;
@@ -1037,12 +1026,9 @@ bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode)
 	return (uint64_t)CPU_COUNT(&set) >= 2ull * size;
 }
 
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, uint32_t size,
-		     enum rk_wait_mode wait)
+bool toy_resident_on(enum rk_resident_mode mode, uint32_t size, enum rk_wait_mode wait)
 {
 	if (mode == RK_RESIDENT_ON)
 		return true;
-	if (mode != RK_RESIDENT_AUTO || (unsigned int)kind > TOY_BACKEND_CUDA)
-		return false;
-	return resident_auto[kind] == AUTO_SPARE_CPUS && size >= 2 && toy_cpus_spare(size, wait);
+	return mode == RK_RESIDENT_AUTO && size >= 2 && toy_cpus_spare(size, wait);
 }

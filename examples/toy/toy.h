@@ -282,15 +282,6 @@ struct toy_params {
 #define TOY_WORKER_SPIN_AUTO	(UINT32_MAX - 1)
 #define TOY_WORKER_SPIN_US	100u
 
-/*
- * What RK_RESIDENT=auto picks on each toy backend, in this one place
- * (toy.c's resident_auto[]): the resident path where docs/BENCH.md
- * ("Resident rounds", the rule) measured it better than the launch (posted)
- * path, on the machines where it did; the launch path otherwise. Change an
- * entry there when a receipt says so.
- */
-enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
-
 /**
  * toy_cpus_spare() - whether this thread's affinity mask holds two CPUs per
  * rank of a @size-rank world (each rank's loop and its worker thread) and
@@ -299,14 +290,13 @@ enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
 bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode);
 
 /**
- * toy_resident_on() - whether a backend of @kind on a rank of a @size-rank
- * world runs resident rounds under @mode (struct rk_config.resident) and the
- * wait policy @wait: on is yes, off is no, auto is the choice above, which
- * for the CPU backend is yes only in a world with followers where
- * toy_cpus_spare(). Any thread.
+ * toy_resident_on() - whether the CPU backend on a rank of a @size-rank world
+ * runs resident rounds under @mode (struct rk_config.resident) and the wait
+ * policy @wait: on is yes, off is no, auto is yes in a world with followers
+ * where toy_cpus_spare() (toy.c: the rule it follows). The CUDA backend has
+ * no resident rounds: it launches every round whatever @mode. Any thread.
  */
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, uint32_t size,
-		     enum rk_wait_mode wait);
+bool toy_resident_on(enum rk_resident_mode mode, uint32_t size, enum rk_wait_mode wait);
 
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);
@@ -323,7 +313,10 @@ struct toy_reports {
 	int last_status;
 };
 
-/** toy_report() - count round @round_id's report and hand it to @s (NULL: count only). */
+/**
+ * toy_report() - count round @round_id's report and hand it to @s (NULL:
+ * count only). Call it last: the scheduler may launch the next round from it.
+ */
 void toy_report(struct toy_reports *r, struct rk_sched *s, uint64_t round_id, int status);
 /** toy_reports_get() - the count; the last report's id and status (either may be NULL). */
 uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *status);
@@ -336,7 +329,8 @@ struct toy_cpu_stats {
 	uint64_t ns_compute;	/* worker time in toy_table_exec() */
 	uint64_t frames_rx;	/* leader: partials received */
 	uint64_t stale;		/* leader: partials for a round already finished, dropped */
-	/* resident rounds (RK_RESIDENT; toy_cpu.c): posted + resident = launches that ran */
+	/* resident rounds (RK_RESIDENT; toy_cpu_resident.c): posted + resident = launches
+	 * that ran */
 	uint64_t posted;	/* rounds queued to the worker by launch() */
 	uint64_t resident;	/* rounds the pre-armed worker took from the epoch region */
 	uint64_t resident_sleeps;	/* ...of which it slept on the futex for */
