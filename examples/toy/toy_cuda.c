@@ -64,12 +64,10 @@ struct job {
 };
 
 struct toy_cuda {
-	struct rk_world *w;
 	struct rk_loop *loop;
 	uint32_t rank, size;
 	int dev;
 	uint32_t V, H, n, lo;
-	uint64_t seed;
 	cudaStream_t stream;
 	struct rk_gpu_notifier *notif;
 	struct rk_nccl *nccl;		/* TP > 1 */
@@ -672,14 +670,12 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->w = w;
 	b->loop = rk_world_loop(w);
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
 	b->dev = device;
 	b->V = p->V;
 	b->H = p->H;
-	b->seed = p->seed;
 	b->n = p->H / b->size;
 	b->lo = b->rank * b->n;
 	vn = (size_t)b->V * b->n;
@@ -699,7 +695,7 @@ int toy_cuda_create(struct rk_world *w, const struct toy_params *p, int device,
 	if (!ret)
 		ret = CU(b, cudaMalloc((void **)&b->dh0, (size_t)b->n * sizeof(*b->dh0)));
 	if (!ret)
-		ret = CU(b, toy_cuda_k_weights(b->stream, b->dE, b->dW, b->dh0, b->V, b->H, b->seed,
+		ret = CU(b, toy_cuda_k_weights(b->stream, b->dE, b->dW, b->dh0, b->V, b->H, p->seed,
 					       b->lo, b->n));
 	if (!ret)
 		ret = CU(b, cudaStreamSynchronize(b->stream));
