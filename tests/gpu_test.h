@@ -161,7 +161,6 @@ struct gworld {
 	atomic_int stage;	/* test-specific hand-offs between the rank threads */
 	int test;		/* which scenario the ranks run */
 	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank (0: auto) */
-	int res_wait;			/* toy_cuda_set_resident_wait() (check_toy_cuda) */
 	/* toy */
 	struct toy_params p;
 	enum rk_gpu_notify_mode mode;

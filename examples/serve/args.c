@@ -117,10 +117,6 @@ static void usage(FILE *f)
 		"                     while it spins) or wake (a CUDA host function wakes it)\n"
 		"  --cuda-graphs=on|off  cuda: run each round's kernels and allreduce as one\n"
 		"                     CUDA graph per round shape (default on)\n"
-		"  --cuda-resident-wait=kernel|stream  cuda, RK_RESIDENT=on: a pre-armed\n"
-		"                     round's first kernel polls the round epoch (kernel,\n"
-		"                     default), or the stream waits on it first (stream:\n"
-		"                     cuStreamWaitValue64)\n"
 		"  --cpu-worker-spin-us=N|auto  cpu, resident rounds: how long the worker\n"
 		"                     spins on the round epoch before it sleeps (0..1000000;\n"
 		"                     auto, the default: always under RK_WAIT=spin, never\n"
@@ -243,7 +239,6 @@ enum {
 	OPT_BACKEND = 256,
 	OPT_NOTIFY,
 	OPT_GRAPHS,
-	OPT_RES_WAIT,
 	OPT_WORKER_SPIN,
 	OPT_DEVICE,
 	OPT_BENCH,
@@ -279,7 +274,6 @@ int parse_args(int argc, char **argv, struct options *o)
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
 		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
-		{ "cuda-resident-wait", required_argument, NULL, OPT_RES_WAIT },
 		{ "cpu-worker-spin-us", required_argument, NULL, OPT_WORKER_SPIN },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "bench", no_argument, NULL, OPT_BENCH },
@@ -424,15 +418,6 @@ int parse_args(int argc, char **argv, struct options *o)
 			o->graphs = !strcmp(optarg, "on");
 			o->graphs_set = true;
 			break;
-		case OPT_RES_WAIT:
-			if (strcmp(optarg, "kernel") && strcmp(optarg, "stream")) {
-				fprintf(stderr, PROG ": --cuda-resident-wait='%s': expected kernel "
-					"or stream\n", optarg);
-				return 2;
-			}
-			o->res_stream = !strcmp(optarg, "stream");
-			o->res_wait_set = true;
-			break;
 		case OPT_WORKER_SPIN:
 			if (!strcmp(optarg, "auto")) {
 				o->model.worker_spin_us = TOY_WORKER_SPIN_AUTO;
@@ -542,8 +527,7 @@ int parse_args(int argc, char **argv, struct options *o)
 			"policies switch the notifier's mode)\n");
 		return 2;
 	}
-	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->res_wait_set ||
-					    o->device >= 0)) {
+	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->device >= 0)) {
 		fprintf(stderr, PROG ": --notify, --cuda-graphs and --device apply to "
 			"--backend=cuda only\n");
 		return 2;

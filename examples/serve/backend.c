@@ -25,11 +25,8 @@ int be_create(struct server *srv)
 	if (srv->opt.backend == BACKEND_CUDA) {
 		ret = toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
 				      srv->opt.notify, &srv->cuda);
-		if (!ret) {
+		if (!ret)
 			toy_cuda_set_graphs(srv->cuda, srv->opt.graphs);
-			toy_cuda_set_resident_wait(srv->cuda, srv->opt.res_stream ?
-							 TOY_CUDA_WAIT_STREAM : TOY_CUDA_WAIT_KERNEL);
-		}
 		return ret;
 	}
 	return toy_cpu_create(srv->world, &srv->opt.model, &srv->cpu);
@@ -103,11 +100,6 @@ void be_stats(const struct server *srv, struct be_stats *out)
 	}
 }
 
-static double us_per(uint64_t ns, uint64_t n)
-{
-	return n ? (double)ns / (double)n / 1e3 : 0.0;
-}
-
 void print_notify(const struct server *srv)
 {
 	struct toy_cuda_stats cs;
@@ -133,27 +125,6 @@ void print_notify(const struct server *srv)
 	if (!srv->cuda || !srv->opt.bench)
 		return;
 	toy_cuda_stats(srv->cuda, &cs);
-	printf("resident r%d: cuda, %" PRIu64 " rounds: resident %" PRIu64 ", mismatched %" PRIu64
-	       ", fallbacks %" PRIu64 ", arms %" PRIu64 " (%" PRIu64 " as a graph) at %.2f us "
-	       "host each\n", srv->rank, cs.rounds, cs.resident, cs.resident_mismatch,
-	       cs.resident_fallbacks, cs.arms, cs.arm_graphs,
-	       cs.arms ? (double)cs.ns_arm / (double)cs.arms / 1e3 : 0.0);
-	/* where a round's time goes (toy_cuda.h, struct toy_cuda_stats; docs/BENCH.md) */
-	printf("phases r%d: cuda, wait %s; arms drafted %" PRIu64 ", skipped %" PRIu64
-	       " (busy %" PRIu64 " shape %" PRIu64 " region %" PRIu64 " stream %" PRIu64
-	       " other %" PRIu64 "); host us: turn launch %.2f (%" PRIu64 ") resident %.2f (%"
-	       PRIu64 "), round launch %.2f (%" PRIu64 ") resident %.2f (%" PRIu64 "); gpu us"
-	       " (resident, %" PRIu64 "): wait %.2f plan %.2f rest %.2f (%" PRIu64 "), polls %.1f"
-	       "\n", srv->rank, srv->opt.res_stream ? "stream" : "kernel", cs.arm_drafted,
-	       cs.arm_skipped, cs.arm_skip[TOY_CUDA_SKIP_BUSY], cs.arm_skip[TOY_CUDA_SKIP_SHAPE],
-	       cs.arm_skip[TOY_CUDA_SKIP_REGION], cs.arm_skip[TOY_CUDA_SKIP_STREAM],
-	       cs.arm_skip[TOY_CUDA_SKIP_OTHER], us_per(cs.ns_turn_launch, cs.n_turn_launch),
-	       cs.n_turn_launch, us_per(cs.ns_turn_res, cs.n_turn_res), cs.n_turn_res,
-	       us_per(cs.ns_round_launch, cs.n_round_launch), cs.n_round_launch,
-	       us_per(cs.ns_round_res, cs.n_round_res), cs.n_round_res, cs.n_gpu,
-	       us_per(cs.ns_gpu_wait, cs.n_gpu), us_per(cs.ns_gpu_plan, cs.n_gpu),
-	       us_per(cs.ns_gpu_rest, cs.n_gpu_rest), cs.n_gpu_rest,
-	       cs.n_gpu ? (double)cs.polls / (double)cs.n_gpu : 0.0);
 	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
 	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
 	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",

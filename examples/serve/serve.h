@@ -89,8 +89,6 @@ struct options {
 	enum rk_gpu_notify_mode notify;
 	bool graphs;			/* cuda: a CUDA graph per round shape */
 	bool graphs_set;
-	bool res_stream;		/* cuda: pre-armed rounds wait with cuStreamWaitValue64 */
-	bool res_wait_set;
 	bool worker_spin_set;
 	bool notify_set;
 	int device; /* -1: rank % device count */

@@ -1,16 +1,17 @@
 ## examples/toy/cuda.mk: the toy model's CUDA backend (toy_cuda.h, docs/GPU.md).
-## toy_cuda.c is always built (-EOPNOTSUPP stubs without CUDA and NCCL); the
-## kernels in toy_cuda.cu only with both, compiled by nvcc through the suffix
-## rule below. A plain archive, linked into programs and tests: nvcc cannot take
-## libtool's PIC flags, so its object is compiled -fPIC (and PIE executables
-## accept it) instead.
+## With CUDA and NCCL: toy_cuda.c and the kernels in toy_cuda.cu, compiled by
+## nvcc through the suffix rule below; without either, toy_cuda_stub.c
+## (-EOPNOTSUPP), so callers build in every configuration. A plain archive,
+## linked into programs and tests: nvcc cannot take libtool's PIC flags, so its
+## object is compiled -fPIC (and PIE executables accept it) instead.
 noinst_LIBRARIES = examples/toy/libtoy_cuda.a
-examples_toy_libtoy_cuda_a_SOURCES = examples/toy/toy_cuda.c examples/toy/toy_cuda.h \
-	examples/toy/toy_cuda_k.h
+examples_toy_libtoy_cuda_a_SOURCES = examples/toy/toy_cuda.h examples/toy/toy_cuda_k.h
 examples_toy_libtoy_cuda_a_CPPFLAGS = $(RK_TOY_CPPFLAGS) $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS)
 examples_toy_libtoy_cuda_a_CFLAGS = $(AM_CFLAGS)
 if HAVE_TOY_CUDA
-examples_toy_libtoy_cuda_a_SOURCES += examples/toy/toy_cuda.cu
+examples_toy_libtoy_cuda_a_SOURCES += examples/toy/toy_cuda.c examples/toy/toy_cuda.cu
+else
+examples_toy_libtoy_cuda_a_SOURCES += examples/toy/toy_cuda_stub.c
 endif
 EXTRA_DIST += examples/toy/toy_cuda.cu
 

@@ -735,21 +735,28 @@ static int64_t slot_of(const struct toy_table *t, uint64_t id)
 	return -1;
 }
 
+int toy_table_init_rows(struct toy_table *t, uint32_t V)
+{
+	memset(t, 0, sizeof(*t));
+	if (!V)
+		return -EINVAL;
+	t->V = V;
+	t->cap = 16;
+	t->slot = calloc(t->cap, sizeof(*t->slot));
+	return t->slot ? 0 : -ENOMEM;
+}
+
 int toy_table_init(struct toy_table *t, const struct toy_model *m)
 {
 	int ret;
 
-	memset(t, 0, sizeof(*t));
+	ret = toy_table_init_rows(t, m->V);
+	if (ret)
+		return ret;
 	t->m = m;
-	t->cap = 16;
-	t->slot = calloc(t->cap, sizeof(*t->slot));
-	if (!t->slot)
-		return -ENOMEM;
 	ret = toy_state_init(m, &t->scratch);
-	if (ret) {
-		free(t->slot);
-		t->slot = NULL;
-	}
+	if (ret)
+		toy_table_fini(t);
 	return ret;
 }
 
@@ -761,8 +768,25 @@ void toy_table_fini(struct toy_table *t)
 		if (t->slot[i].used)
 			toy_state_fini(&t->slot[i].st);
 	free(t->slot);
+	free(t->free_rows);
 	toy_state_fini(&t->scratch);
 	memset(t, 0, sizeof(*t));
+}
+
+/* A row for a new stream: an ended stream's, else a new one. */
+static int row_take(struct toy_table *t, uint32_t *row)
+{
+	if (t->n_free) {
+		*row = t->free_rows[--t->n_free];
+		return 0;
+	}
+	/* every row is held or free, so the free list never needs more than t->rows */
+	if (t->rows == t->free_cap &&
+	    grow((void **)&t->free_rows, &t->free_cap, t->rows ? 2 * t->rows : 16,
+		 sizeof(*t->free_rows)))
+		return -ENOMEM;
+	*row = t->rows++;
+	return 0;
 }
 
 /* Keep the load at most 1/2 so probe chains stay short and never fill the table. */
@@ -794,6 +818,7 @@ static void remove_at(struct toy_table *t, uint32_t i)
 {
 	uint32_t mask = t->cap - 1, j = i, k;
 
+	t->free_rows[t->n_free++] = t->slot[i].row;
 	toy_state_fini(&t->slot[i].st);
 	for (;;) {
 		j = (j + 1) & mask;
@@ -827,6 +852,13 @@ const struct toy_entry *toy_table_find(const struct toy_table *t, uint64_t id)
 	return i < 0 ? NULL : &t->slot[i];
 }
 
+struct toy_entry *toy_table_get(struct toy_table *t, uint64_t id)
+{
+	int64_t i = slot_of(t, id);
+
+	return i < 0 ? NULL : &t->slot[i];
+}
+
 int64_t toy_table_position(const struct toy_table *t, uint64_t id)
 {
 	const struct toy_entry *e = toy_table_find(t, id);
@@ -846,11 +878,10 @@ static void rollback(struct toy_table *t, const struct toy_round *r, uint64_t se
 	}
 }
 
-int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
+int toy_table_admit(struct toy_table *t, const struct toy_round *r)
 {
-	const struct toy_model *m = t->m;
 	uint64_t seq = ++t->seq;
-	uint32_t i, j;
+	uint32_t i, j, row;
 	int64_t x;
 	int ret;
 
@@ -863,7 +894,7 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 		    (uint64_t)s->position + s->n_tokens > UINT32_MAX)
 			return -EINVAL;
 		for (j = 0; j < s->n_tokens + s->n_draft; j++)
-			if (r->tok[s->tok_off + j] >= m->V)
+			if (r->tok[s->tok_off + j] >= t->V)
 				return -EINVAL;
 		x = slot_of(t, s->id);
 		if (x < 0) {
@@ -880,12 +911,20 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 	/* 2: create new streams; undo them all if one fails */
 	for (i = 0; i < r->n_streams; i++) {
 		const struct toy_rstream *s = &r->st[i];
+		struct toy_state st = { NULL, NO_TOKEN };
 		struct toy_entry *e;
 
 		x = slot_of(t, s->id);
 		if (x >= 0 && t->slot[x].born != seq)
 			continue;
 		ret = x >= 0 ? -EINVAL : table_reserve(t);
+		if (!ret)
+			ret = row_take(t, &row);
+		if (!ret && t->m) {
+			ret = toy_state_init(t->m, &st);
+			if (ret)
+				t->free_rows[t->n_free++] = row;
+		}
 		if (ret) {
 			rollback(t, r, seq);
 			return ret;
@@ -893,13 +932,10 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 		for (j = home(t, s->id); t->slot[j].used; j = (j + 1) & (t->cap - 1))
 			;
 		e = &t->slot[j];
-		ret = toy_state_init(m, &e->st);
-		if (ret) {
-			rollback(t, r, seq);
-			return ret;
-		}
+		e->st = st;
 		e->id = s->id;
 		e->pos = 0;
+		e->row = row;
 		e->mark = seq;
 		e->born = seq;
 		e->used = true;
@@ -912,11 +948,25 @@ int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
 		else
 			i++;
 	}
+	return 0;
+}
+
+int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)
+{
+	const struct toy_model *m = t->m;
+	uint32_t i, j;
+	int ret;
+
+	if (!m)
+		return -EINVAL;
+	ret = toy_table_admit(t, r);
+	if (ret)
+		return ret;
 	/* 4: inputs commit; drafts run on a scratch copy and never do */
 	for (i = 0; i < r->n_streams; i++) {
 		const struct toy_rstream *s = &r->st[i];
 		const uint32_t *tok = r->tok + s->tok_off;
-		struct toy_entry *e = &t->slot[slot_of(t, s->id)];
+		struct toy_entry *e = toy_table_get(t, s->id);
 		int32_t *o = out + (size_t)s->out_off * m->V;
 
 		for (j = 0; j < s->n_tokens; j++)
@@ -956,28 +1006,17 @@ uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *s
 /* ---- RK_RESIDENT=auto (toy.h) ---------------------------------------------------------- */
 
 /*
- * The rule (docs/BENCH.md, "Resident rounds"): auto runs resident rounds on
- * a backend, on the machines of a kind, once a receipt there (all decode
- * cells: sizes x 1/4/8 streams x plain and drafted, RK_RESIDENT=off against
- * on interleaved run by run, one run) has the tokens/s ratio's median over
- * the cells >= 1.05x, no cell below 0.90x, and the ranks' summed CPU per
- * cell <= 1.05x, on every machine kind measured. The CPU backend meets it
- * at TP2 and TP4 where each rank has two CPUs and may spin (its worker
- * spins on the epoch, toy_cpu.c); with fewer, its armed worker sleeps and
- * every round pays a futex wake; at TP1 the 16-core host measured it level
- * (median 1.00x). The CUDA backend does not meet it at TP1 on the H200
- * (small rounds 0.80-0.90x).
+ * The rule (docs/BENCH.md, "Resident rounds"): auto runs a backend's
+ * resident rounds, on the machines of a kind, once a receipt there (all
+ * decode cells: sizes x 1/4/8 streams x plain and drafted, RK_RESIDENT=off
+ * against on interleaved run by run) has the tokens/s ratio's median over the
+ * cells >= 1.05x, no cell below 0.90x, and the ranks' summed CPU per cell <=
+ * 1.05x, on every machine kind measured. The CPU backend meets it at TP2 and
+ * TP4 where each rank has two CPUs and may spin (its worker spins on the
+ * epoch, toy_cpu_resident.c); with fewer, its armed worker sleeps and every
+ * round pays a futex wake; at TP1 it is level. The CUDA backend has no
+ * resident path: pre-armed rounds did not meet the rule on the H200.
  */
-enum resident_rule {
-	AUTO_LAUNCH,		/* the launch path everywhere */
-	AUTO_SPARE_CPUS,	/* resident with followers, where toy_cpus_spare() */
-};
-
-static const enum resident_rule resident_auto[] = {
-	[TOY_BACKEND_CPU] = AUTO_SPARE_CPUS,
-	[TOY_BACKEND_CUDA] = AUTO_LAUNCH,
-};
-
 bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode)
 {
 	cpu_set_t set;
@@ -987,12 +1026,9 @@ bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode)
 	return (uint64_t)CPU_COUNT(&set) >= 2ull * size;
 }
 
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, uint32_t size,
-		     enum rk_wait_mode wait)
+bool toy_resident_on(enum rk_resident_mode mode, uint32_t size, enum rk_wait_mode wait)
 {
 	if (mode == RK_RESIDENT_ON)
 		return true;
-	if (mode != RK_RESIDENT_AUTO || (unsigned int)kind > TOY_BACKEND_CUDA)
-		return false;
-	return resident_auto[kind] == AUTO_SPARE_CPUS && size >= 2 && toy_cpus_spare(size, wait);
+	return mode == RK_RESIDENT_AUTO && size >= 2 && toy_cpus_spare(size, wait);
 }

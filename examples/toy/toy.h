@@ -182,24 +182,38 @@ int toy_round_token(const struct toy_round *r, const int32_t *logits, uint32_t V
 struct toy_entry {
 	uint64_t id;
 	uint32_t pos;		/* tokens folded into st */
+	uint32_t row;		/* an index held while the stream lives (a device state row) */
 	bool used;
 	uint64_t mark;		/* the last round (table seq) that carried it */
 	uint64_t born;		/* the table seq that created it */
-	struct toy_state st;
+	struct toy_state st;	/* without a model (toy_table_init_rows()) only st.last */
 };
 
 /* stream id -> committed state, open addressing (linear probing). */
 struct toy_table {
-	const struct toy_model *m;
+	const struct toy_model *m;	/* NULL: positions and rows only */
+	uint32_t V;
 	struct toy_entry *slot;
 	uint32_t cap;		/* a power of two */
 	uint32_t count;
 	uint64_t seq;		/* rounds executed (attempted) */
+	uint32_t rows;		/* rows handed out: count held, the rest in free_rows */
+	uint32_t *free_rows;	/* rows of ended streams, reused first */
+	uint32_t n_free, free_cap;
 	struct toy_state scratch;	/* drafts run here, never on the committed state */
 };
 
 /** toy_table_init() - an empty table for model @m (borrowed). Return: 0 or -ENOMEM. */
 int toy_table_init(struct toy_table *t, const struct toy_model *m);
+
+/**
+ * toy_table_init_rows() - an empty table of vocabulary @V that keeps no
+ * states, for a backend that holds them elsewhere: each stream's position,
+ * last token (st.last) and row, which indexes its state there (rows below
+ * t->rows; an ended stream's row is handed out again). It validates and
+ * applies rounds with toy_table_admit(). Return: 0, -EINVAL (V is 0).
+ */
+int toy_table_init_rows(struct toy_table *t, uint32_t V);
 void toy_table_fini(struct toy_table *t);
 
 /**
@@ -212,9 +226,18 @@ void toy_table_fini(struct toy_table *t);
  * each draft is folded into a scratch copy and the partials after draft j go
  * to output out_off + 1 + j. @out holds r->n_out * V int32.
  * Return: 0; -EPROTO (position mismatch), -EINVAL (duplicate stream, token >=
- * V), -ENOMEM.
+ * V, offsets outside the round, a table without a model), -ENOMEM.
  */
 int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out);
+
+/**
+ * toy_table_admit() - toy_table_exec() up to the compute: validate @r (the
+ * same rules, and nothing changes on failure), create its new streams (born
+ * is then t->seq) and retire the streams absent from it. The caller then
+ * folds each stream's inputs and advances its entry (toy_table_get()): pos,
+ * and st.last in a table without states. Return: as toy_table_exec().
+ */
+int toy_table_admit(struct toy_table *t, const struct toy_round *r);
 
 /** toy_table_retire() - drop stream @id. Return: 0, or -ENOENT when unknown. */
 int toy_table_retire(struct toy_table *t, uint64_t id);
@@ -222,6 +245,8 @@ int toy_table_retire(struct toy_table *t, uint64_t id);
 int64_t toy_table_position(const struct toy_table *t, uint64_t id);
 /** toy_table_find() - the entry of @id (valid until the table changes), or NULL. */
 const struct toy_entry *toy_table_find(const struct toy_table *t, uint64_t id);
+/** toy_table_get() - toy_table_find() for the table's owner, to advance the entry. */
+struct toy_entry *toy_table_get(struct toy_table *t, uint64_t id);
 
 /* ---- the CPU backend ----------------------------------------------------------- */
 
@@ -257,15 +282,6 @@ struct toy_params {
 #define TOY_WORKER_SPIN_AUTO	(UINT32_MAX - 1)
 #define TOY_WORKER_SPIN_US	100u
 
-/*
- * What RK_RESIDENT=auto picks on each toy backend, in this one place
- * (toy.c's resident_auto[]): the resident path where docs/BENCH.md
- * ("Resident rounds", the rule) measured it better than the launch (posted)
- * path, on the machines where it did; the launch path otherwise. Change an
- * entry there when a receipt says so.
- */
-enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
-
 /**
  * toy_cpus_spare() - whether this thread's affinity mask holds two CPUs per
  * rank of a @size-rank world (each rank's loop and its worker thread) and
@@ -274,14 +290,13 @@ enum toy_backend_kind { TOY_BACKEND_CPU, TOY_BACKEND_CUDA };
 bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode);
 
 /**
- * toy_resident_on() - whether a backend of @kind on a rank of a @size-rank
- * world runs resident rounds under @mode (struct rk_config.resident) and the
- * wait policy @wait: on is yes, off is no, auto is the choice above, which
- * for the CPU backend is yes only in a world with followers where
- * toy_cpus_spare(). Any thread.
+ * toy_resident_on() - whether the CPU backend on a rank of a @size-rank world
+ * runs resident rounds under @mode (struct rk_config.resident) and the wait
+ * policy @wait: on is yes, off is no, auto is yes in a world with followers
+ * where toy_cpus_spare() (toy.c: the rule it follows). The CUDA backend has
+ * no resident rounds: it launches every round whatever @mode. Any thread.
  */
-bool toy_resident_on(enum toy_backend_kind kind, enum rk_resident_mode mode, uint32_t size,
-		     enum rk_wait_mode wait);
+bool toy_resident_on(enum rk_resident_mode mode, uint32_t size, enum rk_wait_mode wait);
 
 /** toy_params_init() - the defaults (V 256, H 1024, seed 1). */
 void toy_params_init(struct toy_params *p);
@@ -298,7 +313,10 @@ struct toy_reports {
 	int last_status;
 };
 
-/** toy_report() - count round @round_id's report and hand it to @s (NULL: count only). */
+/**
+ * toy_report() - count round @round_id's report and hand it to @s (NULL:
+ * count only). Call it last: the scheduler may launch the next round from it.
+ */
 void toy_report(struct toy_reports *r, struct rk_sched *s, uint64_t round_id, int status);
 /** toy_reports_get() - the count; the last report's id and status (either may be NULL). */
 uint64_t toy_reports_get(const struct toy_reports *r, uint64_t *round_id, int *status);
@@ -311,7 +329,8 @@ struct toy_cpu_stats {
 	uint64_t ns_compute;	/* worker time in toy_table_exec() */
 	uint64_t frames_rx;	/* leader: partials received */
 	uint64_t stale;		/* leader: partials for a round already finished, dropped */
-	/* resident rounds (RK_RESIDENT; toy_cpu.c): posted + resident = launches that ran */
+	/* resident rounds (RK_RESIDENT; toy_cpu_resident.c): posted + resident = launches
+	 * that ran */
 	uint64_t posted;	/* rounds queued to the worker by launch() */
 	uint64_t resident;	/* rounds the pre-armed worker took from the epoch region */
 	uint64_t resident_sleeps;	/* ...of which it slept on the futex for */

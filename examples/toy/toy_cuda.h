@@ -12,8 +12,10 @@
  * into pinned host memory, then a notifier mark. The mark's callback reports
  * the round; token() picks with the same host toy_pick() as the CPU backend.
  *
- * Built with CUDA and NCCL only; otherwise toy_cuda_create() returns
- * -EOPNOTSUPP (so callers build in every configuration).
+ * Built with CUDA and NCCL only; otherwise toy_cuda_stub.c stands in and
+ * toy_cuda_create() returns -EOPNOTSUPP (so callers build in every
+ * configuration). It has no resident rounds: whatever RK_RESIDENT says, every
+ * round is launched.
  *
  * Threads: everything on the loop thread of the world's loop. The backend
  * makes its CUDA device current on that thread.
@@ -30,23 +32,10 @@ extern "C" {
 
 struct toy_cuda;
 
-/* Why no round was pre-armed after a launch (toy_cuda_stats.arm_skip). */
-enum toy_cuda_skip {
-	TOY_CUDA_SKIP_BUSY,	/* TP1: an earlier round still in flight, or the slot unread */
-	TOY_CUDA_SKIP_SHAPE,	/* no streams, more than TOY_CUDA_PRED_MAX, or a token
-				 * window over TOY_CUDA_TOKWIN_MAX */
-	TOY_CUDA_SKIP_REGION,	/* the predicted descriptor would not fit the region */
-	TOY_CUDA_SKIP_STREAM,	/* a stream the mirror no longer holds (a retire) */
-	TOY_CUDA_SKIP_OTHER,	/* NCCL not up, another scheduler, a failure (counted
-				 * in resident_fallbacks too) */
-	TOY_CUDA_SKIP_N
-};
-
 struct toy_cuda_stats {
 	uint64_t rounds;		/* rounds completed on this rank */
 	uint64_t outputs;		/* logit vectors computed */
 	uint64_t ns_round;		/* launch() to the completion callback, summed */
-	uint64_t waited;		/* rounds that waited for the NCCL bootstrap */
 	uint64_t nccl_inprogress;	/* collectives that returned ncclInProgress (waited for) */
 	/* host time of the enqueue, summed over the rounds (where a round's CPU goes) */
 	uint64_t enqueues;		/* rounds enqueued */
@@ -57,37 +46,6 @@ struct toy_cuda_stats {
 	uint64_t ns_mark;		/* rk_gpu_notifier_mark() */
 	uint64_t graph_captures;	/* round shapes captured into a CUDA graph */
 	uint64_t graph_launches;	/* rounds whose compute ran as a graph */
-	/* resident rounds (RK_RESIDENT=on; toy_cuda.c's top) */
-	uint64_t resident;		/* rounds whose kernels were pre-armed on the epoch */
-	uint64_t resident_mismatch;	/* pre-armed, but the round was not the predicted one:
-					 * the kernels exited, the round was launched */
-	uint64_t resident_fallbacks;	/* registering or pre-arming failed: launched */
-	uint64_t arms;			/* rounds pre-armed (one graph; TP1: copy and mark too) */
-	uint64_t ns_arm;		/* host time of those arms, summed (off the round's
-					 * critical path: after its launch) */
-	uint64_t arm_captures;		/* graphs of pre-armed work captured (per stream
-					 * count, two slots) */
-	uint64_t arm_graphs;		/* arms whose work was one graph launch */
-	uint64_t arm_drafted;		/* arms of a round whose streams may draft */
-	uint64_t arm_skipped;		/* rounds after which nothing was pre-armed (below) */
-	uint64_t arm_skip[TOY_CUDA_SKIP_N];	/* ...why: enum toy_cuda_skip */
-	/*
-	 * Where a round's time goes (docs/BENCH.md reads these). Host clock:
-	 * ns_turn_* the previous round's completion callback to this round's
-	 * launch() (the scheduler's tokens, the next ROUND, its publication),
-	 * ns_round_* launch() to the completion callback; per path, with their
-	 * counts. GPU clock (%globaltimer; resident rounds, from the plan
-	 * kernel's stamps): gpu_wait from the plan kernel's start to the epoch
-	 * it waited for (kernel wait: it polled; stream wait: ~0, the stream
-	 * waited before it), gpu_plan from there to its checks done (the
-	 * descriptor's PCIe reads), gpu_rest from those to the next resident
-	 * round's plan kernel start (fold, logits, copy, mark, the next
-	 * kernel's launch), over n_gpu_rest consecutive pairs; polls the epoch
-	 * loads that found it short.
-	 */
-	uint64_t n_turn_launch, ns_turn_launch, n_turn_res, ns_turn_res;
-	uint64_t n_round_launch, ns_round_launch, n_round_res, ns_round_res;
-	uint64_t n_gpu, ns_gpu_wait, ns_gpu_plan, n_gpu_rest, ns_gpu_rest, polls;
 	struct rk_gpu_notifier_stats notify;
 };
 
@@ -129,18 +87,6 @@ uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *sta
  * host buffers and sequence numbers change every round). Loop thread.
  */
 void toy_cuda_set_graphs(struct toy_cuda *b, bool on);
-
-/* How a pre-armed round waits for its epoch (RK_RESIDENT=on; toy_cuda.c's top). */
-enum toy_cuda_res_wait {
-	TOY_CUDA_WAIT_KERNEL,	/* the plan kernel polls the mapped epoch (default) */
-	TOY_CUDA_WAIT_STREAM,	/* cuStreamWaitValue64 on it, before the plan kernel */
-};
-
-/**
- * toy_cuda_set_resident_wait() - how later pre-armed rounds wait for their
- * epoch (a round already armed keeps its way). Loop thread.
- */
-void toy_cuda_set_resident_wait(struct toy_cuda *b, enum toy_cuda_res_wait how);
 
 /**
  * toy_cuda_set_notify() - rk_gpu_notifier_set_mode() on the backend's notifier:

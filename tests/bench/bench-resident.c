@@ -22,7 +22,7 @@
  *   the same kernel) and left waiting 200 us; the host reads the clock,
  *   publishes the epoch, spins on the flag. Resident, kernel wait: the same
  *   with a kernel already running that polls the epoch through the mapping
- *   (the toy's plan kernel's wait), then stores the flag. All include the
+ *   (toy_cuda_k_poll_flag()), then stores the flag. All include the
  *   flag's way back, so their differences are the start's. Also the launch
  *   call's host time.
  * Lines start with "PUB", "GPULAT" or "SKIP" (device-run.sh greps them).

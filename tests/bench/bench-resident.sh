@@ -8,15 +8,14 @@
 # 2. The decode receipt: rk-serve --bench with RK_RESIDENT=off (the launch
 #    path) against RK_RESIDENT=on, the same binary, interleaved run by run
 #    (the order rotates), per TP degree and size, streams 1,4,8, greedy,
-#    plain and drafted. On CUDA a third mode, on-stream: RK_RESIDENT=on with
-#    --cuda-resident-wait=stream (cuStreamWaitValue64 instead of the plan
-#    kernel polling the epoch). Every cell line is printed with its mode,
-#    then a summary per cell: the medians of tokens/s and of each rank's CPU
-#    seconds, each mode's ratio to off, which path the rounds took and
-#    where their time went (the "resident rN:" and "phases rN:" lines), and
-#    whether every token hash agreed (decode-exact every way).
+#    plain and drafted (the CUDA backend has no resident rounds: on and off
+#    differ there only in the scheduler's publications). Every cell line is
+#    printed with its mode, then a summary per cell: the medians of tokens/s
+#    and of each rank's CPU seconds, each mode's ratio to off, which path the
+#    rounds took (the CPU backend's "resident rN:" lines), and whether every
+#    token hash agreed (decode-exact every way).
 # Knobs: BACKEND (cuda where rk-serve has it and a GPU answers, else cpu),
-# MODES (cuda: "off on on-stream"; cpu: "off on"; a mode ending in -block
+# MODES ("off on"; a mode ending in -block
 # runs every rank under RK_WAIT=block, e.g. on-block, one ending in -fblock
 # only the followers, the leader under the default; before either, -nolane
 # sets RK_LANE=0 (e.g. on-nolane-fblock); -wspinN anywhere in a mode passes
@@ -48,13 +47,12 @@ if [ -z "$backend" ]; then
 		backend=cuda
 	fi
 fi
+modes=${MODES:-off on}
 if [ "$backend" = cuda ]; then
 	tps=${TPS:-1}
-	modes=${MODES:-off on on-stream}
 	sizes=${SIZES:-"small:--vocab 256 --hidden 1024;large:--vocab 4096 --hidden 32768"}
 else
 	tps=${TPS:-2 4}
-	modes=${MODES:-off on}
 	sizes=${SIZES:-"small:--hidden 1024;large:--hidden 16384"}
 fi
 runs=${RUNS:-3}
@@ -103,21 +101,16 @@ job()
 		rmode=${rmode%-nolane}
 		wenv="$wenv RK_LANE=0"	# the followers' partials go by their loops
 	fi
-	extra=
-	if [ "$rmode" = on-stream ]; then
-		rmode=on
-		extra=--cuda-resident-wait=stream
-	fi
 	# shellcheck disable=SC2086
 	env $wenv RK_RESIDENT=$rmode timeout -k 5 "${TIMEOUT:-150}" "$jlaunch" --hosts "$hosts" -- \
 		${fwrap:+sh "$fwrap"} "$jserve" --bench --backend="$backend" $3 --bench-streams "${STREAMS:-1,4,8}" \
 		--bench-modes greedy --bench-draft "${DRAFTS:-plain,drafted}" \
-		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" $extra \
+		--bench-requests "${REQUESTS:-32}" --bench-max-tokens "${TOKENS:-64}" \
 		${wspin:+--cpu-worker-spin-us=$wspin} \
 		${ARGS:-} </dev/null >"$out/job.out" 2>&1
 	jrc=$?
 	sed -n "s/^\[r0\] cell /CELL tp=$1 size=$2 mode=$4 run=$5 /p" "$out/job.out" | tee -a "$out/cells"
-	pat='^\[r[0-9]*\] \(\(resident\|phases\) r[0-9]*:.*\)'
+	pat='^\[r[0-9]*\] \(resident r[0-9]*:.*\)'
 	sed -n "s/$pat/PATH tp=$1 size=$2 mode=$4 run=$5 \1/p" \
 		"$out/job.out" | tee -a "$out/paths"
 	if [ $jrc != 0 ]; then
@@ -193,6 +186,6 @@ END {
 }' "$out/cells" | sort | tee "$out/summary"
 grep -q 'HASHES DIFFER' "$out/summary" && rc=1
 echo "== paths (RK_RESIDENT=on, run 1)"
-grep -E 'mode=on[a-z-]* run=1 |mode=off run=1 phases' "$out/paths" 2>/dev/null
+grep -E 'mode=on[a-z-]* run=1 ' "$out/paths" 2>/dev/null
 echo "bench-resident.sh: rc=$rc, $(($(date +%s) - start)) s"
 exit $rc

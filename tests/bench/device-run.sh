@@ -192,8 +192,7 @@ if want resident; then
 	rlim=$((($(left) - reserve) / 2))
 	[ "$rlim" -gt "${RESIDENT_S:-200}" ] && rlim=${RESIDENT_S:-200}
 	# no job starts when it could not end inside the step (the summary is printed last);
-	# TP1 CUDA: off, on (the plan kernel polls the epoch), on-stream (cuStreamWaitValue64),
-	# plain and drafted
+	# TP1 CUDA: off and on (the CUDA backend launches either way), plain and drafted
 	step resident-tp1 "$rlim" "$rlog" env TPS=1 TIMEOUT=30 \
 		DEADLINE=$((rlim > 50 ? rlim - 35 : rlim / 2)) RUNS="${RESIDENT_RUNS:-3}" \
 		REQUESTS="${RESIDENT_REQUESTS:-32}" builddir=. sh tests/bench/bench-resident.sh
@@ -204,7 +203,7 @@ if want resident; then
 		RUNS="${RESIDENT_RUNS:-3}" REQUESTS="${RESIDENT_CPU_REQUESTS:-16}" \
 		builddir=. sh tests/bench/bench-resident.sh
 	grep -E '^(== bench-resident|PUB|GPULAT|SUMMARY|FAIL|SKIP)' "$rlog" | tee -a "$summary"
-	grep -E '^PATH .*(mode=on(-stream)? run=1 |run=1 phases)' "$rlog" | tee -a "$summary"
+	grep -E '^PATH .*mode=on run=1 ' "$rlog" | tee -a "$summary"
 	# issue 18 item 4: can a follower block through decode? TP2 again, resident rounds
 	# with every rank under RK_WAIT=block against the default (adaptive), interleaved,
 	# and the posted worker blocking too
@@ -242,7 +241,7 @@ glim=${CHECK_GPU_S:-300}
 [ "$glim" -lt 30 ] && glim=30
 step check_gpu "$glim" "$glog" env CK_VERBOSITY=verbose CHECK_GPU_VERBOSE=1 \
 	sh -c 'tests/check_gpu; r=$?; tests/check_toy_cuda || r=$?
-	       echo "check_toy_cuda: again with CHECK_GPU_GRAPHS=1 (resident rounds as graphs)"
+	       echo "check_toy_cuda: again with CHECK_GPU_GRAPHS=1 (the scheduler worlds as CUDA graphs)"
 	       CHECK_GPU_GRAPHS=1 tests/check_toy_cuda || r=$?; exit $r'
 grc=$?
 grep -E '^(check_gpu|check_toy_cuda|[0-9]+%|test_|notify |toy |SKIP)|:[EF]:' "$glog" | tail -n 60
