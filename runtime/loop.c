@@ -16,7 +16,6 @@
  *                 sleep as 'block' does, but only until T less the margin, then
  *                 spin for the rest (the spin window does not apply)
  *        spin   - recently busy: one pause instruction, then the next iteration
- *        timed  - a timed wait of one slice (when configured)
  *        block  - publish "sleeping", fence, arm sources and re-check, then wait
  *                 for a CQE or the next timer
  *
@@ -49,7 +48,7 @@
 #define PREDICT_LATE_RATE	256		/* learn: about one predictive wake in this late */
 #define PREDICT_LATE_SHARE	64		/* ...the boost for that at most 1/this of the sleep */
 
-enum phase { PH_RUN, PH_SPIN, PH_TIMED, PH_BLOCK };
+enum phase { PH_RUN, PH_SPIN, PH_BLOCK };
 /* what a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window) */
 enum spin_why { SPIN_OTHER, SPIN_PREDICT, SPIN_WINDOW };
 
@@ -1190,9 +1189,6 @@ static void account(struct rk_loop *loop, uint64_t t)
 		else if (loop->spin_why == SPIN_WINDOW)
 			loop->stats.ns_spin_window += d;
 		break;
-	case PH_TIMED:
-		loop->stats.ns_timed += d;
-		break;
 	case PH_BLOCK:
 		loop->stats.ns_blocked += d;
 		break;
@@ -1264,7 +1260,7 @@ static void ns_to_ts(uint64_t ns, struct __kernel_timespec *ts)
 	ts->tv_nsec = (long long)(ns % 1000000000ull);
 }
 
-enum park { PARK_BLOCK, PARK_TIMED, PARK_PREDICT, PARK_IO };
+enum park { PARK_BLOCK, PARK_PREDICT, PARK_IO };
 
 static void tmo_done(struct rk__op *op, int res, unsigned int flags)
 {
@@ -1341,9 +1337,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 		return;
 	}
 	wake_arm(loop);
-	if (how == PARK_TIMED) {
-		loop->stats.timed_waits++;
-	} else if (how == PARK_PREDICT) {
+	if (how == PARK_PREDICT) {
 		loop->stats.predict_waits++;
 		loop->pred_deadline = loop->now + timeout_ns;
 		loop->pred_sleep_ns = timeout_ns;
@@ -1354,7 +1348,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum park how)
 	} else {
 		loop->stats.blocks++;
 	}
-	loop->phase = how == PARK_TIMED ? PH_TIMED : PH_BLOCK;
+	loop->phase = PH_BLOCK;
 	if (timeout_ns != UINT64_MAX && !park_timer(loop, timeout_ns, how)) {
 		ns_to_ts(timeout_ns, &ts);
 		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
@@ -1640,12 +1634,6 @@ static void loop_wait(struct rk_loop *loop)
 			loop->stats.window_cuts++;
 		}
 	}
-	if (w->mode == RK_WAIT_ADAPTIVE && w->timed_ns && since < w->spin_ns + w->timed_ns) {
-		uint64_t slice = w->timed_slice_ns;
-
-		loop_park(loop, tmo < slice ? tmo : slice, PARK_TIMED);
-		return;
-	}
 	loop_park(loop, tmo, PARK_BLOCK);
 }
 
@@ -1815,7 +1803,7 @@ int rk_loop_run(struct rk_loop *loop, enum rk_run_mode mode)
 	return loop->stop_signal ? -RK_ESTOPPED : 0;
 }
 
-/* rk__loop_run_io() waits as the policy would, minus the timed and predictive phases. */
+/* rk__loop_run_io() waits as the policy would, minus the predictive sleeps. */
 static bool io_spins(const struct rk_loop *loop)
 {
 	const struct rk_wait_policy *w = &loop->cfg.wait;
@@ -1887,8 +1875,6 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 {
 	loop->cfg.wait.mode = w->mode;
 	loop->cfg.wait.spin_ns = w->spin_ns;
-	loop->cfg.wait.timed_ns = w->timed_ns;
-	loop->cfg.wait.timed_slice_ns = w->timed_slice_ns ? w->timed_slice_ns : 1000;
 	loop->cfg.wait.spin_yield = w->spin_yield;
 	loop->cfg.wait.predict = w->predict;
 	loop->cfg.wait.predict_margin_ns = w->predict_margin_ns;

@@ -89,7 +89,7 @@ enum rk_shm_mode {
 };
 
 enum rk_wait_mode {
-	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
+	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, then block; predictive sleeps */
 	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
 	RK_WAIT_BLOCK = 2,	/* always block (lowest CPU, highest wake latency) */
 };
@@ -97,8 +97,7 @@ enum rk_wait_mode {
 /*
  * The wait policy. After every busy event the loop spins for spin_ns (peeking
  * at the completion queue and polling every source, with a pause instruction),
- * then, if timed_ns > 0, waits in slices of timed_slice_ns until timed_ns has
- * passed, then blocks until the next event or timer. See ARCHITECTURE.md for
+ * then blocks until the next event or timer. See ARCHITECTURE.md for
  * the measurements behind the defaults. Zeroed, it gets spin_ns (no busy
  * window), spin_yield, predict, the margins and coop_taskrun wrong, and
  * sqpoll_cpu 0 pins the SQPOLL thread to CPU 0: start from rk_wait_policy_init()
@@ -107,8 +106,6 @@ enum rk_wait_mode {
 struct rk_wait_policy {
 	enum rk_wait_mode mode;		/* RK_WAIT */
 	uint64_t spin_ns;		/* RK_SPIN_US: busy window */
-	uint64_t timed_ns;		/* RK_TIMED_US: timed-wait phase after the spin, 0 = off */
-	uint64_t timed_slice_ns;	/* RK_TIMED_SLICE_US: one timed wait */
 	uint32_t spin_yield;		/* RK_SPIN_YIELD: sched_yield() every N empty spin
 					 * iterations, 0 = never (for more threads than cores) */
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
@@ -311,13 +308,11 @@ struct rk_loop_stats {
 	uint64_t events;		/* completions, timer firings, posts, source events */
 	uint64_t busy_events;		/* events that restarted the busy window */
 	uint64_t spin_iters;		/* spin iterations that found nothing */
-	uint64_t timed_waits;		/* timed waits entered */
 	uint64_t blocks;		/* blocking waits entered */
 	uint64_t wakeups;		/* blocking waits ended by a cross-thread wake */
 	uint64_t posts;			/* posts delivered */
 	uint64_t eintr;			/* waits interrupted by a signal (counted as empty) */
 	uint64_t ns_spin;		/* time spent spinning */
-	uint64_t ns_timed;		/* time spent in timed waits */
 	uint64_t ns_blocked;		/* time spent blocked */
 	uint64_t ns_run;		/* time spent in handlers */
 	/* predictive waits (rk_source_ops.expect) */
@@ -411,7 +406,7 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
- * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
+ * (mode, spin_ns, spin_yield, the predictive and learned waits; ring flags such as sqpoll and
  * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);

@@ -11,8 +11,6 @@
 
 /* ---- config defaults (documented in README.md; chosen in ARCHITECTURE.md) ---- */
 #define RK_DEF_SPIN_US		20000
-#define RK_DEF_TIMED_US		0
-#define RK_DEF_TIMED_SLICE_US	50
 #define RK_DEF_SPIN_YIELD	64
 #define RK_DEF_PREDICT		1
 #define RK_DEF_PREDICT_MARGIN_US	20
@@ -163,8 +161,8 @@ uint64_t rk__loop_refresh(struct rk_loop *loop);
 uint64_t rk__loop_iteration(const struct rk_loop *loop);
 /* The loop's clock now, without touching its cached time. Loop thread. */
 uint64_t rk__loop_clock(const struct rk_loop *loop);
-/* Whether this iteration follows a wait in which the thread slept (a predictive,
- * timed or blocking wait): what it sees now may have happened a while ago. */
+/* Whether this iteration follows a wait in which the thread slept (a predictive
+ * or blocking wait): what it sees now may have happened a while ago. */
 bool rk__loop_after_park(const struct rk_loop *loop);
 /*
  * A source's poll() that found nothing at the price of a syscall (a TCP link's

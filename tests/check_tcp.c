@@ -149,7 +149,6 @@ static void flip_wait(struct side *s)
 		return;
 	rk_wait_policy_init(&w);
 	w.predict = false;
-	w.timed_ns = 0;
 	switch (s->flips++ % 4) {
 	case 0:
 		w.mode = RK_WAIT_SPIN;
@@ -267,7 +266,6 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.catch_signals = false;
 	c.wait.mode = mode;
 	c.wait.predict = false;
-	c.wait.timed_ns = 0;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
 	c.wait.defer_taskrun = g_defer;
 	s->rank = rank;

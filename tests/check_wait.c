@@ -32,8 +32,6 @@ struct policy {
 };
 
 #define P_SPIN		(1 * MS)
-#define P_TIMED		(1 * MS)
-#define P_SLICE		(100 * US)
 #define P_BOUND		(200 * US)
 
 static void policy_setup(struct policy *p, enum rk_wait_mode mode)
@@ -44,8 +42,6 @@ static void policy_setup(struct policy *p, enum rk_wait_mode mode)
 	rk_config_init(&c);
 	c.wait.mode = mode;
 	c.wait.spin_ns = P_SPIN;
-	c.wait.timed_ns = P_TIMED;
-	c.wait.timed_slice_ns = P_SLICE;
 	p->loop = new_loop(&c);
 	p->fc.t = 1000 * SEC;	/* long after any busy event */
 	rk_loop_set_clock(p->loop, fake_now, &p->fc);
@@ -76,7 +72,6 @@ static struct rk_loop_stats policy_run(struct policy *p, uint64_t t, struct rk_p
 	d.events = p->after.events - p->before.events;
 	d.busy_events = p->after.busy_events - p->before.busy_events;
 	d.spin_iters = p->after.spin_iters - p->before.spin_iters;
-	d.timed_waits = p->after.timed_waits - p->before.timed_waits;
 	d.blocks = p->after.blocks - p->before.blocks;
 	d.posts = p->after.posts - p->before.posts;
 	ck_assert_uint_eq(d.iterations, 1);
@@ -103,7 +98,6 @@ static struct rk_loop_stats policy_post(struct policy *p, uint64_t t, struct rk_
 	ck_assert_uint_eq(d.posts, 1);
 	ck_assert_uint_eq(d.events, 1);
 	ck_assert_uint_eq(d.spin_iters, 0);
-	ck_assert_uint_eq(d.timed_waits, 0);
 	ck_assert_uint_eq(d.blocks, 0);
 	return d;
 }
@@ -114,14 +108,12 @@ static void policy_teardown(struct policy *p)
 	free_loop(p->loop);
 }
 
-/* One iteration's phase: 'S'pin, 'T'imed wait, 'B'lock, or '?' for anything else. */
+/* One iteration's phase: 'S'pin, 'B'lock, or '?' for anything else. */
 static char phase_of(const struct rk_loop_stats *d)
 {
-	if (d->spin_iters == 1 && !d->timed_waits && !d->blocks)
+	if (d->spin_iters == 1 && !d->blocks)
 		return 'S';
-	if (!d->spin_iters && d->timed_waits == 1 && !d->blocks)
-		return 'T';
-	if (!d->spin_iters && !d->timed_waits && d->blocks == 1)
+	if (!d->spin_iters && d->blocks == 1)
 		return 'B';
 	return '?';
 }
@@ -130,9 +122,8 @@ static char phase_of(const struct rk_loop_stats *d)
 	do {                                                                               \
 		struct rk_loop_stats _d = (d);                                             \
 		ck_assert_msg(phase_of(&_d) == (want),                                     \
-			      "want phase %c: spin_iters %" PRIu64 " timed_waits %" PRIu64 \
-			      " blocks %" PRIu64, (want), _d.spin_iters, _d.timed_waits,   \
-			      _d.blocks);                                                  \
+			      "want phase %c: spin_iters %" PRIu64 " blocks %" PRIu64,     \
+			      (want), _d.spin_iters, _d.blocks);                           \
 	} while (0)
 
 START_TEST(test_policy_adaptive)
@@ -145,7 +136,7 @@ START_TEST(test_policy_adaptive)
 	/* Never busy: straight to blocking. */
 	ck_assert_phase(policy_step(&p, p.fc.t), 'B');
 
-	/* A busy event at b opens the window: spin within S, timed until S+T, then block. */
+	/* A busy event at b opens the window: spin within S, then block. */
 	b = p.fc.t + 10 * MS;
 	d = policy_post(&p, b, &p.busy);
 	ck_assert_int_eq(p.busy_ran, 1);
@@ -153,10 +144,8 @@ START_TEST(test_policy_adaptive)
 	ck_assert_phase(policy_step(&p, b), 'S');
 	ck_assert_phase(policy_step(&p, b + P_SPIN / 2), 'S');
 	ck_assert_phase(policy_step(&p, b + P_SPIN - 1), 'S');
-	ck_assert_phase(policy_step(&p, b + P_SPIN), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED / 2), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED - 1), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN + P_SPIN / 2), 'B');
 	ck_assert_phase(policy_step(&p, b + 100 * MS), 'B');
 
 	/* An idle event runs its handler but does not reopen the window. */
@@ -165,25 +154,24 @@ START_TEST(test_policy_adaptive)
 	ck_assert_uint_eq(d.busy_events, 0);
 	ck_assert_phase(policy_step(&p, b + 101 * MS), 'B');
 
-	/* ... nor extend it: idle inside the window, the timed phase still starts at b + S. */
+	/* ... nor extend it: idle inside the window, the block still starts at b + S. */
 	b = b + 200 * MS;
 	policy_post(&p, b, &p.busy);
 	ck_assert_phase(policy_step(&p, b), 'S');
 	ck_assert_uint_eq(policy_post(&p, b + P_SPIN - 10 * US, &p.idle).busy_events, 0);
 	ck_assert_phase(policy_step(&p, b + P_SPIN - 10 * US), 'S');
-	ck_assert_phase(policy_step(&p, b + P_SPIN), 'T');
-	policy_post(&p, b + P_SPIN + P_TIMED - 10 * US, &p.idle);
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED - 10 * US), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN), 'B');
+	policy_post(&p, b + 2 * P_SPIN - 10 * US, &p.idle);
+	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN - 10 * US), 'B');
 
-	/* A busy event during the timed phase reopens the spin window. */
+	/* A busy event after the window (the loop blocks) reopens it. */
 	b = b + 300 * MS;
 	policy_post(&p, b, &p.busy);
-	ck_assert_phase(policy_step(&p, b + P_SPIN + 10 * US), 'T');
+	ck_assert_phase(policy_step(&p, b + P_SPIN + 10 * US), 'B');
 	policy_post(&p, b + P_SPIN + 20 * US, &p.busy);
 	ck_assert_phase(policy_step(&p, b + P_SPIN + 20 * US), 'S');
 	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 10 * US), 'S');
-	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 20 * US), 'T');
+	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 20 * US), 'B');
 	ck_assert_int_eq(p.busy_ran, 4);
 	ck_assert_int_eq(p.idle_ran, 3);
 	ck_assert_uint_eq(p.after.busy_events, 4);
@@ -191,8 +179,8 @@ START_TEST(test_policy_adaptive)
 }
 END_TEST
 
-/* Without a timed phase (timed_ns = 0) the spin goes straight to blocking. */
-START_TEST(test_policy_no_timed)
+/* A policy set on a live loop (rk_loop_set_wait()) spins its window, then blocks. */
+START_TEST(test_policy_set_window)
 {
 	struct policy p;
 	struct rk_wait_policy w = { .mode = RK_WAIT_ADAPTIVE, .spin_ns = P_SPIN };
@@ -200,7 +188,7 @@ START_TEST(test_policy_no_timed)
 
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
 	rk_loop_set_wait(p.loop, &w);
-	ck_assert_uint_eq(rk_loop_config(p.loop)->wait.timed_ns, 0);
+	ck_assert_uint_eq(rk_loop_config(p.loop)->wait.spin_ns, P_SPIN);
 	b = p.fc.t;
 	policy_post(&p, b, &p.busy);
 	ck_assert_phase(policy_step(&p, b), 'S');
@@ -228,7 +216,6 @@ START_TEST(test_policy_spin)
 		ck_assert_phase(policy_step(&p, t), 'S');
 	}
 	ck_assert_uint_eq(p.after.blocks, 0);
-	ck_assert_uint_eq(p.after.timed_waits, 0);
 	ck_assert_uint_eq(p.after.wakeups, 0);
 	policy_teardown(&p);
 }
@@ -251,7 +238,6 @@ START_TEST(test_policy_block)
 		ck_assert_phase(policy_step(&p, t), 'B');
 	}
 	ck_assert_uint_eq(p.after.spin_iters, 0);
-	ck_assert_uint_eq(p.after.timed_waits, 0);
 	ck_assert_uint_eq(p.after.busy_events, 11);
 	policy_teardown(&p);
 }
@@ -274,13 +260,12 @@ START_TEST(test_policy_switch)
 	w = (struct rk_wait_policy){ .mode = RK_WAIT_SPIN };
 	rk_loop_set_wait(p.loop, &w);
 	ck_assert_phase(policy_step(&p, b + 10 * SEC), 'S');
-	w = (struct rk_wait_policy){ .mode = RK_WAIT_ADAPTIVE, .spin_ns = 5 * MS,
-				     .timed_ns = P_TIMED, .timed_slice_ns = P_SLICE };
+	w = (struct rk_wait_policy){ .mode = RK_WAIT_ADAPTIVE, .spin_ns = 5 * MS };
 	rk_loop_set_wait(p.loop, &w);
 	policy_post(&p, b + 20 * SEC, &p.busy);
 	ck_assert_phase(policy_step(&p, b + 20 * SEC), 'S');
 	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS - 1), 'S');
-	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS), 'T');
+	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS), 'B');
 	/* sqpoll and coop_taskrun are fixed at creation. */
 	w.sqpoll = true;
 	rk_loop_set_wait(p.loop, &w);
@@ -401,7 +386,7 @@ START_TEST(test_source_poll_spin)
 	ck_assert_uint_eq(s.busy_events, 50);
 	ck_assert_uint_ge(s.events, 50);
 	ck_assert_uint_eq(s.spin_iters, 1000 - 1);	/* all but the one that stopped */
-	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
+	ck_assert_uint_eq(s.blocks, 0);
 	ck_assert_int_eq(cs.arms, 0);
 	ck_assert_int_eq(rk_loop_remove_source(cs.loop, &cs.src), 0);
 	free_loop(cs.loop);
@@ -515,7 +500,7 @@ START_TEST(test_source_prepoll_busy)
 	ck_assert_uint_eq(d.busy_events, 1);
 	ck_assert_phase(policy_step(&p, t + 10 * MS), 'S');
 	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN - 1), 'S');
-	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN), 'T');
+	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN), 'B');
 	ck_assert_int_eq(rk_loop_remove_source(p.loop, &cs.src), 0);
 	policy_teardown(&p);
 }
@@ -720,7 +705,6 @@ START_TEST(test_predict_sleeps)
 		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
 		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
 		ck_assert_uint_eq(s1.blocks, s0.blocks);
-		ck_assert_uint_eq(s1.timed_waits, s0.timed_waits);
 		ck_assert_uint_eq(p.park_ns, wait - margin);
 		/* the ring wait lasted its timeout, as nothing else could end it
 		 * (a lower bound: load only makes it longer) */
@@ -755,7 +739,7 @@ START_TEST(test_predict_sleeps)
 	ck_assert_uint_eq(s0.predict_waits, n);
 	ck_assert_uint_eq(s0.predict_early, n);
 	ck_assert_uint_eq(s0.predict_late + s0.predict_cut, 0);
-	ck_assert_uint_eq(s0.blocks + s0.timed_waits, 0);
+	ck_assert_uint_eq(s0.blocks, 0);
 	ck_assert_uint_eq(s0.spin_iters, 2 * n);
 	fpred_free(loop, &p);
 }
@@ -795,7 +779,7 @@ static void check_spins_through(bool predict, bool loop_predicts)
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
 		s1 = stats_of(loop);
 		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
-		ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+		ck_assert_uint_eq(s1.predict_waits + s1.blocks, 0);
 	}
 	fc.t = b + wait;
 	p.ready = true;
@@ -803,7 +787,7 @@ static void check_spins_through(bool predict, bool loop_predicts)
 	ck_assert(!p.ready);
 	s1 = stats_of(loop);
 	ck_assert_uint_eq(s1.spin_iters, wait / step);
-	ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+	ck_assert_uint_eq(s1.predict_waits + s1.blocks, 0);
 	fpred_free(loop, &p);
 }
 
@@ -875,7 +859,7 @@ START_TEST(test_predict_cut_by_event)
 	ck_assert_uint_eq(s.wakeups, 1);			/* ended by the post's wake */
 	ck_assert_uint_eq(s.predict_cut, 1);			/* ...not by its own event */
 	ck_assert_uint_eq(s.predict_early + s.predict_late, 0);
-	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
+	ck_assert_uint_eq(s.blocks, 0);
 	p.expect = 0;
 	fpred_free(loop, &p);
 }
@@ -903,7 +887,6 @@ START_TEST(test_predict_margin_fades)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	c.wait.timed_ns = 0;
 	ck_assert(c.wait.predict);
 	base = c.wait.predict_margin_ns;
 	loop = new_loop(&c);
@@ -1009,7 +992,6 @@ START_TEST(test_predict_late_rare_covered)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	c.wait.timed_ns = 0;
 	ck_assert(c.wait.learn);
 	base = c.wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
@@ -1064,7 +1046,6 @@ START_TEST(test_predict_boost_short_sleeps)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	base = c.wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
 	for (i = 0; i < 25; i++) {
@@ -1124,7 +1105,6 @@ START_TEST(test_source_sees_waits)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	loop = new_loop(&c);
 	rk_loop_set_clock(loop, fake_now, &fc);
 	p.src.data = &p;
@@ -1200,7 +1180,6 @@ START_TEST(test_predict_late_is_per_source)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	loop = new_loop(&c);
 	rk_loop_set_clock(loop, fake_now, &fc);
 	a.src.data = &a;
@@ -1412,7 +1391,7 @@ static void check_learn_periodic(bool learn)
 	ck_assert_uint_eq(s1.predict_waits, slept);
 	ck_assert_uint_eq(s1.predict_early, slept);
 	ck_assert_uint_eq(s1.predict_late + s1.predict_cut + s1.learn_holds, 0);
-	ck_assert_uint_eq(s1.blocks + s1.timed_waits, 0);
+	ck_assert_uint_eq(s1.blocks, 0);
 	ck_assert_uint_eq(slept, learn ? n - RK__GAPS_WARM : 0);
 	learn_free(loop, &rec, &a);
 }
@@ -1955,7 +1934,6 @@ static void check_learned_window(bool learn)
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
 	w = rk_loop_config(p.loop)->wait;
 	w.spin_ns = 200 * MS;
-	w.timed_ns = 0;
 	w.learn = learn;
 	w.learn_spin_min_ns = 1 * MS;
 	rk_loop_set_wait(p.loop, &w);
@@ -2003,7 +1981,7 @@ static Suite *wait_suite(void)
 
 	tc = tcase(s, "policy", TIMEOUT_S);
 	tcase_add_test(tc, test_policy_adaptive);
-	tcase_add_test(tc, test_policy_no_timed);
+	tcase_add_test(tc, test_policy_set_window);
 	tcase_add_test(tc, test_policy_spin);
 	tcase_add_test(tc, test_policy_block);
 	tcase_add_test(tc, test_policy_switch);
