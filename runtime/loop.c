@@ -99,8 +99,7 @@ struct rk_loop {
 	struct rk_source *pred_next;	/* the source whose expectation came first */
 	struct rk_source *pred_src;	/* ...that this predictive sleep was for */
 	bool pred_found;		/* its event came (a poll, rk__loop_source_event()) */
-	uint64_t oversleep_avg;		/* timed wakes' lateness, EWMA (up 1/4, down 1/16) */
-	uint64_t oversleep_hi;		/* ...and a high quantile of it (~99th percentile) */
+	uint64_t oversleep_hi;		/* a high quantile (~99th pct) of timed wakes' lateness */
 	uint64_t late_boost;		/* margin added when late, decays when early */
 	uint64_t pred_sleep_ns;		/* the length of this predictive sleep */
 	uint64_t skip_expect;		/* the last prediction the learned margin kept us from */
@@ -1395,11 +1394,7 @@ static void loop_spin(struct rk_loop *loop, enum spin_why why)
  */
 static uint64_t predict_margin(const struct rk_loop *loop)
 {
-	uint64_t over = loop->oversleep_avg;
-
-	if (loop->cfg.wait.learn && loop->oversleep_hi > over)
-		over = loop->oversleep_hi;
-	return loop->cfg.wait.predict_margin_ns + over + loop->late_boost;
+	return loop->cfg.wait.predict_margin_ns + loop->oversleep_hi + loop->late_boost;
 }
 
 /*
@@ -1520,11 +1515,7 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 	 */
 	if (over > PREDICT_OVER_CAP)
 		over = PREDICT_OVER_CAP;
-	if (over > loop->oversleep_avg)
-		loop->oversleep_avg = (loop->oversleep_avg * 3 + over) / 4;
-	else
-		loop->oversleep_avg = (loop->oversleep_avg * 15 + over) / 16;
-	/* the tail matters too: a wake later than the margin costs a block's latency */
+	/* the tail, not the mean: a wake later than the margin costs a block's latency */
 	if (over > loop->oversleep_hi)
 		loop->oversleep_hi += (over - loop->oversleep_hi) / 2;
 	else
@@ -1571,7 +1562,6 @@ static void predict_wait(struct rk_loop *loop, uint64_t expect, uint64_t tmo)
 		    expect != loop->skip_expect) {
 			loop->skip_expect = expect;
 			loop->late_boost -= loop->late_boost / 32;
-			loop->oversleep_avg -= loop->oversleep_avg / 16;
 			loop->oversleep_hi -= loop->oversleep_hi / 16;
 		}
 		loop_spin(loop, SPIN_PREDICT);
