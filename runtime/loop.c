@@ -77,8 +77,8 @@ struct rk_loop {
 	int stop_signal;
 
 	struct rk_timer *timers;	/* sorted by due */
-	struct rk_source *sources;
-	struct rk_source *learners;	/* rk__gaps of links: expect() only, never polled */
+	struct rk_source *sources;	/* with a poll(): polled every iteration */
+	struct rk_source *quiet;	/* without one: only asked to expect(), arm(), told */
 	struct rk__flusher *flush_head;
 	struct rk__bufring bufring;
 	unsigned int refs;
@@ -114,19 +114,15 @@ struct rk_loop {
 	bool tmo_armed;
 	uint64_t tmo_arms;		/* ring timeouts armed (rk__loop_ring_timeouts()) */
 
-	/* RK_PREWARM: the loopback pair rehearse_tcp() sends around, -1 = none yet */
-	int warm_fd[2];
-	bool warm_off;			/* the pair failed once: no more rehearsals */
-
 	/* the learned spin window: see spin_window() */
 	uint64_t gap_hi;		/* ~99th percentile of the gaps between busy events */
 	uint32_t gap_n;			/* gaps sampled */
 	uint64_t cut_busy;		/* the last_busy whose window was cut (counted once) */
-	/* whose arrivals the last busy work was: see spin_window() */
-	struct rk_source *busy_learner;	/* a learner, NULL = other work, or mixed */
-	struct rk_source *iter_learner;	/* this iteration's learner with arrivals */
-	unsigned int iter_learned;	/* ...its busy arrivals in this iteration */
-	bool iter_mixed;		/* ...and another learner's too */
+	/* whose events the last busy work all was (rk__loop_busy_by()): spin_window() */
+	struct rk_source *busy_src;	/* NULL = other work, or several sources' */
+	struct rk_source *iter_src;	/* this iteration's source with busy events */
+	unsigned int iter_src_n;	/* ...its busy events in this iteration */
+	bool iter_mixed;		/* ...and another source's too */
 
 	/* RK_DEFER_TASKRUN: the ring is created disabled and bound to the first
 	 * thread that runs the loop (loop_bind()) */
@@ -475,11 +471,13 @@ void rk_source_init(struct rk_source *src, const struct rk_source_ops *ops, void
 
 int rk_loop_add_source(struct rk_loop *loop, struct rk_source *src)
 {
+	struct rk_source **head = src->ops->poll ? &loop->sources : &loop->quiet;
+
 	if (src->loop)
 		return -EALREADY;
 	src->loop = loop;
-	src->next = loop->sources;
-	loop->sources = src;
+	src->next = *head;
+	*head = src;
 	rk__loop_ref(loop);
 	return 0;
 }
@@ -493,20 +491,46 @@ int rk_loop_remove_source(struct rk_loop *loop, struct rk_source *src)
 {
 	struct rk_source **pp;
 
-	for (pp = &loop->sources; *pp; pp = &(*pp)->next) {
-		if (*pp == src) {
-			if (loop->pred_src == src)
-				loop->pred_src = NULL;
-			if (loop->pred_next == src)
-				loop->pred_next = NULL;
-			*pp = src->next;
-			src->next = NULL;
-			src->loop = NULL;
-			rk__loop_unref(loop);
-			return 0;
-		}
-	}
-	return -ENOENT;
+	if (src->loop != loop)
+		return -ENOENT;
+	for (pp = src->ops->poll ? &loop->sources : &loop->quiet; *pp != src; pp = &(*pp)->next)
+		;
+	*pp = src->next;
+	if (loop->pred_src == src)
+		loop->pred_src = NULL;
+	if (loop->pred_next == src)
+		loop->pred_next = NULL;
+	if (loop->busy_src == src)
+		loop->busy_src = NULL;
+	if (loop->iter_src == src)
+		loop->iter_src = NULL;
+	src->next = NULL;
+	src->loop = NULL;
+	rk__loop_unref(loop);
+	return 0;
+}
+
+struct rk_source *rk__loop_source_find(struct rk_loop *loop, const struct rk_source_ops *ops)
+{
+	struct rk_source *s;
+
+	for (s = ops->poll ? loop->sources : loop->quiet; s; s = s->next)
+		if (s->ops == ops)
+			return s;
+	return NULL;
+}
+
+void rk__loop_busy_by(struct rk_loop *loop, struct rk_source *src)
+{
+	if (loop->iter_src && loop->iter_src != src)
+		loop->iter_mixed = true;
+	loop->iter_src = src;
+	loop->iter_src_n++;
+}
+
+void rk__loop_count_prewarm(struct rk_loop *loop)
+{
+	loop->stats.prewarms++;
 }
 
 /* Poll every source; what they handle counts as busy events of this iteration. */
@@ -530,34 +554,41 @@ static void poll_sources(struct rk_loop *loop)
 	}
 }
 
-static uint64_t gaps_expect(struct rk_source *src, uint64_t now);
-
 /* The earliest time a source expects its next event at, 0 = none predicted. */
 static uint64_t sources_expect(struct rk_loop *loop)
 {
-	struct rk_source *s;
+	struct rk_source *s, *lists[2] = { loop->sources, loop->quiet };
 	uint64_t t, first = 0;
+	unsigned int i;
 
 	loop->pred_next = NULL;
-	for (s = loop->sources; s; s = s->next) {
-		if (!s->ops->expect)
-			continue;
-		t = s->ops->expect(s, loop->now);
-		if (t && (!first || t < first)) {
-			first = t;
-			loop->pred_next = s;
-		}
-	}
-	if (!loop->cfg.wait.learn)
-		return first;
-	for (s = loop->learners; s; s = s->next) {
-		t = gaps_expect(s, loop->now);	/* every spin iteration: no indirect call */
-		if (t && (!first || t < first)) {
-			first = t;
-			loop->pred_next = s;
+	for (i = 0; i < 2; i++) {
+		for (s = lists[i]; s; s = s->next) {
+			if (!s->ops->expect)
+				continue;
+			t = s->ops->expect(s, loop->now);
+			if (t && (!first || t < first)) {
+				first = t;
+				loop->pred_next = s;
+			}
 		}
 	}
 	return first;
+}
+
+/* Tell every source with a verdict() but @skip that the loop spins for an event now. */
+static void sources_spin(struct rk_loop *loop, struct rk_source *skip)
+{
+	struct rk_source *s, *next, *lists[2] = { loop->sources, loop->quiet };
+	unsigned int i;
+
+	for (i = 0; i < 2; i++) {
+		for (s = lists[i]; s; s = next) {
+			next = s->next;
+			if (s != skip && s->ops->verdict)
+				s->ops->verdict(s, RK_VERDICT_SPIN);
+		}
+	}
 }
 
 /* ---- learned arrivals (struct rk__gaps, runtime_int.h) ---------------------------- */
@@ -617,7 +648,7 @@ static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
 {
 	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
 
-	if (!gaps_trusted(g))
+	if (!src->loop->cfg.wait.learn || !gaps_trusted(g))
 		return 0;
 	if (now < g->last + RK__GAPS_BURST_NS)	/* the burst may go on: spin for it */
 		return 0;
@@ -626,9 +657,12 @@ static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
 	return g->first + g->mean - 3 * gaps_dev(g);	/* > first: dev <= mean / 4 */
 }
 
+static void gaps_verdict(struct rk_source *src, enum rk_verdict v);
+
 static const struct rk_source_ops gaps_ops = {
 	.name = "learned-gaps",
 	.expect = gaps_expect,
+	.verdict = gaps_verdict,
 };
 
 static bool is_learner(const struct rk_source *src)
@@ -686,17 +720,11 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 	bool late = loop->after_park;
 
 	if (!g->src.loop) {
-		g->src.ops = &gaps_ops;
-		g->src.loop = loop;
-		g->src.next = loop->learners;
-		loop->learners = &g->src;
+		rk_source_init(&g->src, &gaps_ops, NULL);
+		rk_loop_add_source(loop, &g->src);
 		g->hold_next = RK__GAPS_HOLD;
 	}
-	/* whose work this iteration's is: spin_window() */
-	if (loop->iter_learner && loop->iter_learner != &g->src)
-		loop->iter_mixed = true;
-	loop->iter_learner = &g->src;
-	loop->iter_learned++;
+	rk__loop_busy_by(loop, &g->src);	/* whose work this iteration's is */
 	if (g->first && now < g->last + RK__GAPS_BURST_NS) {
 		g->last = now;		/* the same burst */
 		return;
@@ -730,44 +758,27 @@ void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g)
 
 void rk__gaps_detach(struct rk__gaps *g)
 {
-	struct rk_loop *loop = g->src.loop;
-	struct rk_source **pp;
-
-	if (!loop)
-		return;
-	for (pp = &loop->learners; *pp; pp = &(*pp)->next) {
-		if (*pp == &g->src) {
-			*pp = g->src.next;
-			break;
-		}
-	}
-	if (loop->pred_src == &g->src)
-		loop->pred_src = NULL;
-	if (loop->pred_next == &g->src)
-		loop->pred_next = NULL;
-	if (loop->busy_learner == &g->src)
-		loop->busy_learner = NULL;
-	if (loop->iter_learner == &g->src)
-		loop->iter_learner = NULL;
-	g->src.next = NULL;
-	g->src.loop = NULL;
+	if (g->src.loop)
+		rk_loop_remove_source(g->src.loop, &g->src);
 }
 
-/* A predictive sleep for learner @src was cut short by other busy work. */
-static void gaps_cut(struct rk_loop *loop, struct rk_source *src)
+/*
+ * How a predictive sleep for the learner ended. Cut short by other busy work:
+ * hold (see struct rk__gaps), twice as long as last time. Early, as meant: the
+ * next cut holds for RK__GAPS_HOLD bursts again.
+ */
+static void gaps_verdict(struct rk_source *src, enum rk_verdict v)
 {
 	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
 
-	loop->stats.learn_holds++;
-	g->hold = g->hold_next;
-	if (g->hold_next < RK__GAPS_HOLD_MAX)
-		g->hold_next *= 2;
-}
-
-/* A predictive sleep for learner @src woke before its burst, as meant. */
-static void gaps_early(struct rk_source *src)
-{
-	rk__container_of(src, struct rk__gaps, src)->hold_next = RK__GAPS_HOLD;
+	if (v == RK_VERDICT_EARLY) {
+		g->hold_next = RK__GAPS_HOLD;
+	} else if (v == RK_VERDICT_CUT) {
+		src->loop->stats.learn_holds++;
+		g->hold = g->hold_next;
+		if (g->hold_next < RK__GAPS_HOLD_MAX)
+			g->hold_next *= 2;
+	}
 }
 
 /*
@@ -804,8 +815,8 @@ static uint64_t spin_window(const struct rk_loop *loop)
 		if (win > w->spin_ns)
 			win = w->spin_ns;
 	}
-	if (loop->busy_learner) {
-		g = rk__container_of(loop->busy_learner, struct rk__gaps, src);
+	if (is_learner(loop->busy_src)) {
+		g = rk__container_of(loop->busy_src, struct rk__gaps, src);
 		if (gaps_trusted(g)) {
 			until = gaps_until(g);
 			until = until > loop->last_busy ? until - loop->last_busy : 0;
@@ -847,6 +858,12 @@ static int arm_sources(struct rk_loop *loop)
 	struct rk_source *s, *next;
 	int pending = 0, ret;
 
+	for (s = loop->quiet; s; s = next) {
+		next = s->next;
+		ret = s->ops->arm ? s->ops->arm(s) : 0;
+		if (ret > 0)
+			pending += ret;
+	}
 	for (s = loop->sources; s; s = next) {
 		next = s->next;
 		if (s->ops->arm) {
@@ -859,7 +876,7 @@ static int arm_sources(struct rk_loop *loop)
 				loop->stats.events += (uint64_t)ret;
 				loop->stats.busy_events += (uint64_t)ret;
 				loop->last_busy = loop->now;
-				loop->busy_learner = NULL;
+				loop->busy_src = NULL;
 			}
 		}
 		if (ret > 0)
@@ -1095,7 +1112,6 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		sqpoll_decide(loop);
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
-	loop->warm_fd[0] = loop->warm_fd[1] = -1;
 	loop->wake_op.fn = wake_done;
 	loop->tmo_op.fn = tmo_done;
 	loop->sig_op.fn = sig_done;
@@ -1152,16 +1168,12 @@ int rk_loop_destroy(struct rk_loop *loop)
 {
 	if (!loop)
 		return 0;
-	if (loop->in_run || loop->refs || loop->sources || loop->timers)
+	if (loop->in_run || loop->refs || loop->sources || loop->quiet || loop->timers)
 		return -EBUSY;
 	/* Exiting the ring cancels our own reads on wake_fd and sig_fd. */
 	bufring_teardown(loop);
 	io_uring_queue_exit(&loop->ring);
 	close(loop->wake_fd);
-	if (loop->warm_fd[0] >= 0) {
-		close(loop->warm_fd[0]);
-		close(loop->warm_fd[1]);
-	}
 	if (loop->sig_fd >= 0) {
 		close(loop->sig_fd);
 		pthread_sigmask(SIG_SETMASK, &loop->sig_oldmask, NULL);
@@ -1397,36 +1409,6 @@ static uint64_t predict_margin(const struct rk_loop *loop)
 	return loop->cfg.wait.predict_margin_ns + loop->oversleep_hi + loop->late_boost;
 }
 
-/*
- * RK_PREWARM: a predictive sleep ended early, as meant, and the frame it woke
- * for most likely comes over TCP: run the kernel's TCP path once now, on the
- * loop's own loopback pair, so that the frame and its answer find it in the
- * caches. Only while a link reads its socket directly (a link on shared
- * memory or on the ring only gains nothing); a pair that fails is closed and
- * never made again (one log line).
- */
-static void rehearse_tcp(struct rk_loop *loop)
-{
-	struct rk_source *s;
-	int ret;
-
-	if (!loop->cfg.wait.prewarm || loop->warm_off)
-		return;
-	for (s = loop->sources; s; s = s->next)
-		if (rk__tcp_source_direct(s))
-			break;
-	if (!s)
-		return;
-	ret = rk__tcp_rehearse(loop->warm_fd);
-	if (!ret) {
-		loop->stats.prewarms++;
-		return;
-	}
-	loop->warm_off = true;
-	rk__info(loop->cfg.rank, "no TCP rehearsal after predictive sleeps: %s",
-		 rk_strerror(ret));
-}
-
 static uint64_t late_step(const struct rk_loop *loop)
 {
 	uint64_t base = loop->cfg.wait.predict_margin_ns;
@@ -1485,25 +1467,28 @@ static void predict_early(struct rk_loop *loop)
 }
 
 /*
- * After a predictive sleep: was it cut short, early (spin now) or late?
- * @found: the event of the source the sleep was for came (only that one
- * counts: another source's event, e.g. a lazy GPU mark, says nothing of it).
+ * After a predictive sleep: was it cut short, early (spin now) or late? The
+ * verdict for the source the sleep was for, 0 = none; *@warm: tell the other
+ * sources that the loop spins for an event now (RK_VERDICT_SPIN: the TCP
+ * rehearsal, RK_PREWARM). @found: the event of the source the sleep was for
+ * came (only that one counts: another source's event, e.g. a lazy GPU mark,
+ * says nothing of it).
  */
-static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
+static enum rk_verdict predict_account(struct rk_loop *loop, uint64_t deadline, bool found,
+				       bool *warm)
 {
 	uint64_t over;
 
+	*warm = false;
 	if (loop->now + 1000 < deadline) {
 		/* woken early: by the awaited event (a frame on the ring) it was
 		 * late; by another one, it says nothing */
 		if (found) {
 			predict_late(loop, false);
-		} else {
-			loop->stats.predict_cut++;
-			if (loop->iter_busy && is_learner(loop->pred_src))
-				gaps_cut(loop, loop->pred_src);
+			return RK_VERDICT_LATE;
 		}
-		return;
+		loop->stats.predict_cut++;
+		return loop->iter_busy ? RK_VERDICT_CUT : 0;
 	}
 	over = loop->now > deadline ? loop->now - deadline : 0;
 	loop->stats.ns_oversleep += over;
@@ -1522,13 +1507,28 @@ static void predict_account(struct rk_loop *loop, uint64_t deadline, bool found)
 		loop->oversleep_hi -= loop->oversleep_hi / 128;
 	if (found) {
 		predict_late(loop, true);
-	} else {
-		loop->stats.predict_early++;
-		rehearse_tcp(loop);
-		predict_early(loop);
-		if (is_learner(loop->pred_src))
-			gaps_early(loop->pred_src);
+		return RK_VERDICT_LATE;
 	}
+	loop->stats.predict_early++;
+	predict_early(loop);
+	*warm = loop->cfg.wait.prewarm;
+	return RK_VERDICT_EARLY;
+}
+
+/* A predictive sleep ended: the policy learns from its wake, the sources hear how it went. */
+static void wake_report(struct rk_loop *loop)
+{
+	struct rk_source *src = loop->pred_src;
+	enum rk_verdict v;
+	bool warm;
+
+	v = predict_account(loop, loop->pred_deadline, loop->pred_found, &warm);
+	loop->pred_deadline = 0;
+	loop->pred_src = NULL;
+	if (v && src && src->ops->verdict)
+		src->ops->verdict(src, v);
+	if (warm)
+		sources_spin(loop, src);
 }
 
 /*
@@ -1607,7 +1607,7 @@ static void loop_wait(struct rk_loop *loop)
 		loop_spin(loop, SPIN_OTHER);
 		return;
 	}
-	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->learners)) {
+	if (w->mode == RK_WAIT_ADAPTIVE && w->predict && (loop->sources || loop->quiet)) {
 		expect = sources_expect(loop);
 		if (expect) {
 			predict_wait(loop, expect, tmo);
@@ -1651,8 +1651,8 @@ static void iter_begin(struct rk_loop *loop)
 	account(loop, loop->now);
 	loop->iter_busy = 0;
 	loop->iter_events = 0;
-	loop->iter_learner = NULL;
-	loop->iter_learned = 0;
+	loop->iter_src = NULL;
+	loop->iter_src_n = 0;
 	loop->iter_mixed = false;
 	loop->stats.iterations++;
 }
@@ -1686,8 +1686,8 @@ static void iter_account(struct rk_loop *loop)
 		if (loop->last_busy && t > loop->last_busy)
 			gap_learn(loop, t - loop->last_busy);
 		loop->last_busy = t;
-		loop->busy_learner = !loop->iter_mixed && loop->iter_learned >= loop->iter_busy ?
-				     loop->iter_learner : NULL;
+		loop->busy_src = !loop->iter_mixed && loop->iter_src_n >= loop->iter_busy ?
+				 loop->iter_src : NULL;
 	}
 }
 
@@ -1699,11 +1699,8 @@ static void iterate(struct rk_loop *loop, bool may_wait, bool once)
 	drain_inbox(loop);
 	if (loop->sources)
 		poll_sources(loop);
-	if (loop->pred_deadline) {
-		predict_account(loop, loop->pred_deadline, loop->pred_found);
-		loop->pred_deadline = 0;
-		loop->pred_src = NULL;
-	}
+	if (loop->pred_deadline)
+		wake_report(loop);
 	if (loop->timers && loop->timers->due <= loop->now)
 		run_timers(loop);
 	run_flushers(loop);

@@ -18,7 +18,7 @@
  * nothing: rk_loop_run() (no nested runs), rk_world_wait_ready() (unless the
  * world is ready already), rk_loop_destroy() and rk_world_destroy(). A timer may stop or restart any
  * timer, itself included; a post's callback may free or re-post its post; a
- * source may remove itself from its own poll() or arm() (not another source);
+ * source may remove itself from its own poll(), arm() or verdict() (not another source);
  * an fd watch may start itself again. The log handler (rk_log_set_handler())
  * may be called on any thread and must call nothing of rankrt.
  *
@@ -493,12 +493,24 @@ RK_EXPORT void rk_loop_post(struct rk_loop *loop, struct rk_post *p);
 
 struct rk_source;
 
+/* How a predictive sleep ended, as rk_source_ops.verdict() hears it. */
+enum rk_verdict {
+	RK_VERDICT_EARLY = 1,	/* the sleep for this source's expect() woke before its
+				 * event, as meant: the loop spins for it now */
+	RK_VERDICT_CUT = 2,	/* ...was ended before its event by other busy work */
+	RK_VERDICT_LATE = 3,	/* ...woke to find its event in, or was ended by it */
+	RK_VERDICT_SPIN = 4,	/* a sleep for another source's expect() or for a timer
+				 * woke early, as meant: the loop spins for that now */
+};
+
 /*
  * How the loop drives a source (the seam for verbs CQs and GPU completion words):
  * - poll(): called every spin iteration and once before and after each wait;
  *   cheap and syscall-free. Handle what is ready. Return the number of events
  *   handled that were busy (> 0 restarts the busy window), 0, or -errno
- *   (logged; the source stays).
+ *   (logged; the source stays). May be NULL for a source that only predicts
+ *   or listens (expect(), verdict()): it is never polled, and costs a spin
+ *   iteration nothing.
  * - arm(): called before the loop blocks: make the next event wake the ring
  *   (e.g. rk_fd_watch_start() on a completion channel), then check once more.
  *   Return 0 when armed, > 0 when an event is already pending (the loop will not
@@ -514,12 +526,20 @@ struct rk_source;
  *   is overdue it must return 0 from expect() and really arm (or answer > 0).
  *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
  *   or switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
+ * - verdict(): optional: how a predictive sleep ended (adaptive mode, with
+ *   RK_PREDICT), told after the first iteration that follows it polled the
+ *   sources: RK_VERDICT_EARLY, _CUT or _LATE to the source whose expect()
+ *   the sleep was for (nothing when another event, not busy work, ended it),
+ *   and, when the sleep woke early, RK_VERDICT_SPIN to every other source
+ *   that has this hook (e.g. to warm a path a sleep lets go cold before the
+ *   event the loop now spins for). At most one call per source and sleep.
  */
 struct rk_source_ops {
 	const char *name;
 	int (*poll)(struct rk_source *src, uint64_t now);
 	int (*arm)(struct rk_source *src);
 	uint64_t (*expect)(struct rk_source *src, uint64_t now);
+	void (*verdict)(struct rk_source *src, enum rk_verdict v);
 };
 
 /* A source in the caller's storage. A zeroed one is right once ops is set

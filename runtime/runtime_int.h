@@ -182,6 +182,16 @@ uint64_t rk__loop_parking_ns(const struct rk_loop *loop);
  * from a sleep cut short by something else. Loop thread.
  */
 void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src);
+/*
+ * One busy event of this iteration was @src's (a link's frame, told by its
+ * learner): while the last busy work was all one source's, the wait policy
+ * may end the spin window where that source says (rk__gaps). Loop thread.
+ */
+void rk__loop_busy_by(struct rk_loop *loop, struct rk_source *src);
+/* The source of @loop with @ops, or NULL (a transport's one per loop). Loop thread. */
+struct rk_source *rk__loop_source_find(struct rk_loop *loop, const struct rk_source_ops *ops);
+/* A source warmed a path after a predictive sleep (rk_loop_stats.prewarms). */
+void rk__loop_count_prewarm(struct rk_loop *loop);
 
 /*
  * A predictor for a source's expect() (rk_source_ops): how long after a known
@@ -299,7 +309,7 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
  * first arrival, detached with rk__gaps_detach() before the owner is freed.
  */
 struct rk__gaps {
-	struct rk_source src;		/* on the loop's learner list, never polled */
+	struct rk_source src;		/* a source of the loop's without poll() */
 	uint64_t mean, dev;
 	uint64_t lo;			/* the shortest gap sampled */
 	uint64_t late_hi;		/* how far past the mean bursts came: a peak, decaying */
@@ -510,12 +520,9 @@ void *rk__listener_arg(struct rk__listener *ls);
 /* Close; *@gone becomes true once its memory is freed (a later iteration). */
 void rk__tcp_listener_close(struct rk__listener *ls, bool *gone);
 int rk__tcp_listener_port(struct rk__listener *ls);
-/* A link's TCP source that reads its socket directly (not a link on shared
- * memory or on the ring only): a frame it waits for crosses the TCP path. */
-bool rk__tcp_source_direct(const struct rk_source *src);
-/* RK_PREWARM: send 64 bytes around the loopback pair @fds and read them back,
- * making the pair at the first call (both -1). Return 0, or -errno (the pair
- * is closed, both -1 again). Loop thread. */
+/* The TCP rehearsal (tcp.c's per-loop source): send 64 bytes around the loopback
+ * pair @fds and read them back, making the pair at the first call (both -1).
+ * Return 0, or -errno (the pair is closed, both -1 again). Loop thread. */
 int rk__tcp_rehearse(int fds[2]);
 /* Wrap a connected socket in a link (starts receiving). */
 int rk__tcp_link_from_fd(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,

@@ -1218,6 +1218,138 @@ START_TEST(test_predict_late_is_per_source)
 }
 END_TEST
 
+/*
+ * What each source hears of a predictive sleep (rk_source_ops.verdict()):
+ * the one it was for hears early, late or cut; when it woke early as meant,
+ * every other source with the hook hears that the loop spins now, here a
+ * source with no poll() at all (never polled: a NULL poll would crash).
+ */
+struct vsrc {
+	struct rk_source src;
+	struct fpred *p;	/* the predicting part, or NULL: a listener only */
+	int heard[RK_VERDICT_SPIN + 1];
+};
+
+static int vsrc_poll(struct rk_source *src, uint64_t now)
+{
+	return fpred_poll(&((struct vsrc *)src->data)->p->src, now);
+}
+
+static uint64_t vsrc_expect(struct rk_source *src, uint64_t now)
+{
+	return fpred_expect(&((struct vsrc *)src->data)->p->src, now);
+}
+
+static int vsrc_arm(struct rk_source *src)
+{
+	return fpred_arm(&((struct vsrc *)src->data)->p->src);
+}
+
+static void vsrc_verdict(struct rk_source *src, enum rk_verdict v)
+{
+	struct vsrc *vs = src->data;
+
+	ck_assert_int_ge(v, RK_VERDICT_EARLY);
+	ck_assert_int_le(v, RK_VERDICT_SPIN);
+	vs->heard[v]++;
+}
+
+/* The verdicts @vs heard, as "early cut late spin". */
+static void ck_heard(const struct vsrc *vs, int early, int cut, int late, int spin)
+{
+	ck_assert_msg(vs->heard[RK_VERDICT_EARLY] == early && vs->heard[RK_VERDICT_CUT] == cut &&
+		      vs->heard[RK_VERDICT_LATE] == late && vs->heard[RK_VERDICT_SPIN] == spin,
+		      "heard early %d cut %d late %d spin %d, want %d %d %d %d",
+		      vs->heard[RK_VERDICT_EARLY], vs->heard[RK_VERDICT_CUT],
+		      vs->heard[RK_VERDICT_LATE], vs->heard[RK_VERDICT_SPIN], early, cut, late, spin);
+}
+
+START_TEST(test_source_verdicts)
+{
+	static const struct rk_source_ops pred_ops = {
+		.name = "predicting", .poll = vsrc_poll, .arm = vsrc_arm, .expect = vsrc_expect,
+		.verdict = vsrc_verdict };
+	static const struct rk_source_ops listen_ops = { .name = "listening",
+							 .verdict = vsrc_verdict };
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc = { .t = 1000 * SEC };
+	struct fpred p = { 0 };
+	struct vsrc a = { .p = &p }, li = { 0 };
+	struct rk_post post;
+	struct rk_loop_stats s;
+	uint64_t margin;
+	int ran = 0;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;		/* only the prediction decides */
+	loop = new_loop(&c);
+	rk_loop_set_clock(loop, fake_now, &fc);
+	p.src.data = &p;
+	p.loop = loop;
+	atomic_init(&p.armed, 0);
+	rk_source_init(&a.src, &pred_ops, &a);
+	rk_source_init(&li.src, &listen_ops, &li);
+	ck_assert_int_eq(rk_loop_add_source(loop, &a.src), 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &li.src), 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &li.src), -EALREADY);
+
+	/* woken at the deadline, the event not in: early for a, "spin" for the listener */
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* sleeps ~1 ms */
+	ck_assert_uint_eq(stats_of(loop).predict_waits, 1);
+	ck_heard(&a, 0, 0, 0, 0);
+	fc.t = p.expect - margin;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_heard(&a, 1, 0, 0, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+	fc.t = p.expect;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* delivered while spinning */
+	ck_heard(&a, 1, 0, 0, 0);
+
+	/* the event in at the wake: late for a, nothing for the listener */
+	fc.t += 10 * MS;
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t = p.expect - margin;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_heard(&a, 1, 0, 1, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+
+	/* ended 100 us in by busy work (a post): cut; by idle work: no verdict */
+	fc.t += 10 * MS;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk_post_init(&post, busy_post_cb, &ran);
+	rk_loop_post(loop, &post);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 1);
+	ck_heard(&a, 1, 1, 1, 0);
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk_post_init(&post, idle_post_cb, &ran);
+	rk_loop_post(loop, &post);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 2);
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_cut, 2);
+	ck_heard(&a, 1, 1, 1, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+	p.expect = 0;
+	ck_assert_int_eq(rk_loop_remove_source(loop, &li.src), 0);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &li.src), -ENOENT);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &a.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
 /* A source that gives no prediction keeps the old policy: spin in the window. */
 START_TEST(test_predict_none_keeps_window)
 {
@@ -2004,6 +2136,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_predict_boost_short_sleeps);
 	tcase_add_test(tc, test_source_sees_waits);
 	tcase_add_test(tc, test_predict_late_is_per_source);
+	tcase_add_test(tc, test_source_verdicts);
 	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "learn", TIMEOUT_S);
