@@ -279,37 +279,17 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 }
 
 /*
- * What the loop learns of one source of arrivals (a link's frames): the gap
- * from the start of one burst of busy arrivals to the start of the next (an
- * arrival within RK__GAPS_BURST_NS of the one before is the same burst), as a
- * mean and mean deviation (EWMA 1/8, 1/4; the second gap sets the deviation to
- * the spread of the first two, so a few gaps are enough to predict). While the
- * gaps are regular (the deviation at most a quarter of the mean) and long enough
- * to sleep through, the loop expects the next burst at mean - 3 deviations after
- * this one's start, sleeps until then less its margin and spins the rest (the
- * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
- * slack, or, when bursts came later than that lately, up to that lateness +
- * the slack (a decaying peak of how far past the mean bursts came, at most
- * half a gap, the bound at most RK__GAPS_SLACK_MAX_NS past the mean:
- * gaps_until(), loop.c); a burst later than that is the window's and block's. While the last busy work was this learner's, the spin window ends
- * there too, so a link that stops costs that short spin, not a window; and
- * while it is still cold, but every gap it has seen was twice the window or
- * longer, the window is RK_LEARN_SPIN_MIN_US: spinning it would only wait for
- * a frame that has never come that soon. An
- * arrival seen right after a sleep came at most then: when the burst's start
- * was seen so too, the delays cancel; when only the end was, the gap teaches
- * only an earlier time (or anything while cold). After a
- * predictive sleep cut short by other busy work (a post, another link) the
- * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
- * each further cut, until a prediction works again: the loop has work it
- * cannot see coming, and the spin window serves that better. Within a burst
- * (RK__GAPS_BURST_NS after its last arrival) it predicts nothing, so the
- * frames that follow closely are spun for.
- * Embedded in its owner (struct rk_link), zeroed; attached to the loop on the
- * first arrival, detached with rk__gaps_detach() before the owner is freed.
+ * What the loop learns of one source of arrivals (a link's busy frames): the
+ * gaps between their bursts, from which it predicts the next burst and sleeps
+ * until shortly before it (the wait policy's learner: wait.c and wait_int.h
+ * say how). Embedded in its owner (struct rk_link), zeroed; a source of the
+ * loop's from the first arrival, detached with rk__gaps_detach() before the
+ * owner is freed.
  */
+struct rk__wait;
 struct rk__gaps {
-	struct rk_source src;		/* a source of the loop's without poll() */
+	struct rk_source src;		/* a source of the loop's, without poll() */
+	struct rk__wait *w;		/* the loop's wait decisions */
 	uint64_t mean, dev;
 	uint64_t lo;			/* the shortest gap sampled */
 	uint64_t late_hi;		/* how far past the mean bursts came: a peak, decaying */
@@ -319,16 +299,6 @@ struct rk__gaps {
 	uint32_t hold_next;		/* the next hold: doubles while sleeps are cut */
 	bool first_late;		/* the burst's first arrival was seen after a sleep */
 };
-
-#define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
-#define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
-#define RK__GAPS_WARM		2		/* samples before predicting */
-#define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
-#define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
-#define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */
-#define RK__GAPS_LATE_DECAY	256		/* late_hi loses 1/this a burst */
-#define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
-#define RK__GAPS_HOLD_MAX	1024
 
 /* A busy arrival on @g now (rk_loop_now()). Loop thread. */
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g);

@@ -11,6 +11,7 @@
  * wakeup shows as a hang that the TCase timeout turns into a failure.
  */
 #include "loop_test.h"
+#include "wait_int.h"
 #include "rk_test.h"
 
 /* ---- the wait policy, with an injected clock ---------------------------------------- */
@@ -1261,7 +1262,8 @@ static void ck_heard(const struct vsrc *vs, int early, int cut, int late, int sp
 		      vs->heard[RK_VERDICT_LATE] == late && vs->heard[RK_VERDICT_SPIN] == spin,
 		      "heard early %d cut %d late %d spin %d, want %d %d %d %d",
 		      vs->heard[RK_VERDICT_EARLY], vs->heard[RK_VERDICT_CUT],
-		      vs->heard[RK_VERDICT_LATE], vs->heard[RK_VERDICT_SPIN], early, cut, late, spin);
+		      vs->heard[RK_VERDICT_LATE], vs->heard[RK_VERDICT_SPIN], early, cut, late,
+		      spin);
 }
 
 START_TEST(test_source_verdicts)
