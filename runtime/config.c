@@ -61,7 +61,6 @@ enum knob_id {
 	K_PREDICT_MIN_US,
 	K_LEARN,
 	K_LEARN_SPIN_MIN_US,
-	K_PREWARM,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -131,9 +130,6 @@ static const struct knob knobs[] = {
 	[K_LEARN_SPIN_MIN_US] = { "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", KIND_U64,
 				  U(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
 				  "floor of the learned spin window, us" },
-	[K_PREWARM] = { "RK_PREWARM", "prewarm", KIND_BOOL, U(wait.prewarm), 1, 0, 0,
-			"after a predictive sleep, run the TCP path once on a loopback pair "
-			"of the loop's own before the predicted frame comes" },
 	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, U(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
 		       "holds at least 8 CPUs)" },
@@ -258,7 +254,6 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
 	cfg->wait.learn = RK_DEF_LEARN;
 	cfg->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
-	cfg->wait.prewarm = RK_DEF_PREWARM;
 	cfg->wait.sqpoll_auto = false;
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;

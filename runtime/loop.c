@@ -754,7 +754,6 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 	loop->cfg.wait.predict_min_ns = w->predict_min_ns ? w->predict_min_ns : 1000;
 	loop->cfg.wait.learn = w->learn;
 	loop->cfg.wait.learn_spin_min_ns = w->learn_spin_min_ns;
-	loop->cfg.wait.prewarm = w->prewarm;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

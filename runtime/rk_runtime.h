@@ -129,20 +129,13 @@ struct rk_wait_policy {
 	 * high quantile (~99th percentile) of them, but never below
 	 * learn_spin_min_ns (nor above spin_ns): an idle episode after traffic
 	 * whose gaps were short costs that floor of spinning, not spin_ns.
+	 * After a predictive sleep that ended early as meant, while a link reads
+	 * its TCP socket directly, the loop runs the kernel's TCP path once on a
+	 * loopback pair of its own (two descriptors), so that path is in the
+	 * caches again when the predicted frame comes (rk_loop_stats.prewarms).
 	 */
 	bool learn;			/* RK_LEARN */
 	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
-	/*
-	 * After a predictive sleep that ended early as meant, while the loop has
-	 * a TCP link on its direct path: send 64 bytes around a loopback TCP pair
-	 * the loop keeps for this (made at the first use), so the kernel's TCP
-	 * path is in the caches again when the predicted frame comes. A core
-	 * that slept pays for that path on its next frame however early it woke,
-	 * and spinning on an empty socket does not bring it back (docs/BENCH.md,
-	 * "Cold after a sleep"). Costs two descriptors and about one round trip's
-	 * CPU per predictive sleep.
-	 */
-	bool prewarm;			/* RK_PREWARM */
 	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create()
 					 * from the affinity mask (rk_loop_config() shows it) */
 	bool defer_taskrun;		/* RK_DEFER_TASKRUN: SINGLE_ISSUER|DEFER_TASKRUN ring
@@ -327,7 +320,7 @@ struct rk_loop_stats {
 	uint64_t learn_holds;		/* ...cut by other busy work: that link held off */
 	uint64_t window_cuts;		/* spin windows ended early by the learned window */
 	uint64_t spin_window_ns;	/* the spin window in use now */
-	uint64_t prewarms;		/* TCP rehearsals after predictive sleeps (RK_PREWARM) */
+	uint64_t prewarms;		/* TCP rehearsals after predictive sleeps */
 	/* of ns_spin: what the spin was for */
 	uint64_t ns_spin_predict;	/* the rest of a predicted event's or timer's margin */
 	uint64_t ns_spin_window;	/* the spin window after busy work */

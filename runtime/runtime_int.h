@@ -17,7 +17,6 @@
 #define RK_DEF_PREDICT_MIN_US	20
 #define RK_DEF_LEARN		1
 #define RK_DEF_LEARN_SPIN_MIN_US	1000
-#define RK_DEF_PREWARM		1
 #define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384

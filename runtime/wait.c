@@ -539,6 +539,6 @@ enum rk_verdict rk__wait_woke(struct rk__wait *w, const struct rk__wait_wake *in
 	}
 	w->stats->predict_early++;
 	early(w, in->sleep_ns);
-	*warm = w->pol->prewarm && !(w->off & RK__WAIT_OFF_PREWARM);
+	*warm = !(w->off & RK__WAIT_OFF_PREWARM);
 	return RK_VERDICT_EARLY;
 }

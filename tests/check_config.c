@@ -162,7 +162,6 @@ START_TEST(test_print_defaults)
 		"RK_PREDICT_MIN_US=20\n"
 		"RK_LEARN=1\n"
 		"RK_LEARN_SPIN_MIN_US=1000\n"
-		"RK_PREWARM=1\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"

@@ -91,8 +91,8 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(window_cuts), 1 },
 	{ "rankrt_loop_spin_window_seconds", NULL, "The spin window in use now (learned).",
 	  GAUGE, LOOP(spin_window_ns), 1e-9 },
-	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps "
-	  "(RK_PREWARM).", COUNTER, LOOP(prewarms), 1 },
+	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps.",
+	  COUNTER, LOOP(prewarms), 1 },
 	{ "rankrt_loop_spin_seconds_total", "for=\"predict\"", "Spin time by what it waited "
 	  "for: the rest of a predicted event's margin, or the spin window after busy work.",
 	  COUNTER, LOOP(ns_spin_predict), 1e-9 },
