@@ -163,6 +163,21 @@ uint64_t rk__loop_refresh(struct rk_loop *loop)
 
 /* ---- create / destroy ------------------------------------------------------------ */
 
+#ifdef RK_WAIT_ABLATION
+/* A build for the wait policy's A/B only (--enable-wait-ablation, tests/bench/wait-ab.sh):
+ * RK_TEST_WAIT_OFF names the estimators and rules to turn off. */
+static void ablate(struct rk_loop *loop)
+{
+	const char *e = getenv("RK_TEST_WAIT_OFF");
+
+	if (rk__wait_off_parse(e, &loop->wait.off))
+		rk__warn(loop->cfg.rank, "RK_TEST_WAIT_OFF='%s': unknown names ignored", e);
+	if (loop->wait.off)
+		rk__info(loop->cfg.rank, "RK_TEST_WAIT_OFF='%s': wait estimators off (0x%x)", e,
+			 loop->wait.off);
+}
+#endif
+
 int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 {
 	struct rk_loop *loop;
@@ -185,6 +200,9 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 	if (loop->cfg.wait.sqpoll_auto)
 		rk__ring_sqpoll_auto(&loop->cfg.wait, loop->cfg.rank);
 	rk__wait_init(&loop->wait, &loop->cfg.wait, &loop->stats);
+#ifdef RK_WAIT_ABLATION
+	ablate(loop);
+#endif
 	loop->clock_fn = mono_ns;
 	loop->sig_fd = -1;
 	loop->tmo_op.fn = tmo_done;
