@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of the rank loop's wait (runtime/loop.c): the adaptive wait
- * policy under an injected clock, sources (polled, armed, polled once more
- * before a block), predictive waits and their learned margin. Lifetime,
- * timers, posts, signals, fd watches and counters are check_loop.c's.
+ * Unit tests of the rank loop's wait, through a loop (runtime/loop.c carrying
+ * out runtime/wait.c's decisions): the adaptive wait policy under an injected
+ * clock, sources (polled, armed, polled once more before a block, told how
+ * predictive sleeps end), predictive waits and their learned margin, the
+ * links' learners. Lifetime, timers, posts, signals, fd watches and counters
+ * are check_loop.c's; the decisions alone, without a loop, check_decide.c's.
  *
  * Environment: RK_TEST_WAIT=adaptive|block|spin, the wait mode of every loop
  * whose test is not about the policy itself (tests/loop-*.sh). Every ring is
