@@ -146,7 +146,7 @@ static void gaps_sample(struct rk__gaps *g, uint64_t d)
 		g->lo = d;
 	if (!g->n) {
 		g->mean = d;
-		g->dev = d / 8;
+		g->dev = d / RK__GAPS_DEV_GUESS;
 	} else if (g->n == 1) {
 		/* the spread of the first two gaps, not the guess above: a few
 		 * regular gaps then predict (RK__GAPS_WARM) */
@@ -286,7 +286,7 @@ uint64_t rk__wait_window(const struct rk__wait *w, uint64_t last_busy,
 {
 	const struct rk_wait_policy *pol = w->pol;
 	const struct rk__gaps *g = gaps_of(busy);
-	uint64_t win, until;
+	uint64_t win, until, far;
 
 	if (!pol->learn || !pol->predict)
 		return pol->spin_ns;
@@ -300,6 +300,7 @@ uint64_t rk__wait_window(const struct rk__wait *w, uint64_t last_busy,
 	}
 	if (!g)
 		return win;
+	far = g->lo / RK__GAPS_COLD_FAR;
 	if (gaps_trusted(g)) {
 		if (w->off & RK__WAIT_OFF_GAPWIN)
 			return win;
@@ -309,8 +310,7 @@ uint64_t rk__wait_window(const struct rk__wait *w, uint64_t last_busy,
 			win = until;
 	} else if (!(w->off & RK__WAIT_OFF_COLD) && g->n && !g->hold &&
 		   pol->learn_spin_min_ns < win &&
-		   (g->lo / 2 >= win ||
-		    (g->n < RK__GAPS_WARM && g->lo / 2 >= pol->learn_spin_min_ns))) {
+		   (far >= win || (g->n < RK__GAPS_WARM && far >= pol->learn_spin_min_ns))) {
 		/* no gap of its ever came within twice the window, or it is
 		 * still cold and none came within twice the short one: the
 		 * next is unlikely to (a block's latency if so) */
@@ -449,7 +449,7 @@ void rk__wait_slept(struct rk__wait *w, const struct rk__wait_plan *plan)
 
 static uint64_t late_step(const struct rk__wait *w)
 {
-	uint64_t step = w->pol->predict_margin_ns / 4;
+	uint64_t step = w->pol->predict_margin_ns / RK__LATE_STEP;
 
 	return step > RK__LATE_STEP_MIN_NS ? step : RK__LATE_STEP_MIN_NS;
 }

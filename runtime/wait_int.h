@@ -22,7 +22,8 @@
 #define RK__OVER_DOWN		128
 /* a wake this long before its deadline was ended by an event, not by its timeout */
 #define RK__WOKE_EARLY_NS	1000ull
-/* a late wake grows the boost by a quarter of the base margin, at least this */
+/* a late wake grows the boost by 1/this of the base margin, at least RK__LATE_STEP_MIN_NS */
+#define RK__LATE_STEP		4
 #define RK__LATE_STEP_MIN_NS	2000ull
 /* RK_LEARN: an early wake takes 1/this of a step back: about one wake in this many is late */
 #define RK__LATE_RATE		256
@@ -64,6 +65,10 @@
 /* the mean's EWMA weight 1/this, the deviation's 1/RK__GAPS_DEV_W */
 #define RK__GAPS_MEAN_W		8
 #define RK__GAPS_DEV_W		4
+/* the first gap's deviation, a guess (mean/this) until the second gives a spread */
+#define RK__GAPS_DEV_GUESS	8
+/* a cold learner's short window: no gap of its came within this many times the window */
+#define RK__GAPS_COLD_FAR	2
 /* the next burst is expected this many deviations before the mean (a wake early, not late) */
 #define RK__GAPS_EARLY_DEV	3
 /* ...and overdue this many after it, plus the slack (rarer bursts pay a block's latency) */
@@ -79,7 +84,8 @@
 #define RK__GAPS_LATE_DECAY	256
 /* no learned sleep shorter: an arrival this close is most likely the answer to a send */
 #define RK__GAPS_SLEEP_MIN_NS	100000ull
-/* bursts held after a predictive sleep for it is cut by other work; doubles up to MAX */
+/* bursts held after a predictive sleep for it is cut by other work; doubles up to MAX
+ * (the loop has work it cannot see coming: the window serves it better) */
 #define RK__GAPS_HOLD		16
 #define RK__GAPS_HOLD_MAX	1024
 
