@@ -55,15 +55,12 @@ enum knob_id {
 	K_SESSION,
 	K_WAIT,
 	K_SPIN_US,
-	K_TIMED_US,
-	K_TIMED_SLICE_US,
 	K_SPIN_YIELD,
 	K_PREDICT,
 	K_PREDICT_MARGIN_US,
 	K_PREDICT_MIN_US,
 	K_LEARN,
 	K_LEARN_SPIN_MIN_US,
-	K_PREWARM,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -116,11 +113,6 @@ static const struct knob knobs[] = {
 		     "wait mode: adaptive, spin or block" },
 	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, U(wait.spin_ns), NS_PER_US,
 			0, 60000000, "busy window after an event, us" },
-	[K_TIMED_US] = { "RK_TIMED_US", "timed_us", KIND_U64, U(wait.timed_ns), NS_PER_US,
-			 0, 60000000, "timed-wait phase after the spin, us (0 = off)" },
-	[K_TIMED_SLICE_US] = { "RK_TIMED_SLICE_US", "timed_slice_us", KIND_U64,
-			       U(wait.timed_slice_ns), NS_PER_US, 1, 1000000,
-			       "one timed wait, us" },
 	[K_SPIN_YIELD] = { "RK_SPIN_YIELD", "spin_yield", KIND_U64, U(wait.spin_yield), 1,
 			   0, 1000000, "sched_yield() every N empty spin iterations (0 = never)" },
 	[K_PREDICT] = { "RK_PREDICT", "predict", KIND_BOOL, U(wait.predict), 1, 0, 0,
@@ -138,9 +130,6 @@ static const struct knob knobs[] = {
 	[K_LEARN_SPIN_MIN_US] = { "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", KIND_U64,
 				  U(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
 				  "floor of the learned spin window, us" },
-	[K_PREWARM] = { "RK_PREWARM", "prewarm", KIND_BOOL, U(wait.prewarm), 1, 0, 0,
-			"after a predictive sleep, run the TCP path once on a loopback pair "
-			"of the loop's own before the predicted frame comes" },
 	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, U(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
 		       "holds at least 8 CPUs)" },
@@ -259,15 +248,12 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->session_id = 0;
 	cfg->wait.mode = RK_WAIT_ADAPTIVE;
 	cfg->wait.spin_ns = RK_DEF_SPIN_US * NS_PER_US;
-	cfg->wait.timed_ns = RK_DEF_TIMED_US * NS_PER_US;
-	cfg->wait.timed_slice_ns = RK_DEF_TIMED_SLICE_US * NS_PER_US;
 	cfg->wait.spin_yield = RK_DEF_SPIN_YIELD;
 	cfg->wait.predict = RK_DEF_PREDICT;
 	cfg->wait.predict_margin_ns = RK_DEF_PREDICT_MARGIN_US * NS_PER_US;
 	cfg->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
 	cfg->wait.learn = RK_DEF_LEARN;
 	cfg->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
-	cfg->wait.prewarm = RK_DEF_PREWARM;
 	cfg->wait.sqpoll_auto = false;
 	cfg->wait.sqpoll = false;
 	cfg->wait.sqpoll_cpu = -1;

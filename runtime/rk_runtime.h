@@ -18,7 +18,7 @@
  * nothing: rk_loop_run() (no nested runs), rk_world_wait_ready() (unless the
  * world is ready already), rk_loop_destroy() and rk_world_destroy(). A timer may stop or restart any
  * timer, itself included; a post's callback may free or re-post its post; a
- * source may remove itself from its own poll() or arm() (not another source);
+ * source may remove itself from its own poll(), arm() or verdict() (not another source);
  * an fd watch may start itself again. The log handler (rk_log_set_handler())
  * may be called on any thread and must call nothing of rankrt.
  *
@@ -89,7 +89,7 @@ enum rk_shm_mode {
 };
 
 enum rk_wait_mode {
-	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, optional timed waits, then block */
+	RK_WAIT_ADAPTIVE = 0,	/* spin for the busy window, then block; predictive sleeps */
 	RK_WAIT_SPIN = 1,	/* never block (a core per loop, always) */
 	RK_WAIT_BLOCK = 2,	/* always block (lowest CPU, highest wake latency) */
 };
@@ -97,8 +97,7 @@ enum rk_wait_mode {
 /*
  * The wait policy. After every busy event the loop spins for spin_ns (peeking
  * at the completion queue and polling every source, with a pause instruction),
- * then, if timed_ns > 0, waits in slices of timed_slice_ns until timed_ns has
- * passed, then blocks until the next event or timer. See ARCHITECTURE.md for
+ * then blocks until the next event or timer. See ARCHITECTURE.md for
  * the measurements behind the defaults. Zeroed, it gets spin_ns (no busy
  * window), spin_yield, predict, the margins and coop_taskrun wrong, and
  * sqpoll_cpu 0 pins the SQPOLL thread to CPU 0: start from rk_wait_policy_init()
@@ -107,8 +106,6 @@ enum rk_wait_mode {
 struct rk_wait_policy {
 	enum rk_wait_mode mode;		/* RK_WAIT */
 	uint64_t spin_ns;		/* RK_SPIN_US: busy window */
-	uint64_t timed_ns;		/* RK_TIMED_US: timed-wait phase after the spin, 0 = off */
-	uint64_t timed_slice_ns;	/* RK_TIMED_SLICE_US: one timed wait */
 	uint32_t spin_yield;		/* RK_SPIN_YIELD: sched_yield() every N empty spin
 					 * iterations, 0 = never (for more threads than cores) */
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
@@ -132,20 +129,13 @@ struct rk_wait_policy {
 	 * high quantile (~99th percentile) of them, but never below
 	 * learn_spin_min_ns (nor above spin_ns): an idle episode after traffic
 	 * whose gaps were short costs that floor of spinning, not spin_ns.
+	 * After a predictive sleep that ended early as meant, while a link reads
+	 * its TCP socket directly, the loop runs the kernel's TCP path once on a
+	 * loopback pair of its own (two descriptors), so that path is in the
+	 * caches again when the predicted frame comes (rk_loop_stats.prewarms).
 	 */
 	bool learn;			/* RK_LEARN */
 	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
-	/*
-	 * After a predictive sleep that ended early as meant, while the loop has
-	 * a TCP link on its direct path: send 64 bytes around a loopback TCP pair
-	 * the loop keeps for this (made at the first use), so the kernel's TCP
-	 * path is in the caches again when the predicted frame comes. A core
-	 * that slept pays for that path on its next frame however early it woke,
-	 * and spinning on an empty socket does not bring it back (docs/BENCH.md,
-	 * "Cold after a sleep"). Costs two descriptors and about one round trip's
-	 * CPU per predictive sleep.
-	 */
-	bool prewarm;			/* RK_PREWARM */
 	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create()
 					 * from the affinity mask (rk_loop_config() shows it) */
 	bool defer_taskrun;		/* RK_DEFER_TASKRUN: SINGLE_ISSUER|DEFER_TASKRUN ring
@@ -311,13 +301,11 @@ struct rk_loop_stats {
 	uint64_t events;		/* completions, timer firings, posts, source events */
 	uint64_t busy_events;		/* events that restarted the busy window */
 	uint64_t spin_iters;		/* spin iterations that found nothing */
-	uint64_t timed_waits;		/* timed waits entered */
 	uint64_t blocks;		/* blocking waits entered */
 	uint64_t wakeups;		/* blocking waits ended by a cross-thread wake */
 	uint64_t posts;			/* posts delivered */
 	uint64_t eintr;			/* waits interrupted by a signal (counted as empty) */
 	uint64_t ns_spin;		/* time spent spinning */
-	uint64_t ns_timed;		/* time spent in timed waits */
 	uint64_t ns_blocked;		/* time spent blocked */
 	uint64_t ns_run;		/* time spent in handlers */
 	/* predictive waits (rk_source_ops.expect) */
@@ -332,7 +320,7 @@ struct rk_loop_stats {
 	uint64_t learn_holds;		/* ...cut by other busy work: that link held off */
 	uint64_t window_cuts;		/* spin windows ended early by the learned window */
 	uint64_t spin_window_ns;	/* the spin window in use now */
-	uint64_t prewarms;		/* TCP rehearsals after predictive sleeps (RK_PREWARM) */
+	uint64_t prewarms;		/* TCP rehearsals after predictive sleeps */
 	/* of ns_spin: what the spin was for */
 	uint64_t ns_spin_predict;	/* the rest of a predicted event's or timer's margin */
 	uint64_t ns_spin_window;	/* the spin window after busy work */
@@ -411,7 +399,7 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 
 /**
  * rk_loop_set_wait() - change the wait mode and windows of a running loop
- * (mode, spin_ns, timed_ns, timed_slice_ns, spin_yield; ring flags such as sqpoll and
+ * (mode, spin_ns, spin_yield, the predictive and learned waits; ring flags such as sqpoll and
  * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
@@ -498,12 +486,24 @@ RK_EXPORT void rk_loop_post(struct rk_loop *loop, struct rk_post *p);
 
 struct rk_source;
 
+/* How a predictive sleep ended, as rk_source_ops.verdict() hears it. */
+enum rk_verdict {
+	RK_VERDICT_EARLY = 1,	/* the sleep for this source's expect() woke before its
+				 * event, as meant: the loop spins for it now */
+	RK_VERDICT_CUT = 2,	/* ...was ended before its event by other busy work */
+	RK_VERDICT_LATE = 3,	/* ...woke to find its event in, or was ended by it */
+	RK_VERDICT_SPIN = 4,	/* a sleep for another source's expect() or for a timer
+				 * woke early, as meant: the loop spins for that now */
+};
+
 /*
  * How the loop drives a source (the seam for verbs CQs and GPU completion words):
  * - poll(): called every spin iteration and once before and after each wait;
  *   cheap and syscall-free. Handle what is ready. Return the number of events
  *   handled that were busy (> 0 restarts the busy window), 0, or -errno
- *   (logged; the source stays).
+ *   (logged; the source stays). May be NULL for a source that only predicts
+ *   or listens (expect(), verdict()): it is never polled, and costs a spin
+ *   iteration nothing.
  * - arm(): called before the loop blocks: make the next event wake the ring
  *   (e.g. rk_fd_watch_start() on a completion channel), then check once more.
  *   Return 0 when armed, > 0 when an event is already pending (the loop will not
@@ -519,12 +519,20 @@ struct rk_source;
  *   is overdue it must return 0 from expect() and really arm (or answer > 0).
  *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
  *   or switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
+ * - verdict(): optional: how a predictive sleep ended (adaptive mode, with
+ *   RK_PREDICT), told after the first iteration that follows it polled the
+ *   sources: RK_VERDICT_EARLY, _CUT or _LATE to the source whose expect()
+ *   the sleep was for (nothing when another event, not busy work, ended it),
+ *   and, when the sleep woke early, RK_VERDICT_SPIN to every other source
+ *   that has this hook (e.g. to warm a path a sleep lets go cold before the
+ *   event the loop now spins for). At most one call per source and sleep.
  */
 struct rk_source_ops {
 	const char *name;
 	int (*poll)(struct rk_source *src, uint64_t now);
 	int (*arm)(struct rk_source *src);
 	uint64_t (*expect)(struct rk_source *src, uint64_t now);
+	void (*verdict)(struct rk_source *src, enum rk_verdict v);
 };
 
 /* A source in the caller's storage. A zeroed one is right once ops is set

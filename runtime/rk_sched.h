@@ -142,8 +142,8 @@ struct rk_backend_ops {
  * this rank's loop (a resident consumer took it from the shared epoch region
  * and sends the rank's share itself, e.g. on a lane, rk_link_lane_open(3)),
  * so the loop need not stay awake for it: its ROUND is not busy work (no
- * spin window restarts for it) and the scheduler does not predict the next
- * ROUND while rounds go this way (rk_sched_stats.off_loop_rounds). The
+ * spin window restarts for it, and the link's learned arrival gaps, which
+ * predict the next ROUND, leave it out; rk_sched_stats.off_loop_rounds). The
  * backend's own completion post should then report RK_IDLE too. The round is
  * still reported with rk_sched_complete() as any other. On the leader it
  * means 0.

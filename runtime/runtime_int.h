@@ -11,15 +11,12 @@
 
 /* ---- config defaults (documented in README.md; chosen in ARCHITECTURE.md) ---- */
 #define RK_DEF_SPIN_US		20000
-#define RK_DEF_TIMED_US		0
-#define RK_DEF_TIMED_SLICE_US	50
 #define RK_DEF_SPIN_YIELD	64
 #define RK_DEF_PREDICT		1
 #define RK_DEF_PREDICT_MARGIN_US	20
 #define RK_DEF_PREDICT_MIN_US	20
 #define RK_DEF_LEARN		1
 #define RK_DEF_LEARN_SPIN_MIN_US	1000
-#define RK_DEF_PREWARM		1
 #define RK_SQPOLL_AUTO_CPUS	8	/* RK_SQPOLL=auto: CPUs in the affinity mask for on */
 #define RK_DEF_RING_ENTRIES	256
 #define RK_DEF_RX_BUF_SIZE	16384
@@ -173,8 +170,8 @@ uint64_t rk__loop_refresh(struct rk_loop *loop);
 uint64_t rk__loop_iteration(const struct rk_loop *loop);
 /* The loop's clock now, without touching its cached time. Loop thread. */
 uint64_t rk__loop_clock(const struct rk_loop *loop);
-/* Whether this iteration follows a wait in which the thread slept (a predictive,
- * timed or blocking wait): what it sees now may have happened a while ago. */
+/* Whether this iteration follows a wait in which the thread slept (a predictive
+ * or blocking wait): what it sees now may have happened a while ago. */
 bool rk__loop_after_park(const struct rk_loop *loop);
 /*
  * A source's poll() that found nothing at the price of a syscall (a TCP link's
@@ -194,6 +191,16 @@ uint64_t rk__loop_parking_ns(const struct rk_loop *loop);
  * from a sleep cut short by something else. Loop thread.
  */
 void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src);
+/*
+ * One busy event of this iteration was @src's (a link's frame, told by its
+ * learner): while the last busy work was all one source's, the wait policy
+ * may end the spin window where that source says (rk__gaps). Loop thread.
+ */
+void rk__loop_busy_by(struct rk_loop *loop, struct rk_source *src);
+/* The source of @loop with @ops, or NULL (a transport's one per loop). Loop thread. */
+struct rk_source *rk__loop_source_find(struct rk_loop *loop, const struct rk_source_ops *ops);
+/* A source warmed a path after a predictive sleep (rk_loop_stats.prewarms). */
+void rk__loop_count_prewarm(struct rk_loop *loop);
 
 /*
  * A predictor for a source's expect() (rk_source_ops): how long after a known
@@ -281,37 +288,17 @@ static inline uint64_t rk__pred_expect(const struct rk__pred *p, uint64_t start,
 }
 
 /*
- * What the loop learns of one source of arrivals (a link's frames): the gap
- * from the start of one burst of busy arrivals to the start of the next (an
- * arrival within RK__GAPS_BURST_NS of the one before is the same burst), as a
- * mean and mean deviation (EWMA 1/8, 1/4; the second gap sets the deviation to
- * the spread of the first two, so a few gaps are enough to predict). While the
- * gaps are regular (the deviation at most a quarter of the mean) and long enough
- * to sleep through, the loop expects the next burst at mean - 3 deviations after
- * this one's start, sleeps until then less its margin and spins the rest (the
- * predictive wait, ARCHITECTURE.md), up to mean + 4 deviations + a short
- * slack, or, when bursts came later than that lately, up to that lateness +
- * the slack (a decaying peak of how far past the mean bursts came, at most
- * half a gap, the bound at most RK__GAPS_SLACK_MAX_NS past the mean:
- * gaps_until(), loop.c); a burst later than that is the window's and block's. While the last busy work was this learner's, the spin window ends
- * there too, so a link that stops costs that short spin, not a window; and
- * while it is still cold, but every gap it has seen was twice the window or
- * longer, the window is RK_LEARN_SPIN_MIN_US: spinning it would only wait for
- * a frame that has never come that soon. An
- * arrival seen right after a sleep came at most then: when the burst's start
- * was seen so too, the delays cancel; when only the end was, the gap teaches
- * only an earlier time (or anything while cold). After a
- * predictive sleep cut short by other busy work (a post, another link) the
- * learner holds its predictions for RK__GAPS_HOLD bursts, twice as long after
- * each further cut, until a prediction works again: the loop has work it
- * cannot see coming, and the spin window serves that better. Within a burst
- * (RK__GAPS_BURST_NS after its last arrival) it predicts nothing, so the
- * frames that follow closely are spun for.
- * Embedded in its owner (struct rk_link), zeroed; attached to the loop on the
- * first arrival, detached with rk__gaps_detach() before the owner is freed.
+ * What the loop learns of one source of arrivals (a link's busy frames): the
+ * gaps between their bursts, from which it predicts the next burst and sleeps
+ * until shortly before it (the wait policy's learner: wait.c and wait_int.h
+ * say how). Embedded in its owner (struct rk_link), zeroed; a source of the
+ * loop's from the first arrival, detached with rk__gaps_detach() before the
+ * owner is freed.
  */
+struct rk__wait;
 struct rk__gaps {
-	struct rk_source src;		/* on the loop's learner list, never polled */
+	struct rk_source src;		/* a source of the loop's, without poll() */
+	struct rk__wait *w;		/* the loop's wait decisions */
 	uint64_t mean, dev;
 	uint64_t lo;			/* the shortest gap sampled */
 	uint64_t late_hi;		/* how far past the mean bursts came: a peak, decaying */
@@ -321,16 +308,6 @@ struct rk__gaps {
 	uint32_t hold_next;		/* the next hold: doubles while sleeps are cut */
 	bool first_late;		/* the burst's first arrival was seen after a sleep */
 };
-
-#define RK__GAPS_BURST_NS	20000ull	/* closer arrivals are one burst */
-#define RK__GAPS_MIN_NS		200000ull	/* shorter gaps are the spin window's */
-#define RK__GAPS_WARM		2		/* samples before predicting */
-#define RK__GAPS_SETTLE		8		/* ...and before the deviation is trusted alone */
-#define RK__GAPS_SLEEP_MIN_NS	100000ull	/* no learned sleep shorter: spin (a reply) */
-#define RK__GAPS_SLACK_MAX_NS	1000000ull	/* past mean + 4 dev: at most this, mean/16 */
-#define RK__GAPS_LATE_DECAY	256		/* late_hi loses 1/this a burst */
-#define RK__GAPS_HOLD		16		/* first hold; doubles up to RK__GAPS_HOLD_MAX */
-#define RK__GAPS_HOLD_MAX	1024
 
 /* A busy arrival on @g now (rk_loop_now()). Loop thread. */
 void rk__gaps_arrival(struct rk_loop *loop, struct rk__gaps *g);
@@ -351,15 +328,10 @@ static inline bool rk__heartbeat_due(uint64_t now, uint64_t last_tx, uint64_t hb
 	return now - last_tx >= hb / 2;
 }
 
-/* ---- the TCP rehearsal (tcp.c), for the loop's RK_PREWARM ---- */
-/* The loop's one call into a transport (tests/layers.sh lists it as a known
- * exception until it moves behind a source hook). */
-/* A link's TCP source that reads its socket directly (not a link on shared
- * memory or on the ring only): a frame it waits for crosses the TCP path. */
-bool rk__tcp_source_direct(const struct rk_source *src);
-/* RK_PREWARM: send 64 bytes around the loopback pair @fds and read them back,
- * making the pair at the first call (both -1). Return 0, or -errno (the pair
- * is closed, both -1 again). Loop thread. */
+/* ---- the TCP rehearsal (tcp.c's per-loop source), for check_tcp ---- */
+/* Send 64 bytes around the loopback pair @fds and read them back, making the
+ * pair at the first call (both -1). Return 0, or -errno (the pair is closed,
+ * both -1 again). Loop thread. */
 int rk__tcp_rehearse(int fds[2]);
 
 /* Leader: a connection accepted on the world's port (the listener's callback;

@@ -64,20 +64,11 @@ struct rk_sched {
 	uint32_t nprev;
 	uint32_t ids_cap;
 	/*
-	 * When the next ROUND should come: rounds follow each other at a steady
-	 * pace (the leader's GPU work, its host work and the wire), so a loop
-	 * source predicts it (expect()) from the last ROUND and the loop sleeps
-	 * through most of the wait instead of spinning. The frame itself wakes
-	 * the ring. From the ROUND, not from our completion: a backend whose
-	 * completions nobody waits for (rk_gpu_notifier_set_lazy()) may see its
-	 * completion only at the wake for the next ROUND.
+	 * The last ROUND's launch() said RK_LAUNCH_OFF_LOOP: the round is not
+	 * this loop's work, so its frame is reported idle (and the link's learner
+	 * of arrival gaps, which predicts the next ROUND, leaves it out).
 	 */
-	struct rk_source src;
-	struct rk__pred gap;			/* one ROUND seen -> the next */
-	uint64_t t_round;			/* the last ROUND seen, 0 = no ROUND awaited */
-	bool round_late;			/* that one was seen right after a sleep */
-	bool off_loop;				/* the last ROUND's launch() said
-						 * RK_LAUNCH_OFF_LOOP: nothing to predict */
+	bool off_loop;
 
 	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
 	 * region could not be made */
@@ -104,55 +95,6 @@ static inline void trace(struct rk_sched *s, uint64_t round_id, enum rk_sched_ev
 {
 	if (s->cfg.trace)
 		trace_at(s, round_id, ev, rk__now_ns());
-}
-
-/* ---- follower: predicting the next ROUND ------------------------------------------ */
-
-static int src_poll(struct rk_source *src, uint64_t now)
-{
-	(void)src;
-	(void)now;
-	return 0;	/* the frame comes through the ring */
-}
-
-static int src_arm(struct rk_source *src)
-{
-	(void)src;
-	return 0;	/* nothing to arm: the frame wakes a sleeping loop */
-}
-
-static uint64_t src_expect(struct rk_source *src, uint64_t now)
-{
-	struct rk_sched *s = src->data;
-
-	/* a round that runs without the loop leaves it nothing to be early for */
-	return s->t_round && !s->off_loop ? rk__pred_expect(&s->gap, s->t_round, now) : 0;
-}
-
-static const struct rk_source_ops round_source_ops = {
-	.name = "sched-next-round",
-	.poll = src_poll,
-	.arm = src_arm,
-	.expect = src_expect,
-};
-
-/* A ROUND arrived: learn the time since the one before. */
-static void round_seen(struct rk_sched *s)
-{
-	uint64_t now = rk_loop_now(s->loop);
-	bool late = rk__loop_after_park(s->loop);
-
-	/* seen after a sleep, a frame may have waited: this one gives an upper
-	 * bound only, and the next nothing (its start is late) */
-	if (s->t_round && now > s->t_round && !s->round_late) {
-		if (late)
-			rk__pred_bound(&s->gap, now - s->t_round);
-		else
-			rk__pred_sample(&s->gap, now - s->t_round);
-	}
-	s->t_round = now;
-	s->round_late = late;
-	rk__loop_source_event(s->loop, &s->src);	/* what a prediction waited for */
 }
 
 /* ---- drafting -------------------------------------------------------------------- */
@@ -511,10 +453,6 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 			s->stats.resident_fallbacks++;
 		}
 	}
-	if (s->rank != 0) {
-		rk_source_init(&s->src, &round_source_ops, s);
-		rk_loop_add_source(s->loop, &s->src);
-	}
 	/* a ready world: settle the same-host upgrades, then the region is known */
 	if (rk__world_settle(world))
 		choose_region(s);
@@ -569,8 +507,6 @@ int rk_sched_destroy(struct rk_sched *s)
 		rk_epoch_close(s->ep);	/* a consumer still armed for a next round gives up */
 	if (s->ep_pub)
 		rk_epoch_close(s->ep_pub);	/* the followers' too */
-	if (s->src.loop)
-		rk_loop_remove_source(s->loop, &s->src);
 	rk__world_release(s->world);
 	/*
 	 * As a libuv handle after uv_close(): nothing of the scheduler runs any
@@ -1035,7 +971,6 @@ static void follower_report(struct rk_sched *s, uint64_t round_id, int status)
 	n = rk_wire_encode_round_done(buf, sizeof(buf), &d);
 	if (n > 0)
 		rk_world_send(s->world, 0, RK_FRAME_ROUND_DONE, 0, buf, (uint32_t)n);
-	s->t_round = 0;	/* no ROUND is awaited after a failure */
 }
 
 static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const uint8_t *payload)
@@ -1137,7 +1072,6 @@ int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
 	case RK_FRAME_ROUND:
 		if (s->rank == 0 || peer != 0)
 			return -ENOENT;
-		round_seen(s);
 		ret = follower_round(s, h, payload);
 		if (ret) {
 			s->off_loop = false;

@@ -62,6 +62,8 @@ struct tcp_link {
 	struct rk__op connect_op;
 	struct rk_source src;		/* direct reads; holds the link while attached */
 	bool src_on;
+	struct tcp_warm *warm;		/* the loop's TCP rehearsal, while src_on */
+	struct tcp_link *warm_next;	/* ...its list of links */
 	bool recv_armed;		/* a ring receive is in flight: no direct read */
 	bool recv_multi;		/* ...the multishot one, into the buffer ring */
 	bool recv_cancel;		/* ...and its cancel was asked for */
@@ -232,6 +234,9 @@ static void tcp_read_direct(struct tcp_link *t)
 	}
 }
 
+static void warm_join(struct tcp_link *t);
+static void warm_leave(struct tcp_link *t);
+
 /* After shutdown, once no handler runs on the link: detach, let it go. Only
  * from the source's own poll (this may free the link). */
 static bool tcp_src_release(struct tcp_link *t)
@@ -240,6 +245,7 @@ static bool tcp_src_release(struct tcp_link *t)
 
 	if (!t->src_on || l->in_dispatch)
 		return false;
+	warm_leave(t);
 	rk_loop_remove_source(l->loop, &t->src);
 	t->src_on = false;
 	rk__link_op_done(l);	/* may free t */
@@ -313,6 +319,7 @@ static void tcp_rx_start(struct tcp_link *t)
 	rk_source_init(&t->src, &tcp_source_ops, t);
 	if (rk_loop_add_source(l->loop, &t->src) == 0) {
 		t->src_on = true;
+		warm_join(t);
 		rk__link_op_start(l);	/* the source's: see tcp_src_release() */
 	}
 	if (tcp_ring_only(t))
@@ -484,13 +491,10 @@ static void set_nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-bool rk__tcp_source_direct(const struct rk_source *src)
+/* The link reads its socket directly (not on shared memory or on the ring
+ * only): a frame it waits for crosses the kernel's TCP path. */
+static bool tcp_reads_direct(const struct tcp_link *t)
 {
-	const struct tcp_link *t;
-
-	if (src->ops != &tcp_source_ops)
-		return false;
-	t = src->data;
 	return t->link.state == RK_LINK_UP && !t->connecting && !t->rx_over && !tcp_ring_only(t);
 }
 
@@ -566,6 +570,97 @@ fail:
 		close(fds[1]);
 	fds[0] = fds[1] = -1;
 	return ret;
+}
+
+/*
+ * The TCP rehearsal: one per loop with TCP links, a source without poll()
+ * that hears how predictive sleeps end. After one that ended early, as meant
+ * (RK_VERDICT_SPIN, or _EARLY), while a link of the loop reads its socket
+ * directly, run the kernel's TCP path once on a loopback pair of its own, so
+ * that the frame the loop now spins for, and its answer, find it in the
+ * caches: a core that slept pays for that path on its next frame however
+ * early it woke, and spinning on an empty socket does not bring it back
+ * (docs/BENCH.md, "Cold after a sleep"). A link on shared memory or on the
+ * ring only gains nothing. A pair that fails is closed and not made again
+ * while the loop has TCP links (one log line). Two descriptors, made at the
+ * first rehearsal.
+ */
+struct tcp_warm {
+	struct rk_source src;
+	struct tcp_link *links;		/* the loop's TCP links that read (src_on) */
+	int fd[2];			/* the loopback pair, -1 until the first rehearsal */
+	bool off;			/* the pair failed: no more rehearsals */
+};
+
+static void warm_verdict(struct rk_source *src, enum rk_verdict v)
+{
+	struct tcp_warm *w = src->data;
+	struct tcp_link *t;
+	int ret;
+
+	if ((v != RK_VERDICT_SPIN && v != RK_VERDICT_EARLY) || w->off)
+		return;
+	for (t = w->links; t && !tcp_reads_direct(t); t = t->warm_next)
+		;
+	if (!t)
+		return;
+	ret = rk__tcp_rehearse(w->fd);
+	if (!ret) {
+		rk__loop_count_prewarm(t->link.loop);
+		return;
+	}
+	w->off = true;
+	rk__info(rk__loop_rank(t->link.loop), "no TCP rehearsal after predictive sleeps: %s",
+		 rk_strerror(ret));
+}
+
+static const struct rk_source_ops warm_ops = {
+	.name = "tcp-rehearsal",
+	.verdict = warm_verdict,
+};
+
+/* @t reads from now on: the loop's rehearsal covers it (made for the first). */
+static void warm_join(struct tcp_link *t)
+{
+	struct rk_loop *loop = t->link.loop;
+	struct rk_source *src = rk__loop_source_find(loop, &warm_ops);
+	struct tcp_warm *w;
+
+	if (src) {
+		w = src->data;
+	} else {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return;		/* no rehearsal: the link works as well */
+		w->fd[0] = w->fd[1] = -1;
+		rk_source_init(&w->src, &warm_ops, w);
+		rk_loop_add_source(loop, &w->src);
+	}
+	t->warm = w;
+	t->warm_next = w->links;
+	w->links = t;
+}
+
+/* @t reads no more; the loop's last TCP link takes the rehearsal with it. */
+static void warm_leave(struct tcp_link *t)
+{
+	struct tcp_warm *w = t->warm;
+	struct tcp_link **pp;
+
+	if (!w)
+		return;
+	for (pp = &w->links; *pp != t; pp = &(*pp)->warm_next)
+		;
+	*pp = t->warm_next;
+	t->warm = NULL;
+	if (w->links)
+		return;
+	rk_loop_remove_source(t->link.loop, &w->src);
+	if (w->fd[0] >= 0) {
+		close(w->fd[0]);
+		close(w->fd[1]);
+	}
+	free(w);
 }
 
 static int tcp_link_new(struct rk_loop *loop, int fd, const struct rk__link_owner_ops *oops,

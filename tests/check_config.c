@@ -117,8 +117,6 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(c.wait.mode, RK_WAIT_ADAPTIVE);
 	ck_assert_uint_eq(c.wait.spin_ns, 20000000ull);
 	ck_assert_uint_eq(c.wait.spin_ns, RK_DEF_SPIN_US * 1000ull);
-	ck_assert_uint_eq(c.wait.timed_ns, 0);
-	ck_assert_uint_eq(c.wait.timed_slice_ns, 50000);
 	ck_assert(!c.wait.sqpoll);
 	ck_assert(!c.wait.sqpoll_auto);
 	ck_assert(c.wait.learn);
@@ -158,15 +156,12 @@ START_TEST(test_print_defaults)
 		"RK_SESSION=0x0\n"
 		"RK_WAIT=adaptive\n"
 		"RK_SPIN_US=20000\n"
-		"RK_TIMED_US=0\n"
-		"RK_TIMED_SLICE_US=50\n"
 		"RK_SPIN_YIELD=64\n"
 		"RK_PREDICT=1\n"
 		"RK_PREDICT_MARGIN_US=20\n"
 		"RK_PREDICT_MIN_US=20\n"
 		"RK_LEARN=1\n"
 		"RK_LEARN_SPIN_MIN_US=1000\n"
-		"RK_PREWARM=1\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
@@ -207,8 +202,8 @@ START_TEST(test_print_roundtrip)
 		{ "RK_RANK", "3" }, { "RK_WORLD_SIZE", "8" },
 		{ "RK_LEADER", "roce://10.0.0.1:7000?dev=rxe0&gid=1" },
 		{ "RK_SESSION", "0xdeadbeefcafe" }, { "RK_WAIT", "block" },
-		{ "RK_SPIN_US", "123" }, { "RK_TIMED_US", "1000" },
-		{ "RK_TIMED_SLICE_US", "7" }, { "RK_SQPOLL", "auto" }, { "RK_SQPOLL_CPU", "5" },
+		{ "RK_SPIN_US", "123" }, { "RK_PREDICT_MARGIN_US", "35" },
+		{ "RK_PREDICT_MIN_US", "7" }, { "RK_SQPOLL", "auto" }, { "RK_SQPOLL_CPU", "5" },
 		{ "RK_LEARN", "off" }, { "RK_LEARN_SPIN_MIN_US", "250" },
 		{ "RK_COOP_TASKRUN", "off" }, { "RK_RING_ENTRIES", "1024" },
 		{ "RK_RX_BUF_SIZE", "65536" }, { "RK_RX_BUF_COUNT", "128" },
@@ -270,9 +265,6 @@ static const struct {
 	{ "RK_SPIN_US", "0", "RK_SPIN_US=0" },
 	{ "RK_SPIN_US", "60000000", "RK_SPIN_US=60000000" },
 	{ "spin_us", "5", "RK_SPIN_US=5" },
-	{ "RK_TIMED_US", "250", "RK_TIMED_US=250" },
-	{ "RK_TIMED_SLICE_US", "1", "RK_TIMED_SLICE_US=1" },
-	{ "RK_TIMED_SLICE_US", "1000000", "RK_TIMED_SLICE_US=1000000" },
 	{ "RK_SQPOLL", "1", "RK_SQPOLL=1" },
 	{ "RK_SQPOLL", "yes", "RK_SQPOLL=1" },
 	{ "RK_SQPOLL", "TRUE", "RK_SQPOLL=1" },
@@ -334,7 +326,7 @@ END_TEST
 
 static const char *const all_knobs[] = {
 	"RK_RANK", "RK_WORLD_SIZE", "RK_LEADER", "RK_SESSION", "RK_WAIT", "RK_SPIN_US",
-	"RK_TIMED_US", "RK_TIMED_SLICE_US", "RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
+	"RK_SQPOLL", "RK_SQPOLL_CPU", "RK_COOP_TASKRUN",
 	"RK_DEFER_TASKRUN",
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
@@ -384,8 +376,6 @@ static const struct {
 	{ "RK_WAIT", "Spin" }, { "RK_WAIT", "busy" }, { "RK_WAIT", "adaptive " },
 	{ "RK_WAIT", "0" }, { "RK_WAIT", "blockx" },
 	{ "RK_SPIN_US", "60000001" }, { "RK_SPIN_US", "18446744073709551615" },
-	{ "RK_TIMED_US", "60000001" },
-	{ "RK_TIMED_SLICE_US", "0" }, { "RK_TIMED_SLICE_US", "1000001" },
 	{ "RK_PREDICT", "yes please" }, { "RK_PREDICT", "2" },
 	{ "RK_PREDICT_MARGIN_US", "1000001" }, { "RK_PREDICT_MARGIN_US", "-1" },
 	{ "RK_PREDICT_MIN_US", "0" }, { "RK_PREDICT_MIN_US", "20us" },
@@ -457,10 +447,10 @@ START_TEST(test_set_units)
 
 	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "7", NULL, 0), 0);
 	ck_assert_uint_eq(c.wait.spin_ns, 7000);
-	ck_assert_int_eq(rk_config_set(&c, "timed_us", "60000000", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.timed_ns, 60000000000ull);
-	ck_assert_int_eq(rk_config_set(&c, "RK_TIMED_SLICE_US", "3", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.timed_slice_ns, 3000);
+	ck_assert_int_eq(rk_config_set(&c, "learn_spin_min_us", "60000000", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.learn_spin_min_ns, 60000000000ull);
+	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MIN_US", "3", NULL, 0), 0);
+	ck_assert_uint_eq(c.wait.predict_min_ns, 3000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_HEARTBEAT_MS", "3", NULL, 0), 0);
 	ck_assert_uint_eq(c.heartbeat_ns, 3000000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_PEER_TIMEOUT_MS", "3600000", NULL, 0), 0);
@@ -605,9 +595,9 @@ START_TEST(test_env_ignored_prefixes)
 	setenv("RK_BENCH_ITERS", "1000", 1);
 	setenv("RK_BENCH_", "x", 1);
 	setenv("RK_TEST_SEED", "not a number", 1);
-	setenv("RK_TIMED_US", "9", 1);
+	setenv("RK_SPIN_US", "9", 1);
 	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_eq(c.wait.timed_ns, 9000);
+	ck_assert_uint_eq(c.wait.spin_ns, 9000);
 
 	/* only the prefixes with their underscore */
 	setenv("RK_TESTING", "1", 1);

@@ -32,6 +32,7 @@
 #include "link_int.h"
 #include "tcp_int.h"
 #include "rk_test.h"
+#include "wait_int.h"
 
 #define TIMEOUT_S	120
 #define MS		1000000ull
@@ -151,7 +152,6 @@ static void flip_wait(struct side *s)
 		return;
 	rk_wait_policy_init(&w);
 	w.predict = false;
-	w.timed_ns = 0;
 	switch (s->flips++ % 4) {
 	case 0:
 		w.mode = RK_WAIT_SPIN;
@@ -269,7 +269,6 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.catch_signals = false;
 	c.wait.mode = mode;
 	c.wait.predict = false;
-	c.wait.timed_ns = 0;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
 	c.wait.defer_taskrun = g_defer;
 	s->rank = rank;
@@ -765,7 +764,7 @@ START_TEST(test_block_send_stress)
 }
 END_TEST
 
-/* ---- RK_PREWARM: a predictive sleep that ends early rehearses the TCP path ---- */
+/* ---- a predictive sleep that ends early rehearses the TCP path ---------------- */
 
 struct pw_src {
 	struct rk_source src;
@@ -803,8 +802,9 @@ static uint64_t pw_clock(void *arg)
  * A loop with one TCP link on its direct path and a source that predicts an
  * event 10 ms ahead, on an injected clock: the loop sleeps until the
  * prediction less the margin; the iteration that wakes there early (the event
- * not in yet) rehearses the TCP path once with RK_PREWARM on (_i == 0), never
- * with it off (_i == 1); the spin after it does not rehearse again.
+ * not in yet) rehearses the TCP path once (_i == 0), never with the rehearsal's
+ * ablation bit set (_i == 1, RK__WAIT_OFF_PREWARM: the control); the spin after
+ * it does not rehearse again.
  */
 START_TEST(test_prewarm_after_predictive_sleep)
 {
@@ -821,8 +821,9 @@ START_TEST(test_prewarm_after_predictive_sleep)
 	w = rk_loop_config(s.loop)->wait;
 	w.spin_ns = 200 * MS;
 	w.predict = true;
-	w.prewarm = on;
 	rk_loop_set_wait(s.loop, &w);
+	if (!on)
+		rk__loop_wait(s.loop)->off |= RK__WAIT_OFF_PREWARM;
 	rk_loop_set_clock(s.loop, pw_clock, &t);
 	ps.src.data = &ps;
 	ck_assert_int_eq(rk_loop_add_source(s.loop, &ps.src), 0);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of the rank loop's wait (runtime/loop.c): the adaptive wait
- * policy under an injected clock, sources (polled, armed, polled once more
- * before a block), predictive waits and their learned margin. Lifetime,
- * timers, posts, signals, fd watches and counters are check_loop.c's.
+ * Unit tests of the rank loop's wait, through a loop (runtime/loop.c carrying
+ * out runtime/wait.c's decisions): the adaptive wait policy under an injected
+ * clock, sources (polled, armed, polled once more before a block, told how
+ * predictive sleeps end), predictive waits and their learned margin, the
+ * links' learners. Lifetime, timers, posts, signals, fd watches and counters
+ * are check_loop.c's; the decisions alone, without a loop, check_decide.c's.
  *
  * Environment: RK_TEST_WAIT=adaptive|block|spin, the wait mode of every loop
  * whose test is not about the policy itself (tests/loop-*.sh). Every ring is
@@ -11,6 +13,7 @@
  * wakeup shows as a hang that the TCase timeout turns into a failure.
  */
 #include "loop_test.h"
+#include "wait_int.h"
 #include "rk_test.h"
 
 /* ---- the wait policy, with an injected clock ---------------------------------------- */
@@ -32,8 +35,6 @@ struct policy {
 };
 
 #define P_SPIN		(1 * MS)
-#define P_TIMED		(1 * MS)
-#define P_SLICE		(100 * US)
 #define P_BOUND		(200 * US)
 
 static void policy_setup(struct policy *p, enum rk_wait_mode mode)
@@ -44,8 +45,6 @@ static void policy_setup(struct policy *p, enum rk_wait_mode mode)
 	rk_config_init(&c);
 	c.wait.mode = mode;
 	c.wait.spin_ns = P_SPIN;
-	c.wait.timed_ns = P_TIMED;
-	c.wait.timed_slice_ns = P_SLICE;
 	p->loop = new_loop(&c);
 	p->fc.t = 1000 * SEC;	/* long after any busy event */
 	rk_loop_set_clock(p->loop, fake_now, &p->fc);
@@ -76,7 +75,6 @@ static struct rk_loop_stats policy_run(struct policy *p, uint64_t t, struct rk_p
 	d.events = p->after.events - p->before.events;
 	d.busy_events = p->after.busy_events - p->before.busy_events;
 	d.spin_iters = p->after.spin_iters - p->before.spin_iters;
-	d.timed_waits = p->after.timed_waits - p->before.timed_waits;
 	d.blocks = p->after.blocks - p->before.blocks;
 	d.posts = p->after.posts - p->before.posts;
 	ck_assert_uint_eq(d.iterations, 1);
@@ -103,7 +101,6 @@ static struct rk_loop_stats policy_post(struct policy *p, uint64_t t, struct rk_
 	ck_assert_uint_eq(d.posts, 1);
 	ck_assert_uint_eq(d.events, 1);
 	ck_assert_uint_eq(d.spin_iters, 0);
-	ck_assert_uint_eq(d.timed_waits, 0);
 	ck_assert_uint_eq(d.blocks, 0);
 	return d;
 }
@@ -114,14 +111,12 @@ static void policy_teardown(struct policy *p)
 	free_loop(p->loop);
 }
 
-/* One iteration's phase: 'S'pin, 'T'imed wait, 'B'lock, or '?' for anything else. */
+/* One iteration's phase: 'S'pin, 'B'lock, or '?' for anything else. */
 static char phase_of(const struct rk_loop_stats *d)
 {
-	if (d->spin_iters == 1 && !d->timed_waits && !d->blocks)
+	if (d->spin_iters == 1 && !d->blocks)
 		return 'S';
-	if (!d->spin_iters && d->timed_waits == 1 && !d->blocks)
-		return 'T';
-	if (!d->spin_iters && !d->timed_waits && d->blocks == 1)
+	if (!d->spin_iters && d->blocks == 1)
 		return 'B';
 	return '?';
 }
@@ -130,9 +125,8 @@ static char phase_of(const struct rk_loop_stats *d)
 	do {                                                                               \
 		struct rk_loop_stats _d = (d);                                             \
 		ck_assert_msg(phase_of(&_d) == (want),                                     \
-			      "want phase %c: spin_iters %" PRIu64 " timed_waits %" PRIu64 \
-			      " blocks %" PRIu64, (want), _d.spin_iters, _d.timed_waits,   \
-			      _d.blocks);                                                  \
+			      "want phase %c: spin_iters %" PRIu64 " blocks %" PRIu64,     \
+			      (want), _d.spin_iters, _d.blocks);                           \
 	} while (0)
 
 START_TEST(test_policy_adaptive)
@@ -145,7 +139,7 @@ START_TEST(test_policy_adaptive)
 	/* Never busy: straight to blocking. */
 	ck_assert_phase(policy_step(&p, p.fc.t), 'B');
 
-	/* A busy event at b opens the window: spin within S, timed until S+T, then block. */
+	/* A busy event at b opens the window: spin within S, then block. */
 	b = p.fc.t + 10 * MS;
 	d = policy_post(&p, b, &p.busy);
 	ck_assert_int_eq(p.busy_ran, 1);
@@ -153,10 +147,8 @@ START_TEST(test_policy_adaptive)
 	ck_assert_phase(policy_step(&p, b), 'S');
 	ck_assert_phase(policy_step(&p, b + P_SPIN / 2), 'S');
 	ck_assert_phase(policy_step(&p, b + P_SPIN - 1), 'S');
-	ck_assert_phase(policy_step(&p, b + P_SPIN), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED / 2), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED - 1), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN + P_SPIN / 2), 'B');
 	ck_assert_phase(policy_step(&p, b + 100 * MS), 'B');
 
 	/* An idle event runs its handler but does not reopen the window. */
@@ -165,25 +157,24 @@ START_TEST(test_policy_adaptive)
 	ck_assert_uint_eq(d.busy_events, 0);
 	ck_assert_phase(policy_step(&p, b + 101 * MS), 'B');
 
-	/* ... nor extend it: idle inside the window, the timed phase still starts at b + S. */
+	/* ... nor extend it: idle inside the window, the block still starts at b + S. */
 	b = b + 200 * MS;
 	policy_post(&p, b, &p.busy);
 	ck_assert_phase(policy_step(&p, b), 'S');
 	ck_assert_uint_eq(policy_post(&p, b + P_SPIN - 10 * US, &p.idle).busy_events, 0);
 	ck_assert_phase(policy_step(&p, b + P_SPIN - 10 * US), 'S');
-	ck_assert_phase(policy_step(&p, b + P_SPIN), 'T');
-	policy_post(&p, b + P_SPIN + P_TIMED - 10 * US, &p.idle);
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED - 10 * US), 'T');
-	ck_assert_phase(policy_step(&p, b + P_SPIN + P_TIMED), 'B');
+	ck_assert_phase(policy_step(&p, b + P_SPIN), 'B');
+	policy_post(&p, b + 2 * P_SPIN - 10 * US, &p.idle);
+	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN - 10 * US), 'B');
 
-	/* A busy event during the timed phase reopens the spin window. */
+	/* A busy event after the window (the loop blocks) reopens it. */
 	b = b + 300 * MS;
 	policy_post(&p, b, &p.busy);
-	ck_assert_phase(policy_step(&p, b + P_SPIN + 10 * US), 'T');
+	ck_assert_phase(policy_step(&p, b + P_SPIN + 10 * US), 'B');
 	policy_post(&p, b + P_SPIN + 20 * US, &p.busy);
 	ck_assert_phase(policy_step(&p, b + P_SPIN + 20 * US), 'S');
 	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 10 * US), 'S');
-	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 20 * US), 'T');
+	ck_assert_phase(policy_step(&p, b + 2 * P_SPIN + 20 * US), 'B');
 	ck_assert_int_eq(p.busy_ran, 4);
 	ck_assert_int_eq(p.idle_ran, 3);
 	ck_assert_uint_eq(p.after.busy_events, 4);
@@ -191,8 +182,8 @@ START_TEST(test_policy_adaptive)
 }
 END_TEST
 
-/* Without a timed phase (timed_ns = 0) the spin goes straight to blocking. */
-START_TEST(test_policy_no_timed)
+/* A policy set on a live loop (rk_loop_set_wait()) spins its window, then blocks. */
+START_TEST(test_policy_set_window)
 {
 	struct policy p;
 	struct rk_wait_policy w = { .mode = RK_WAIT_ADAPTIVE, .spin_ns = P_SPIN };
@@ -200,7 +191,7 @@ START_TEST(test_policy_no_timed)
 
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
 	rk_loop_set_wait(p.loop, &w);
-	ck_assert_uint_eq(rk_loop_config(p.loop)->wait.timed_ns, 0);
+	ck_assert_uint_eq(rk_loop_config(p.loop)->wait.spin_ns, P_SPIN);
 	b = p.fc.t;
 	policy_post(&p, b, &p.busy);
 	ck_assert_phase(policy_step(&p, b), 'S');
@@ -228,7 +219,6 @@ START_TEST(test_policy_spin)
 		ck_assert_phase(policy_step(&p, t), 'S');
 	}
 	ck_assert_uint_eq(p.after.blocks, 0);
-	ck_assert_uint_eq(p.after.timed_waits, 0);
 	ck_assert_uint_eq(p.after.wakeups, 0);
 	policy_teardown(&p);
 }
@@ -251,7 +241,6 @@ START_TEST(test_policy_block)
 		ck_assert_phase(policy_step(&p, t), 'B');
 	}
 	ck_assert_uint_eq(p.after.spin_iters, 0);
-	ck_assert_uint_eq(p.after.timed_waits, 0);
 	ck_assert_uint_eq(p.after.busy_events, 11);
 	policy_teardown(&p);
 }
@@ -274,13 +263,12 @@ START_TEST(test_policy_switch)
 	w = (struct rk_wait_policy){ .mode = RK_WAIT_SPIN };
 	rk_loop_set_wait(p.loop, &w);
 	ck_assert_phase(policy_step(&p, b + 10 * SEC), 'S');
-	w = (struct rk_wait_policy){ .mode = RK_WAIT_ADAPTIVE, .spin_ns = 5 * MS,
-				     .timed_ns = P_TIMED, .timed_slice_ns = P_SLICE };
+	w = (struct rk_wait_policy){ .mode = RK_WAIT_ADAPTIVE, .spin_ns = 5 * MS };
 	rk_loop_set_wait(p.loop, &w);
 	policy_post(&p, b + 20 * SEC, &p.busy);
 	ck_assert_phase(policy_step(&p, b + 20 * SEC), 'S');
 	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS - 1), 'S');
-	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS), 'T');
+	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS), 'B');
 	/* sqpoll and coop_taskrun are fixed at creation. */
 	w.sqpoll = true;
 	rk_loop_set_wait(p.loop, &w);
@@ -401,7 +389,7 @@ START_TEST(test_source_poll_spin)
 	ck_assert_uint_eq(s.busy_events, 50);
 	ck_assert_uint_ge(s.events, 50);
 	ck_assert_uint_eq(s.spin_iters, 1000 - 1);	/* all but the one that stopped */
-	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
+	ck_assert_uint_eq(s.blocks, 0);
 	ck_assert_int_eq(cs.arms, 0);
 	ck_assert_int_eq(rk_loop_remove_source(cs.loop, &cs.src), 0);
 	free_loop(cs.loop);
@@ -515,7 +503,7 @@ START_TEST(test_source_prepoll_busy)
 	ck_assert_uint_eq(d.busy_events, 1);
 	ck_assert_phase(policy_step(&p, t + 10 * MS), 'S');
 	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN - 1), 'S');
-	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN), 'T');
+	ck_assert_phase(policy_step(&p, t + 10 * MS + P_SPIN), 'B');
 	ck_assert_int_eq(rk_loop_remove_source(p.loop, &cs.src), 0);
 	policy_teardown(&p);
 }
@@ -720,7 +708,6 @@ START_TEST(test_predict_sleeps)
 		ck_assert_uint_eq(s1.predict_waits, s0.predict_waits + 1);
 		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
 		ck_assert_uint_eq(s1.blocks, s0.blocks);
-		ck_assert_uint_eq(s1.timed_waits, s0.timed_waits);
 		ck_assert_uint_eq(p.park_ns, wait - margin);
 		/* the ring wait lasted its timeout, as nothing else could end it
 		 * (a lower bound: load only makes it longer) */
@@ -755,7 +742,7 @@ START_TEST(test_predict_sleeps)
 	ck_assert_uint_eq(s0.predict_waits, n);
 	ck_assert_uint_eq(s0.predict_early, n);
 	ck_assert_uint_eq(s0.predict_late + s0.predict_cut, 0);
-	ck_assert_uint_eq(s0.blocks + s0.timed_waits, 0);
+	ck_assert_uint_eq(s0.blocks, 0);
 	ck_assert_uint_eq(s0.spin_iters, 2 * n);
 	fpred_free(loop, &p);
 }
@@ -795,7 +782,7 @@ static void check_spins_through(bool predict, bool loop_predicts)
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
 		s1 = stats_of(loop);
 		ck_assert_uint_eq(s1.spin_iters, s0.spin_iters + 1);
-		ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+		ck_assert_uint_eq(s1.predict_waits + s1.blocks, 0);
 	}
 	fc.t = b + wait;
 	p.ready = true;
@@ -803,7 +790,7 @@ static void check_spins_through(bool predict, bool loop_predicts)
 	ck_assert(!p.ready);
 	s1 = stats_of(loop);
 	ck_assert_uint_eq(s1.spin_iters, wait / step);
-	ck_assert_uint_eq(s1.predict_waits + s1.blocks + s1.timed_waits, 0);
+	ck_assert_uint_eq(s1.predict_waits + s1.blocks, 0);
 	fpred_free(loop, &p);
 }
 
@@ -875,7 +862,7 @@ START_TEST(test_predict_cut_by_event)
 	ck_assert_uint_eq(s.wakeups, 1);			/* ended by the post's wake */
 	ck_assert_uint_eq(s.predict_cut, 1);			/* ...not by its own event */
 	ck_assert_uint_eq(s.predict_early + s.predict_late, 0);
-	ck_assert_uint_eq(s.blocks + s.timed_waits, 0);
+	ck_assert_uint_eq(s.blocks, 0);
 	p.expect = 0;
 	fpred_free(loop, &p);
 }
@@ -903,7 +890,6 @@ START_TEST(test_predict_margin_fades)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	c.wait.timed_ns = 0;
 	ck_assert(c.wait.predict);
 	base = c.wait.predict_margin_ns;
 	loop = new_loop(&c);
@@ -1009,7 +995,6 @@ START_TEST(test_predict_late_rare_covered)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	c.wait.timed_ns = 0;
 	ck_assert(c.wait.learn);
 	base = c.wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
@@ -1064,7 +1049,6 @@ START_TEST(test_predict_boost_short_sleeps)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	base = c.wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
 	for (i = 0; i < 25; i++) {
@@ -1124,7 +1108,6 @@ START_TEST(test_source_sees_waits)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	loop = new_loop(&c);
 	rk_loop_set_clock(loop, fake_now, &fc);
 	p.src.data = &p;
@@ -1200,7 +1183,6 @@ START_TEST(test_predict_late_is_per_source)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	c.wait.timed_ns = 0;
 	loop = new_loop(&c);
 	rk_loop_set_clock(loop, fake_now, &fc);
 	a.src.data = &a;
@@ -1235,6 +1217,139 @@ START_TEST(test_predict_late_is_per_source)
 	ck_assert_uint_eq(s1.predict_cut, s0.predict_cut + 1);
 	ck_assert_int_eq(rk_loop_remove_source(loop, &a.src), 0);
 	ck_assert_int_eq(rk_loop_remove_source(loop, &b.src), 0);
+	free_loop(loop);
+}
+END_TEST
+
+/*
+ * What each source hears of a predictive sleep (rk_source_ops.verdict()):
+ * the one it was for hears early, late or cut; when it woke early as meant,
+ * every other source with the hook hears that the loop spins now, here a
+ * source with no poll() at all (never polled: a NULL poll would crash).
+ */
+struct vsrc {
+	struct rk_source src;
+	struct fpred *p;	/* the predicting part, or NULL: a listener only */
+	int heard[RK_VERDICT_SPIN + 1];
+};
+
+static int vsrc_poll(struct rk_source *src, uint64_t now)
+{
+	return fpred_poll(&((struct vsrc *)src->data)->p->src, now);
+}
+
+static uint64_t vsrc_expect(struct rk_source *src, uint64_t now)
+{
+	return fpred_expect(&((struct vsrc *)src->data)->p->src, now);
+}
+
+static int vsrc_arm(struct rk_source *src)
+{
+	return fpred_arm(&((struct vsrc *)src->data)->p->src);
+}
+
+static void vsrc_verdict(struct rk_source *src, enum rk_verdict v)
+{
+	struct vsrc *vs = src->data;
+
+	ck_assert_int_ge(v, RK_VERDICT_EARLY);
+	ck_assert_int_le(v, RK_VERDICT_SPIN);
+	vs->heard[v]++;
+}
+
+/* The verdicts @vs heard, as "early cut late spin". */
+static void ck_heard(const struct vsrc *vs, int early, int cut, int late, int spin)
+{
+	ck_assert_msg(vs->heard[RK_VERDICT_EARLY] == early && vs->heard[RK_VERDICT_CUT] == cut &&
+		      vs->heard[RK_VERDICT_LATE] == late && vs->heard[RK_VERDICT_SPIN] == spin,
+		      "heard early %d cut %d late %d spin %d, want %d %d %d %d",
+		      vs->heard[RK_VERDICT_EARLY], vs->heard[RK_VERDICT_CUT],
+		      vs->heard[RK_VERDICT_LATE], vs->heard[RK_VERDICT_SPIN], early, cut, late,
+		      spin);
+}
+
+START_TEST(test_source_verdicts)
+{
+	static const struct rk_source_ops pred_ops = {
+		.name = "predicting", .poll = vsrc_poll, .arm = vsrc_arm, .expect = vsrc_expect,
+		.verdict = vsrc_verdict };
+	static const struct rk_source_ops listen_ops = { .name = "listening",
+							 .verdict = vsrc_verdict };
+	struct rk_config c;
+	struct rk_loop *loop;
+	struct fake_clock fc = { .t = 1000 * SEC };
+	struct fpred p = { 0 };
+	struct vsrc a = { .p = &p }, li = { 0 };
+	struct rk_post post;
+	struct rk_loop_stats s;
+	uint64_t margin;
+	int ran = 0;
+
+	rk_config_init(&c);
+	c.wait.mode = RK_WAIT_ADAPTIVE;
+	c.wait.spin_ns = 0;		/* only the prediction decides */
+	loop = new_loop(&c);
+	rk_loop_set_clock(loop, fake_now, &fc);
+	p.src.data = &p;
+	p.loop = loop;
+	atomic_init(&p.armed, 0);
+	rk_source_init(&a.src, &pred_ops, &a);
+	rk_source_init(&li.src, &listen_ops, &li);
+	ck_assert_int_eq(rk_loop_add_source(loop, &a.src), 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &li.src), 0);
+	ck_assert_int_eq(rk_loop_add_source(loop, &li.src), -EALREADY);
+
+	/* woken at the deadline, the event not in: early for a, "spin" for the listener */
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* sleeps ~1 ms */
+	ck_assert_uint_eq(stats_of(loop).predict_waits, 1);
+	ck_heard(&a, 0, 0, 0, 0);
+	fc.t = p.expect - margin;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_heard(&a, 1, 0, 0, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+	fc.t = p.expect;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);	/* delivered while spinning */
+	ck_heard(&a, 1, 0, 0, 0);
+
+	/* the event in at the wake: late for a, nothing for the listener */
+	fc.t += 10 * MS;
+	margin = stats_of(loop).predict_margin_ns;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t = p.expect - margin;
+	p.ready = true;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	ck_heard(&a, 1, 0, 1, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+
+	/* ended 100 us in by busy work (a post): cut; by idle work: no verdict */
+	fc.t += 10 * MS;
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk_post_init(&post, busy_post_cb, &ran);
+	rk_loop_post(loop, &post);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 1);
+	ck_heard(&a, 1, 1, 1, 0);
+	p.expect = fc.t + 1 * MS;
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
+	fc.t += 100 * US;
+	rk_post_init(&post, idle_post_cb, &ran);
+	rk_loop_post(loop, &post);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	ck_assert_int_eq(ran, 2);
+	s = stats_of(loop);
+	ck_assert_uint_eq(s.predict_cut, 2);
+	ck_heard(&a, 1, 1, 1, 0);
+	ck_heard(&li, 0, 0, 0, 1);
+	p.expect = 0;
+	ck_assert_int_eq(rk_loop_remove_source(loop, &li.src), 0);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &li.src), -ENOENT);
+	ck_assert_int_eq(rk_loop_remove_source(loop, &a.src), 0);
 	free_loop(loop);
 }
 END_TEST
@@ -1412,7 +1527,7 @@ static void check_learn_periodic(bool learn)
 	ck_assert_uint_eq(s1.predict_waits, slept);
 	ck_assert_uint_eq(s1.predict_early, slept);
 	ck_assert_uint_eq(s1.predict_late + s1.predict_cut + s1.learn_holds, 0);
-	ck_assert_uint_eq(s1.blocks + s1.timed_waits, 0);
+	ck_assert_uint_eq(s1.blocks, 0);
 	ck_assert_uint_eq(slept, learn ? n - RK__GAPS_WARM : 0);
 	learn_free(loop, &rec, &a);
 }
@@ -1955,7 +2070,6 @@ static void check_learned_window(bool learn)
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
 	w = rk_loop_config(p.loop)->wait;
 	w.spin_ns = 200 * MS;
-	w.timed_ns = 0;
 	w.learn = learn;
 	w.learn_spin_min_ns = 1 * MS;
 	rk_loop_set_wait(p.loop, &w);
@@ -2003,7 +2117,7 @@ static Suite *wait_suite(void)
 
 	tc = tcase(s, "policy", TIMEOUT_S);
 	tcase_add_test(tc, test_policy_adaptive);
-	tcase_add_test(tc, test_policy_no_timed);
+	tcase_add_test(tc, test_policy_set_window);
 	tcase_add_test(tc, test_policy_spin);
 	tcase_add_test(tc, test_policy_block);
 	tcase_add_test(tc, test_policy_switch);
@@ -2026,6 +2140,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_predict_boost_short_sleeps);
 	tcase_add_test(tc, test_source_sees_waits);
 	tcase_add_test(tc, test_predict_late_is_per_source);
+	tcase_add_test(tc, test_source_verdicts);
 	tcase_add_test(tc, test_predictor);
 
 	tc = tcase(s, "learn", TIMEOUT_S);

@@ -35,6 +35,12 @@ runtime/config.c	base		base
 runtime/auth.c		base		base
 runtime/transport.c	base		base
 runtime/loop.c		loop		loop
+runtime/source.c	loop		loop
+runtime/timer.c		loop		loop
+runtime/post.c		loop		loop
+runtime/ring.c		loop		loop
+runtime/wait.c		loop		loop
+runtime/gaps.c		loop		loop
 runtime/epoch.c		loop		epoch
 runtime/link.c		link		link
 runtime/sock.c		sock		sock
@@ -57,13 +63,8 @@ runtime/sched.c		sched		sched
 '
 order='wire base loop link sock transport world sched'
 
-# Known exceptions, each a call this check would refuse: "caller callee". The
-# loop's TCP rehearsal after a predictive sleep (RK_PREWARM) asks tcp.c
-# directly; the wait-policy change moves it behind the sources' hooks, and
-# these two lines go with it (the integrator deletes them after merging).
+# Known exceptions, each a call this check would refuse: "caller callee".
 allowed='
-runtime/loop.c rk__tcp_source_direct
-runtime/loop.c rk__tcp_rehearse
 '
 
 tmp=$(mktemp -d) || exit 99

@@ -628,13 +628,12 @@ static void stats_http_done(struct stats_wait *w)
 
 static json_t *loop_json(const struct rk_loop_stats *s)
 {
-	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "iterations",
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f}", "iterations",
 			 (json_int_t)s->iterations, "events", (json_int_t)s->events, "busy_events",
 			 (json_int_t)s->busy_events, "spin_iters", (json_int_t)s->spin_iters,
-			 "timed_waits", (json_int_t)s->timed_waits, "blocks", (json_int_t)s->blocks,
-			 "wakeups", (json_int_t)s->wakeups, "posts", (json_int_t)s->posts, "spin_s",
-			 s->ns_spin / 1e9, "blocked_s", s->ns_blocked / 1e9, "run_s",
-			 s->ns_run / 1e9);
+			 "blocks", (json_int_t)s->blocks, "wakeups", (json_int_t)s->wakeups,
+			 "posts", (json_int_t)s->posts, "spin_s", s->ns_spin / 1e9, "blocked_s",
+			 s->ns_blocked / 1e9, "run_s", s->ns_run / 1e9);
 }
 
 /* Hand @w (its ranks allocated) to a stats collection and wait. Return: 0 or an error. */

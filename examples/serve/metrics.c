@@ -57,8 +57,6 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(busy_events), 1 },
 	{ "rankrt_loop_spin_iterations_total", NULL, "Spin iterations that found nothing.",
 	  COUNTER, LOOP(spin_iters), 1 },
-	{ "rankrt_loop_timed_waits_total", NULL, "Timed waits entered.", COUNTER,
-	  LOOP(timed_waits), 1 },
 	{ "rankrt_loop_blocks_total", NULL, "Blocking waits entered.", COUNTER, LOOP(blocks), 1 },
 	{ "rankrt_loop_wakeups_total", NULL, "Blocking waits ended by a cross-thread wake.",
 	  COUNTER, LOOP(wakeups), 1 },
@@ -68,8 +66,6 @@ static const struct mdef loop_defs[] = {
 	  1 },
 	{ "rankrt_loop_wait_seconds_total", "state=\"spin\"", "Time the loop spent waiting, by "
 	  "how it waited.", COUNTER, LOOP(ns_spin), 1e-9 },
-	{ "rankrt_loop_wait_seconds_total", "state=\"timed\"", NULL, COUNTER, LOOP(ns_timed),
-	  1e-9 },
 	{ "rankrt_loop_wait_seconds_total", "state=\"blocked\"", NULL, COUNTER, LOOP(ns_blocked),
 	  1e-9 },
 	{ "rankrt_loop_run_seconds_total", NULL, "Time spent in handlers.", COUNTER, LOOP(ns_run),
@@ -95,8 +91,8 @@ static const struct mdef loop_defs[] = {
 	  COUNTER, LOOP(window_cuts), 1 },
 	{ "rankrt_loop_spin_window_seconds", NULL, "The spin window in use now (learned).",
 	  GAUGE, LOOP(spin_window_ns), 1e-9 },
-	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps "
-	  "(RK_PREWARM).", COUNTER, LOOP(prewarms), 1 },
+	{ "rankrt_loop_prewarms_total", NULL, "TCP rehearsals after predictive sleeps.",
+	  COUNTER, LOOP(prewarms), 1 },
 	{ "rankrt_loop_spin_seconds_total", "for=\"predict\"", "Spin time by what it waited "
 	  "for: the rest of a predicted event's margin, or the spin window after busy work.",
 	  COUNTER, LOOP(ns_spin_predict), 1e-9 },

@@ -34,7 +34,6 @@ row() {
 row "default (spin window, then block)" adaptive RK_LOG=warn
 row "peek spin, COOP_TASKRUN" spin RK_COOP_TASKRUN=1
 row "peek spin, default ring flags" spin RK_COOP_TASKRUN=0
-row "50 us timed waits, then block" adaptive RK_SPIN_US=0 RK_TIMED_US=50000 RK_TIMED_SLICE_US=50
 row "blocking wait" block RK_LOG=warn
 row "SQPOLL + default policy" adaptive RK_SQPOLL=1
 row "SQPOLL + peek spin" spin RK_SQPOLL=1

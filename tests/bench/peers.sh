@@ -55,7 +55,6 @@
 #                                 without the cross-CPU wake, so software cost shows
 #                                 through a VM's noisy idle wakes
 #   GAPS=none                     skips the periodic-gap run
-# rk-noprewarm: the default with RK_PREWARM=0 (no TCP rehearsal after predictive sleeps).
 # The gap run also has rk-nolearn (RK_LEARN=0: the wait before links learned their gaps)
 # beside rk-adaptive (the default, learning), so both compare in one run.
 # A design whose library is missing is left out (named on stderr). Without
@@ -146,7 +145,6 @@ rk_row()
 	case $mode in shm-*) shm=on mode=${mode#shm-} ;; esac
 	case $mode in sqpoll-*) sq=1 mode=${mode#sqpoll-} ;; esac
 	case $mode in nolearn) learn=(env RK_LEARN=0) mode=adaptive ;; esac
-	case $mode in noprewarm) learn=(env RK_LEARN=1 RK_PREWARM=0) mode=adaptive ;; esac
 	case $mode in margin[0-9]*) learn=(env RK_LEARN=1 RK_PREDICT_MARGIN_US=${mode#margin}) mode=adaptive ;; esac
 	[ "$defer" = 0 ] || learn+=(RK_DEFER_TASKRUN=1)
 	if [ "${GAP_STATS:-0}" = 1 ] && [ "${4:-0}" != 0 ]; then
