@@ -28,6 +28,7 @@
 
 struct rk_sched {
 	struct rk_world *world;
+	struct rk__claim claim;		/* its frames, handed over by the world */
 	struct rk_loop *loop;
 	struct rk_sched_config cfg;
 	const struct rk_backend_ops *ops;
@@ -455,6 +456,8 @@ static void round_fail(struct rk_sched *s, uint64_t round_id, int err)
 /* ---- create / destroy ------------------------------------------------------------ */
 
 static enum rk_activity kick_cb(struct rk_timer *t, uint64_t now);
+static enum rk_activity sched_frame(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				    const uint8_t *payload, const union rk__wire_payload *p);
 
 int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		    const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out)
@@ -462,10 +465,15 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	const struct rk_config *lc;
 	struct rk_sched *s;
 	uint32_t mb;
+	int ret;
 
 	if (!world || !out || !ops || !ops->launch || (!ops->token && rk_world_rank(world) == 0))
 		return -EINVAL;
 	if (cfg && cfg->draft_k > RK_SCHED_MAX_DRAFT)
+		return -EINVAL;
+	/* a backend's messages: an op and its tags, or neither */
+	if (!ops->frame != !ops->user_tags ||
+	    (uint64_t)ops->user_tag + ops->user_tags > (uint64_t)UINT32_MAX + 1)
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -488,21 +496,23 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	mb = s->cfg.max_batch;
 	s->next_id = 1;
 	rk_timer_init(&s->kick, kick_cb, s);
+	ret = -ENOMEM;
 	s->batch = calloc(mb, sizeof(*s->batch));
 	s->streams = calloc(mb, sizeof(*s->streams));
 	s->draft_off = calloc(mb, sizeof(*s->draft_off));
 	s->outs = calloc(RK_SCHED_MAX_DRAFT + 1, sizeof(*s->outs));
-	if (!s->batch || !s->streams || !s->draft_off || !s->outs) {
-		free(s->batch);
-		free(s->streams);
-		free(s->draft_off);
-		free(s->outs);
-		free(s);
-		return -ENOMEM;
-	}
+	if (!s->batch || !s->streams || !s->draft_off || !s->outs)
+		goto err_free;
+	/* from here the world hands this scheduler its frames, never the application */
+	s->claim.types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE;
+	s->claim.tag = ops->user_tag;
+	s->claim.ntags = ops->user_tags;
+	s->claim.frame = sched_frame;
+	ret = rk__world_claim(world, &s->claim);
+	if (ret)
+		goto err_free;
 	if (lc->resident != RK_RESIDENT_OFF) {
-		int ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
-
+		ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
 		if (ret) {
 			/* the launch path still runs every round */
 			rk__warn(s->rank, "resident rounds off: no epoch region: %s",
@@ -521,6 +531,13 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	rk__world_hold(world);
 	*out = s;
 	return 0;
+err_free:
+	free(s->batch);
+	free(s->streams);
+	free(s->draft_off);
+	free(s->outs);
+	free(s);
+	return ret;
 }
 
 void rk_sched_stop(struct rk_sched *s)
@@ -571,6 +588,7 @@ int rk_sched_destroy(struct rk_sched *s)
 		rk_epoch_close(s->ep_pub);	/* the followers' too */
 	if (s->src.loop)
 		rk_loop_remove_source(s->loop, &s->src);
+	rk__world_unclaim(&s->claim);	/* its frames go to the application again */
 	rk__world_release(s->world);
 	/*
 	 * As a libuv handle after uv_close(): nothing of the scheduler runs any
@@ -770,9 +788,11 @@ static void sched_step(struct rk_sched *s)
 		trace_at(s, s->round_id, RK_SCHED_EV_SENT, t_sent);
 		rk__loop_flush_now(s->loop);
 	}
+	/* its one decode on this rank (a follower's link makes the other) */
 	ret = rk_wire_decode_round(s->buf, (size_t)len, &view);
 	if (ret)
 		goto fail;
+	s->stats.round_decodes++;
 	publish(s, id, flags, s->buf, (uint32_t)len);
 	s->in_flight = true;
 	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
@@ -1038,22 +1058,20 @@ static void follower_report(struct rk_sched *s, uint64_t round_id, int status)
 	s->t_round = 0;	/* no ROUND is awaited after a failure */
 }
 
-static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const uint8_t *payload)
+/* ROUND @view (payload @payload), as the link decoded it: launch it. */
+static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const uint8_t *payload,
+			  const struct rk_wire_round *view)
 {
-	struct rk_wire_round view;
 	struct rk_wire_stream st;
 	uint32_t i, j;
 	uint64_t *t;
 	int ret;
 
-	ret = rk_wire_decode_round(payload, h->len, &view);
-	if (ret)
-		return ret;
-	s->round_id = view.round_id;
+	s->round_id = view->round_id;
 	if (s->stopped)
 		return -RK_ESTOPPED;	/* launched nowhere: the leader fails the round */
-	if (view.n_streams > s->ids_cap) {
-		uint32_t cap = view.n_streams * 2;
+	if (view->n_streams > s->ids_cap) {
+		uint32_t cap = view->n_streams * 2;
 
 		t = realloc(s->prev_ids, cap * sizeof(*t));
 		if (!t)
@@ -1065,27 +1083,27 @@ static int follower_round(struct rk_sched *s, const struct rk_wire_hdr *h, const
 		s->cur_ids = t;
 		s->ids_cap = cap;
 	}
-	for (i = 0; i < view.n_streams; i++) {
-		rk_wire_round_stream(&view, i, &st);
+	for (i = 0; i < view->n_streams; i++) {
+		rk_wire_round_stream(view, i, &st);
 		s->cur_ids[i] = st.stream_id;
 	}
 	/* a stream absent from this round has finished (the stream rule) */
 	for (i = 0; i < s->nprev && s->ops->retire; i++) {
-		for (j = 0; j < view.n_streams && s->cur_ids[j] != s->prev_ids[i]; j++)
+		for (j = 0; j < view->n_streams && s->cur_ids[j] != s->prev_ids[i]; j++)
 			;
-		if (j == view.n_streams)
+		if (j == view->n_streams)
 			be_retire(s, s->prev_ids[i]);
 	}
 	t = s->prev_ids;
 	s->prev_ids = s->cur_ids;
 	s->cur_ids = t;
-	s->nprev = view.n_streams;
-	publish(s, view.round_id, h->flags, payload, h->len);
+	s->nprev = view->n_streams;
+	publish(s, view->round_id, h->flags, payload, h->len);
 	trace(s, s->round_id, RK_SCHED_EV_LAUNCH);
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;
 	s->open++;
-	ret = be_launch(s, &view, h->flags);
+	ret = be_launch(s, view, h->flags);
 	if (ret)
 		s->open--;
 	return ret;
@@ -1125,20 +1143,23 @@ void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
 	leader_complete(s, status);
 }
 
-int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
-		      const uint8_t *payload)
+/*
+ * The scheduler's frames, handed over by the world (its claim), decoded by
+ * the link they came on: ROUND on a follower, ROUND_DONE on the leader, and
+ * the backend's USER tags on any rank.
+ */
+static enum rk_activity sched_frame(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				    const uint8_t *payload, const union rk__wire_payload *p)
 {
-	struct rk_wire_round_done d;
-	int ret;
+	struct rk_sched *s = rk__container_of(c, struct rk_sched, claim);
+	int ret, rank = s->rank;
 
-	if (!s)
-		return -ENOENT;
 	switch (h->type) {
 	case RK_FRAME_ROUND:
 		if (s->rank == 0 || peer != 0)
-			return -ENOENT;
+			break;
 		round_seen(s);
-		ret = follower_round(s, h, payload);
+		ret = follower_round(s, h, payload, &p->round);
 		if (ret) {
 			s->off_loop = false;
 			if (ret != -RK_ESTOPPED)
@@ -1150,16 +1171,30 @@ int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
 		/* a round the backend runs without this loop is not its work */
 		return s->off_loop ? RK_IDLE : RK_BUSY;
 	case RK_FRAME_ROUND_DONE:
-		if (s->rank != 0 || rk_wire_decode_round_done(payload, h->len, &d))
-			return -ENOENT;
-		if (d.status) {
+		if (s->rank != 0)
+			break;
+		if (p->done.status) {
 			rk__err(0, "rank %d: round %llu failed: %s", peer,
-				(unsigned long long)d.round_id, rk_strerror(d.status));
-			if (s->in_flight && d.round_id == s->round_id)
-				leader_complete(s, d.status);
+				(unsigned long long)p->done.round_id, rk_strerror(p->done.status));
+			if (s->in_flight && p->done.round_id == s->round_id)
+				leader_complete(s, p->done.status);
 		}
 		return RK_IDLE;
+	case RK_FRAME_USER:
+		/* stopped, the backend is called only to finish what it holds */
+		if (s->stopped && !s->open)
+			return RK_IDLE;
+		/* it may report a round from here: nothing of @s is touched after */
+		ret = s->ops->frame(s->ctx, peer, &p->user);
+		if (ret >= 0)
+			return ret == RK_IDLE ? RK_IDLE : RK_BUSY;
+		rk__warn(rank, "rank %d: a message for the backend (tag 0x%x) refused: %s", peer,
+			 p->user.tag, rk_strerror(ret));
+		return RK_BUSY;
 	default:
-		return -ENOENT;
+		break;
 	}
+	rk__warn(s->rank, "a %s from rank %d, which this rank never takes: dropped",
+		 rk_wire_frame_name(h->type), peer);
+	return RK_IDLE;
 }
