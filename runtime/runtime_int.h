@@ -368,7 +368,7 @@ int rk__tcp_rehearse(int fds[2]);
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */
 void rk__world_accept(struct rk_world *w, int fd);
 
-/* ---- teardown (loop.c, world.c, sched.c) ---- */
+/* ---- teardown (loop.c, world.c, sched*.c) ---- */
 /*
  * One iteration that only drives I/O, for a world's teardown: reap completions,
  * poll the sources, run the flushers, then, if nothing ran, spin (inside the

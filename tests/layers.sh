@@ -55,6 +55,10 @@ gpu/notifier.c		transport	gpu
 gpu/epoch.c		transport	gpu
 runtime/world.c		world		world
 runtime/sched.c		sched		sched
+runtime/sched_leader.c	sched		sched
+runtime/sched_follower.c	sched		sched
+runtime/sched_epoch.c	sched		sched
+runtime/sched_draft.c	sched		sched
 gpu/nccl.c		sched		nccl
 '
 order='wire base loop link sock transport world sched'
