@@ -259,16 +259,6 @@ void rk_nccl_set_release_cb(struct rk_nccl *n, rk_nccl_release_cb cb, void *arg)
 	(void)arg;
 }
 
-int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
-		     const uint8_t *payload)
-{
-	(void)n;
-	(void)peer;
-	(void)h;
-	(void)payload;
-	return -ENOENT;
-}
-
 int rk_nccl_state(const struct rk_nccl *n)
 {
 	(void)n;

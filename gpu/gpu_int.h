@@ -105,6 +105,15 @@ int rk__cuda_load(void);
  * rk__nccl, once. Return: 0 or -RK_ENOGPU (logged once, as above). Any thread.
  */
 int rk__nccl_load(void);
+
+/*
+ * rk__nccl_take_id() - @n's NCCL_ID frame from rank @peer, carrying @id (the
+ * world hands it over through @n's claim; tests call it directly). Return:
+ * RK_BUSY when taken; -EPROTO when it is not from rank 0, on rank 0, or a
+ * second one (logged; the first id stays); -EIO when the init call failed
+ * (the ready callback has run). Loop thread.
+ */
+int rk__nccl_take_id(struct rk_nccl *n, int peer, const uint8_t id[RK_WIRE_NCCL_ID_LEN]);
 #endif
 
 /* The libraries gpu/load.c opens, in the order it opens them. */

@@ -18,7 +18,9 @@
  *   FAILED      the communicator is aborted (or never existed)
  * A world failure (rk_world_failed) in any state before READY aborts the
  * bring-up, so a rank never waits for a dead peer; once READY, the owner calls
- * rk_nccl_abort() from peer_error.
+ * rk_nccl_abort() from peer_error. The leader's id reaches a follower through
+ * the world's claim on NCCL_ID frames (rk__world_claim()), never through the
+ * application: the bootstrap is a user of the world, as the scheduler is.
  *
  * Why two communicators: on a non-blocking communicator every collective is
  * launched by a thread that NCCL creates for it, and answers ncclInProgress
@@ -48,6 +50,7 @@ enum nstate { NS_WAIT_WORLD, NS_WAIT_ID, NS_INIT, NS_SPLIT, NS_READY, NS_FAILED 
 
 struct rk_nccl {
 	struct rk_world *w;
+	struct rk__claim claim;		/* the world's NCCL_ID frames */
 	struct rk_loop *loop;
 	int rank, size, dev;
 	enum nstate st;
@@ -305,6 +308,15 @@ static enum rk_activity timer_cb(struct rk_timer *t, uint64_t now)
 	return step(t->data);
 }
 
+static enum rk_activity id_frame(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, const union rk__wire_payload *p)
+{
+	(void)h;
+	(void)payload;
+	rk__nccl_take_id(rk__container_of(c, struct rk_nccl, claim), peer, p->nccl_id);
+	return RK_BUSY;
+}
+
 int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, void *arg,
 		   struct rk_nccl **out)
 {
@@ -337,6 +349,12 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	ret = RK_CUDA(n->rank, cudaSetDevice, cuda_device);
 	if (ret)
 		goto err_free;
+	/* from here an NCCL_ID frame comes here, not to the application */
+	n->claim.types = 1u << RK_FRAME_NCCL_ID;
+	n->claim.frame = id_frame;
+	ret = rk__world_claim(w, &n->claim);
+	if (ret)
+		goto err_free;
 	nvls = getenv("NCCL_NVLS_ENABLE");
 	if (!nvls || strcmp(nvls, "0"))
 		rk__warn(n->rank, "nccl: NCCL_NVLS_ENABLE is not 0: NVLink SHARP (multicast) may be "
@@ -348,7 +366,7 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	if (n->rank == 0) {
 		ret = nccl_check(n, rk__nccl.ncclGetUniqueId(&n->id), "ncclGetUniqueId");
 		if (ret)
-			goto err_free;
+			goto err_unclaim;
 		n->have_id = true;
 		n->st = NS_WAIT_WORLD;
 	} else {
@@ -359,6 +377,8 @@ int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready, 
 	rk_timer_start(n->loop, &n->timer, 0, RK_NCCL_INIT_POLL_MS * MS);
 	*out = n;
 	return 0;
+err_unclaim:
+	rk__world_unclaim(&n->claim);
 err_free:
 	free(n);
 	return ret;
@@ -384,19 +404,13 @@ void rk_nccl_busy(struct rk_nccl *n, bool busy)
 		rk_timer_start(n->loop, &n->timer, RK_NCCL_WATCH_MS * MS, RK_NCCL_WATCH_MS * MS);
 }
 
-int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
-		     const uint8_t *payload)
+int rk__nccl_take_id(struct rk_nccl *n, int peer, const uint8_t id[RK_WIRE_NCCL_ID_LEN])
 {
-	if (h->type != RK_FRAME_NCCL_ID)
-		return -ENOENT;
 	if (n->rank == 0 || peer != 0 || n->have_id) {
 		rk__warn(n->rank, "nccl: unexpected NCCL_ID from rank %d: dropped", peer);
 		return -EPROTO;
 	}
-	if (rk_wire_decode_nccl_id(payload, h->len, (uint8_t *)&n->id)) {
-		rk__warn(n->rank, "nccl: malformed NCCL_ID from rank %d", peer);
-		return -EPROTO;
-	}
+	memcpy(&n->id, id, sizeof(n->id));
 	n->have_id = true;
 	if (n->st != NS_WAIT_ID)
 		return RK_BUSY;		/* failed (aborted) already: nothing to start */
@@ -490,6 +504,7 @@ int rk_nccl_destroy(struct rk_nccl *n)
 
 	if (!n)
 		return 0;
+	rk__world_unclaim(&n->claim);
 	rk_timer_stop(&n->timer);
 	if (n->comm && n->st == NS_READY) {
 		release(n);

@@ -4,8 +4,7 @@
  *
  * Built only with --with-cuda (the notifier) and --with-nccl (the NCCL part);
  * otherwise every call returns -EOPNOTSUPP (the pointer getters NULL; the
- * release calls 0; rk_nccl_on_frame() -ENOENT: no frame is NCCL's), so
- * programs build and link in every configuration. No CUDA or NCCL header is
+ * release calls 0), so programs build and link in every configuration. No CUDA or NCCL header is
  * included here: a stream is a struct CUstream_st * (cudaStream_t and CUstream
  * are both that pointer), a communicator is handed out as void *.
  *
@@ -268,8 +267,10 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
  * rk_nccl_create() - bring up one NCCL communicator over @w's ranks (NCCL rank
  * = world rank), on CUDA device @cuda_device.
  * The leader calls ncclGetUniqueId and, once every follower's link is up,
- * broadcasts it in an NCCL_ID frame; a follower waits for that frame (pass it
- * in with rk_nccl_on_frame()). Every rank then starts a non-blocking
+ * broadcasts it in an NCCL_ID frame; a follower waits for that frame, which
+ * the world hands to the communicator from this call until rk_nccl_destroy()
+ * (never to the world's frame callback; a second one, or one on the leader,
+ * is logged and dropped). Every rank then starts a non-blocking
  * ncclCommInitRankConfig (config.blocking = 0) which a loop timer polls with
  * ncclCommGetAsyncError until it leaves ncclInProgress, then splits a child
  * communicator with config.blocking = 1 off it, polled the same way; the loop
@@ -277,13 +278,15 @@ typedef void (*rk_nccl_error_cb)(struct rk_nccl *n, int err, void *arg);
  * inline instead of on a thread NCCL creates per call. Requires
  * NCCL_RUNTIME_CONNECT=0, so that no collective connects (and blocks) at
  * first use.
- * @ready (may be NULL) reports the outcome. May be called before the world is
- * ready (a frame of the leader may arrive with the WELCOME); a world that
- * fails before the communicator is up fails it too.
+ * @ready (may be NULL) reports the outcome. Call it before the world is
+ * ready on a follower (the leader's id may arrive with the WELCOME; one that
+ * comes while no communicator exists goes to the world's frame callback); a
+ * world that fails before the communicator is up fails it too.
  * Return: 0 and *@out; -RK_ENOGPU (the CUDA driver, runtime or NCCL library
  * cannot be loaded; checked first, *@out NULL); -EINVAL; -EOPNOTSUPP (built
- * without NCCL); -ENOMEM; -EIO (cudaSetDevice or ncclGetUniqueId failed,
- * logged). Loop thread; makes @cuda_device the thread's current device.
+ * without NCCL); -EBUSY (another communicator of @w takes its NCCL_ID);
+ * -ENOMEM; -EIO (cudaSetDevice or ncclGetUniqueId failed, logged). Loop
+ * thread; makes @cuda_device the thread's current device.
  */
 RK_EXPORT int rk_nccl_create(struct rk_world *w, int cuda_device, rk_nccl_ready_cb ready,
 			     void *arg, struct rk_nccl **out);
@@ -316,17 +319,6 @@ typedef void (*rk_nccl_release_cb)(struct rk_nccl *n, void *arg);
  * set it before the first collective is captured.
  */
 RK_EXPORT void rk_nccl_set_release_cb(struct rk_nccl *n, rk_nccl_release_cb cb, void *arg);
-
-/**
- * rk_nccl_on_frame() - hand a frame from the world's frame callback.
- * Return: RK_BUSY when it was the NCCL_ID frame and was taken; -ENOENT when the
- * frame is not an NCCL_ID (handle it elsewhere); -EPROTO when it is, but not
- * from rank 0, on rank 0, a second one, or malformed (logged; the first id
- * stays); -EIO when the init call failed (the ready callback has run).
- * Loop thread.
- */
-RK_EXPORT int rk_nccl_on_frame(struct rk_nccl *n, int peer, const struct rk_wire_hdr *h,
-			       const uint8_t *payload);
 
 /**
  * rk_nccl_state() - 1 when ready, 0 while coming up, or the failure (< 0):
@@ -365,7 +357,8 @@ RK_EXPORT int rk_nccl_abort(struct rk_nccl *n);
  * the child's returns once its work is flushed, so synchronize the stream of
  * its collectives first; the parent's is polled for at most 5 s: this is the
  * one place that blocks) and destroyed;
- * anything else is aborted. No callback runs. NULL is a no-op.
+ * anything else is aborted. No callback runs; NCCL_ID frames go to the
+ * world's frame callback again. NULL is a no-op.
  * Return: 0 or -EIO (logged; everything is released anyway). Loop thread.
  */
 RK_EXPORT int rk_nccl_destroy(struct rk_nccl *n);

@@ -660,13 +660,14 @@ static uint32_t link_max_len(const struct rk_link *l)
 static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *payload,
 			 uint64_t *seq)
 {
+	union rk__wire_payload dec;	/* what the owner gets, never decoded again */
 	enum rk_activity act = RK_IDLE;
 	int ret;
 
 	ret = rk_wire_check_payload(h, payload);
 	if (ret)
 		return ret;
-	ret = rk_wire_decode_payload(h->type, payload, h->len);
+	ret = rk__wire_decode(h->type, payload, h->len, &dec);
 	if (ret)
 		return ret;
 	if (h->seq != *seq)
@@ -701,7 +702,7 @@ static int link_dispatch(struct rk_link *l, const struct rk_wire_hdr *h, const u
 				/* admitted only with one (link_admit()) */
 				return l->tclass->control(l->tctx, l, h, payload);
 			}
-			act = l->oops->frame(l, h, payload);
+			act = l->oops->frame(l, h, payload, &dec);
 			rk__loop_note(l->loop, act);
 			if (act == RK_BUSY)
 				rk__gaps_arrival(l->loop, &l->gaps);

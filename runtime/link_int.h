@@ -51,9 +51,10 @@ struct rk__link_owner_ops {
 	/* The handshake completed, the peer's proof included when a secret is
 	 * used: the link is up. Return 0 to take it, or an error sent back. */
 	int (*handshake)(struct rk_link *l);
-	/* a frame for the application, or an ERROR frame */
+	/* a frame for the application, or an ERROR frame: @payload and what the
+	 * link decoded from it (@dec, by h->type), valid during the call */
 	enum rk_activity (*frame)(struct rk_link *l, const struct rk_wire_hdr *h,
-				  const uint8_t *payload);
+				  const uint8_t *payload, const union rk__wire_payload *dec);
 	/* the link failed (called once, with the cause); it closes itself after */
 	void (*failed)(struct rk_link *l, int err);
 	/* the link's I/O is over and its memory is about to be freed */

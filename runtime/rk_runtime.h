@@ -682,8 +682,9 @@ RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
  * the link's own rings. A lane carries RK_FRAME_USER frames only, in its own
  * order (its own sequence numbers): a lane frame is not ordered against the
  * link's frames, only against the lane's. The leader checks each one as it
- * checks a link frame and hands it to the world's frame callback as if it had
- * come on the link (a bad one fails the link). Use it for what is on a
+ * checks a link frame and hands it on as if it had come on the link (to the
+ * scheduler when its backend's tag is on it, else to the world's frame
+ * callback; a bad one fails the link). Use it for what is on a
  * round's critical path and carries its own key (a worker's partial results,
  * tagged with the round): the follower's loop may then sleep while its
  * workers compute and send.
@@ -743,14 +744,19 @@ RK_EXPORT void rk_lane_close(struct rk_lane *lane);
 /*
  * Callbacks of a world. All run on the loop thread, inside rk_loop_run() or
  * rk_world_wait_ready(), never inside rk_world_destroy(). Frames handled by the
- * runtime itself (HELLO, WELCOME, HEARTBEAT, BYE, ERROR) are not delivered.
- * Any of them may send, stop the loop, or hand the frame to rk_sched_on_frame();
- * none may destroy the world (rk_world_destroy() says -EBUSY there).
+ * runtime itself (HELLO, WELCOME, HEARTBEAT, BYE, ERROR) are not delivered,
+ * nor are those a module built on the world takes for itself: ROUND,
+ * ROUND_DONE and its backend's USER tags while a scheduler exists
+ * (rk_sched.h), NCCL_ID while an NCCL bootstrap does (rk_gpu.h).
+ * Any of them may send or stop the loop; none may destroy the world
+ * (rk_world_destroy() says -EBUSY there).
  */
 struct rk_world_ops {
 	/* every link this rank needs is up (leader: all followers; follower: the leader) */
 	void (*ready)(struct rk_world *w, void *arg);
-	/* a ROUND, ROUND_DONE, NCCL_ID or USER frame; @payload valid during the call */
+	/* a frame of the application: a USER frame no scheduler's backend takes,
+	 * or a ROUND, ROUND_DONE or NCCL_ID no module takes (above); @payload
+	 * valid during the call */
 	enum rk_activity (*frame)(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
 				  const uint8_t *payload, void *arg);
 	/*
@@ -806,7 +812,8 @@ RK_EXPORT int rk_world_send(struct rk_world *w, int rank, unsigned int type,
  * rk_world_send_user() - send the application message @data (@len bytes, any
  * content, copied) to @rank as a USER frame tagged @tag. The receiver's frame
  * callback gets h->type == RK_FRAME_USER; rk_wire_decode_user() gives back the
- * tag and a view of the bytes. Return: 0; -ENOTCONN when no link to @rank is
+ * tag and a view of the bytes (a tag of the receiver's scheduler backend goes
+ * to that backend's frame op instead, rk_sched.h). Return: 0; -ENOTCONN when no link to @rank is
  * up; -RK_ETOOBIG past RK_WIRE_MAX_PAYLOAD or the link's max_frame;
  * -RK_ESLOWPEER as rk_link_send(); -EBUSY between rk_link_reserve() and
  * rk_link_commit() on that link. Loop thread.

@@ -12,6 +12,12 @@
  * ROUND they receive at once. Nothing here blocks: completions arrive as loop
  * events.
  *
+ * Frames. From rk_sched_create() until rk_sched_destroy() the world hands the
+ * scheduler its own frames (ROUND, ROUND_DONE, and the USER frames of its
+ * backend's tags, rk_backend_ops.frame) as the link that received them
+ * decoded them, once: the world's frame callback (rk_world_ops.frame) never
+ * sees them, and a ROUND is decoded once per rank.
+ *
  * Stream rules (the contract between leader and followers, see ARCHITECTURE.md):
  * - A stream in the running batch appears in every ROUND until it finishes; a
  *   stream absent from a ROUND is retired on every rank.
@@ -45,6 +51,7 @@
  *   world's and loop's calls a loop callback may make (rk_runtime.h);
  * - launch(): rk_sched_complete() (for this round too), and what a request
  *   callback may call;
+ * - frame(): the same as launch();
  * - token(), retire(), the drafter, the tracer: rk_sched_idle/busy/stats()
  *   only;
  * - rk_sched_destroy() from inside any of these returns -EBUSY and does nothing.
@@ -55,14 +62,17 @@
  * its backend; the backend holds the scheduler a round was launched through
  * until it reports that round. So:
  *   1. rk_sched_stop(s): every request fails with -RK_ESTOPPED; from here on
- *      the scheduler calls its backend no more (no launch, token or retire)
- *      and forms no ROUND; a follower answers each ROUND with a ROUND_DONE
+ *      the scheduler calls its backend no more (no launch, token or retire;
+ *      frame only while it holds a round) and forms no ROUND; a follower answers each ROUND with a ROUND_DONE
  *      carrying -RK_ESTOPPED. Optional: 3 does it.
  *   2. Optional: run the loop until !rk_sched_busy(s), the backend having
- *      reported every round it holds (a report after the stop only counts).
+ *      reported every round it holds (a report after the stop only counts;
+ *      its messages, rk_backend_ops.frame, still come until then).
  *   3. rk_sched_destroy(s): nothing of the scheduler runs after it; if the
  *      backend still holds a round, the scheduler's memory goes with that
  *      report, which the backend may still make (and nothing else on @s).
+ *      A backend whose report waits for its peers' messages gets none after
+ *      this: run step 2 first.
  *   4. The backend's own teardown, which says -EBUSY while it holds a round
  *      (toy_cpu_destroy()): run the loop until it is idle. A backend that can
  *      no longer finish a round (a peer died) fails it first (toy_cpu_abort()).
@@ -124,6 +134,25 @@ struct rk_backend_ops {
 	void (*retire)(void *ctx, uint64_t stream_id);
 	/* RK_BACKEND_* bits (0: none) */
 	unsigned int flags;
+	/*
+	 * Optional: the backend's own messages between ranks (a follower's
+	 * partial results for the leader, say), sent as USER frames tagged
+	 * @user_tag .. @user_tag + @user_tags - 1 (rk_world_send_user(),
+	 * rk_link_reserve(), a lane). On every rank the world hands them to the
+	 * scheduler, never to the application's frame callback, and the
+	 * scheduler to this, with @msg as the receiving link decoded it (its
+	 * data valid during the call), from rank @peer; from rk_sched_create()
+	 * until rk_sched_destroy(), and after rk_sched_stop() while the
+	 * backend holds a round (rk_sched_busy(): it may wait for them; later
+	 * ones are dropped). It may report rounds with rk_sched_complete().
+	 * Return: RK_BUSY or RK_IDLE, as a world frame callback would; -errno
+	 * when the message is malformed or unexpected: the backend fails what
+	 * waited for it, the scheduler logs it. NULL with @user_tags 0: no
+	 * USER frame is the backend's.
+	 */
+	int (*frame)(void *ctx, int peer, const struct rk_wire_user *msg);
+	uint32_t user_tag;
+	uint32_t user_tags;
 };
 
 /*
@@ -223,6 +252,10 @@ struct rk_sched_stats {
 					 * rounds it left to it (not published here) */
 	uint64_t off_loop_rounds;	/* follower: launches that returned
 					 * RK_LAUNCH_OFF_LOOP */
+	uint64_t round_decodes;		/* ROUND payloads the scheduler decoded itself:
+					 * the leader, each round it launches; a
+					 * follower none, its link decoded each ROUND
+					 * once on arrival and handed it over */
 };
 
 /*
@@ -294,21 +327,17 @@ RK_EXPORT void rk_request_init(struct rk_request *req);
  * has then, here when its link has settled, else at that ROUND; so does a
  * scheduler made before the world is ready. Loop thread, outside its
  * callbacks (inside one nothing is run and the choice waits for the first
- * round).
+ * round). From here the world hands the scheduler its frames (above), so
+ * create it (and its backend) before a ROUND can come: before
+ * rk_world_wait_ready() on a follower; a frame of its kind that comes
+ * while no scheduler exists goes to the world's frame callback.
  * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
- * draft_k above RK_SCHED_MAX_DRAFT).
+ * draft_k above RK_SCHED_MAX_DRAFT, a frame op without tags or tags without
+ * one, tags past UINT32_MAX), -EBUSY (another scheduler on @world, or
+ * another module takes one of the backend's tags).
  */
 RK_EXPORT int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 			      const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out);
-
-/**
- * rk_sched_on_frame() - hand a frame from the world's frame callback to the
- * scheduler. Return: RK_BUSY/RK_IDLE when it was a scheduler frame (ROUND,
- * ROUND_DONE), -ENOENT when it is not (the caller handles it), or when @s is
- * NULL (a scheduler already destroyed handles nothing).
- */
-RK_EXPORT int rk_sched_on_frame(struct rk_sched *s, int peer, const struct rk_wire_hdr *h,
-				const uint8_t *payload);
 
 /**
  * rk_sched_submit() - leader: queue a request; it joins the batch between
@@ -357,7 +386,8 @@ RK_EXPORT bool rk_sched_busy(const struct rk_sched *s);
  * rk_sched_stop() - fail every queued and running request with -RK_ESTOPPED
  * (their callbacks run now, or, called from inside a callback of the
  * scheduler, as soon as it returns) and refuse new ones. From here on the
- * scheduler makes no call into its backend; see the teardown order above.
+ * scheduler makes no call into its backend (but frame() while the backend
+ * holds a round); see the teardown order above.
  */
 RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 
@@ -366,7 +396,9 @@ RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *o
 /**
  * rk_sched_destroy() - stop (as rk_sched_stop()), close the epoch region
  * (rk_epoch_close(): a consumer still armed for a next round is released),
- * release the world and free.
+ * hand the scheduler's frames back to the world's frame callback (the
+ * backend's messages too: a backend that still waits for some reports
+ * nothing more), release the world and free.
  * It calls no backend op; after it nothing of the scheduler runs. While the
  * backend still holds a round launched through @s (rk_sched_busy()), the
  * memory is kept until the backend reports it: rk_sched_complete() on @s

@@ -9,6 +9,8 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+#include "wire_int.h"	/* union rk__wire_payload: frames handed on decoded */
+
 /* ---- config defaults (documented in README.md; chosen in ARCHITECTURE.md) ---- */
 #define RK_DEF_SPIN_US		20000
 #define RK_DEF_SPIN_YIELD	64
@@ -338,7 +340,7 @@ int rk__tcp_rehearse(int fds[2]);
  * the fuzzers hand it descriptors directly). Takes @fd. Loop thread. */
 void rk__world_accept(struct rk_world *w, int fd);
 
-/* ---- teardown (loop.c, world.c, sched.c) ---- */
+/* ---- teardown (loop.c, world.c, sched*.c) ---- */
 /*
  * One iteration that only drives I/O, for a world's teardown: reap completions,
  * poll the sources, run the flushers, then, if nothing ran, spin (inside the
@@ -370,6 +372,36 @@ void rk__world_release(struct rk_world *w);
  */
 bool rk__world_settle(struct rk_world *w);
 struct rk_epoch *rk__world_epoch(struct rk_world *w);
+
+/* ---- frame claims (world.c): what modules above the world take for themselves ---- */
+/*
+ * A claim names the frames a module above the world owns (the scheduler:
+ * ROUND, ROUND_DONE and its backend's USER tags; the NCCL bootstrap:
+ * NCCL_ID). The world hands every frame a claim covers to its @frame, with
+ * what the link decoded, and never to the application's frame callback,
+ * which sees only what no claim covers. The claims of a world never overlap.
+ * Embedded in its owner, which registers it (rk__world_claim()) and removes
+ * it (rk__world_unclaim()) before its memory goes; rk_world_destroy() drops
+ * the claims left, delivering nothing more to them. Loop thread.
+ */
+struct rk__claim {
+	uint32_t types;		/* 1u << type of each type taken whole: ROUND,
+				 * ROUND_DONE or NCCL_ID (USER goes by tag) */
+	uint32_t tag, ntags;	/* USER frames tagged [tag, tag + ntags); ntags 0: none */
+	/* @peer's frame: its @payload, and @p, the payload decoded by h->type
+	 * (views into it), valid during the call. It may remove its own claim.
+	 * Return: as a world frame callback. */
+	enum rk_activity (*frame)(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				  const uint8_t *payload, const union rk__wire_payload *p);
+	/* private: the world's */
+	struct rk_world *world;	/* the world it is registered on, else NULL */
+	struct rk__claim *next;
+};
+/* Return: 0; -EINVAL (no frame, another type, tags past UINT32_MAX, nothing
+ * claimed, or registered already), -EBUSY (another claim covers one of them). */
+int rk__world_claim(struct rk_world *w, struct rk__claim *c);
+/* Remove @c: nothing more reaches it. A no-op when it is not registered. */
+void rk__world_unclaim(struct rk__claim *c);
 
 
 /* ---- round epochs other processes map (epoch.c) ------------------------------------ */

@@ -91,6 +91,7 @@ struct rk_world {
 	uint64_t folded[REF__COUNT];	/* refusals since then, not logged */
 	uint64_t nr_folded;
 	unsigned int holds;		/* schedulers built on it (rk__world_hold) */
+	struct rk__claim *claims;	/* frames modules above take (rk__world_claim) */
 };
 
 static void pending_remove(struct rk_world *w, struct rk_link *l)
@@ -286,27 +287,40 @@ static int world_handshake(struct rk_link *l)
 	return 0;
 }
 
+/* Whether claim @c takes a frame of @type (decoded into @p). */
+static bool claim_covers(const struct rk__claim *c, unsigned int type,
+			 const union rk__wire_payload *p)
+{
+	if (type == RK_FRAME_USER)
+		return p->user.tag - c->tag < c->ntags;	/* wraps below c->tag */
+	return c->types & (1u << type);
+}
+
 static enum rk_activity world_frame(struct rk_link *l, const struct rk_wire_hdr *h,
-				    const uint8_t *payload)
+				    const uint8_t *payload, const union rk__wire_payload *p)
 {
 	struct rk_world *w = l->owner;
+	struct rk__claim *c;
 
 	if (h->type == RK_FRAME_ERROR) {
-		struct rk_wire_error e;
+		const struct rk_wire_error *e = &p->error;
 
-		rk_wire_decode_error(payload, h->len, &e);
 		/* Only the leader speaks of other ranks, and only of real ones: a
 		 * rank this world does not have (0xfffffffe) is the link's own error. */
-		if (w->rank != 0 && l->peer == 0 && e.rank != RK_WIRE_RANK_NONE &&
-		    e.rank < (uint32_t)w->size && e.rank != 0 && e.rank != (uint32_t)w->rank) {
-			report_peer(w, (int)e.rank, e.code < 0 ? e.code : -RK_EPEERERR);
+		if (w->rank != 0 && l->peer == 0 && e->rank != RK_WIRE_RANK_NONE &&
+		    e->rank < (uint32_t)w->size && e->rank != 0 && e->rank != (uint32_t)w->rank) {
+			report_peer(w, (int)e->rank, e->code < 0 ? e->code : -RK_EPEERERR);
 			return RK_BUSY;
 		}
-		rk__warn(w->rank, "rank %d reports %s: %.*s", l->peer, rk_errname(e.code),
-			 (int)e.msg_len, e.msg);
-		rk__link_fail(l, e.code < 0 ? e.code : -RK_EPEERERR, false);
+		rk__warn(w->rank, "rank %d reports %s: %.*s", l->peer, rk_errname(e->code),
+			 (int)e->msg_len, e->msg);
+		rk__link_fail(l, e->code < 0 ? e->code : -RK_EPEERERR, false);
 		return RK_BUSY;
 	}
+	/* a module's own frames never reach the application */
+	for (c = w->claims; c; c = c->next)
+		if (claim_covers(c, h->type, p))
+			return c->frame(c, l->peer, h, payload, p);
 	if (!w->ops || !w->ops->frame)
 		return RK_IDLE;
 	return w->ops->frame(w, l->peer, h, payload, w->arg);
@@ -820,6 +834,10 @@ int rk_world_destroy(struct rk_world *w)
 		return -EEXIST;
 	w->destroying = true;
 	w->ops = NULL;		/* no ready, frame or peer_error callback from here on */
+	while (w->claims) {	/* nor a claim's: a later unclaim finds it gone */
+		w->claims->world = NULL;
+		w->claims = w->claims->next;
+	}
 	rk_timer_stop(&w->hb_timer);
 	rk_timer_stop(&w->retry_timer);
 	if (w->ls) {
@@ -893,4 +911,42 @@ void rk__world_hold(struct rk_world *w)
 void rk__world_release(struct rk_world *w)
 {
 	w->holds--;
+}
+
+int rk__world_claim(struct rk_world *w, struct rk__claim *c)
+{
+	const uint32_t types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE |
+			       1u << RK_FRAME_NCCL_ID;
+	const struct rk__claim *o;
+
+	if (!c->frame || c->world || (c->types & ~types) || (!c->types && !c->ntags) ||
+	    (uint64_t)c->tag + c->ntags > (uint64_t)UINT32_MAX + 1)
+		return -EINVAL;
+	for (o = w->claims; o; o = o->next) {
+		if (o->types & c->types)
+			return -EBUSY;
+		if (o->ntags && c->ntags && (uint64_t)o->tag < (uint64_t)c->tag + c->ntags &&
+		    (uint64_t)c->tag < (uint64_t)o->tag + o->ntags)
+			return -EBUSY;
+	}
+	c->world = w;
+	c->next = w->claims;
+	w->claims = c;
+	return 0;
+}
+
+void rk__world_unclaim(struct rk__claim *c)
+{
+	struct rk__claim **pp;
+
+	if (!c->world)
+		return;
+	for (pp = &c->world->claims; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	c->world = NULL;
+	c->next = NULL;
 }

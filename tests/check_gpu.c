@@ -31,6 +31,9 @@
 #include "gpu_test.h"
 #include "runtime_int.h"
 #include "toy_cuda_k.h"
+#ifdef RK_HAVE_CUDA
+#include "gpu_int.h"	/* rk__nccl_take_id() */
+#endif
 
 #ifdef RK_HAVE_CUDA
 /* Stream work that takes a while: a kernel sleeping @us (a memset without kernels). */
@@ -555,7 +558,6 @@ static void *nccl_rank(void *arg)
 	int32_t *d = NULL, *h = NULL;
 	cudaStream_t s = NULL;
 	int ret, dev = t->rank % g_ndev, i;
-	struct rk_wire_hdr fake = { .type = RK_FRAME_NCCL_ID, .len = RK_WIRE_NCCL_ID_LEN };
 	uint8_t zeros[RK_WIRE_NCCL_ID_LEN] = { 0 };
 
 	ret = node_create(t, deadline);
@@ -575,11 +577,8 @@ static void *nccl_rank(void *arg)
 	rk_nccl_set_error_cb(t->nccl, on_nccl_error, t);
 	if (rk_nccl_comm(t->nccl) || rk_nccl_device(t->nccl) != dev)
 		T_FAIL(t, -EPROTO);
-	if (t->rank == 0 && rk_nccl_on_frame(t->nccl, 1, &fake, zeros) != -EPROTO)
+	if (t->rank == 0 && rk__nccl_take_id(t->nccl, 1, zeros) != -EPROTO)
 		T_FAIL(t, -EPROTO);	/* an id is never sent to the leader */
-	if (t->rank == 1 && rk_nccl_on_frame(t->nccl, 0, &(struct rk_wire_hdr){ .type =
-								RK_FRAME_USER }, zeros) != -ENOENT)
-		T_FAIL(t, -EPROTO);
 	ret = rk_world_wait_ready(t->w);
 	if (ret)
 		T_FAIL(t, ret);
@@ -593,8 +592,10 @@ static void *nccl_rank(void *arg)
 	}
 	if (t->ready_status || rk_nccl_state(t->nccl) != 1 || !rk_nccl_comm(t->nccl))
 		T_FAIL(t, t->ready_status ? t->ready_status : -EPROTO);
-	if (t->rank == 1 && rk_nccl_on_frame(t->nccl, 0, &fake, zeros) != -EPROTO)
+	if (t->rank == 1 && rk__nccl_take_id(t->nccl, 0, zeros) != -EPROTO)
 		T_FAIL(t, -EPROTO);	/* a second id */
+	if (t->foreign)
+		T_FAIL(t, -EPROTO);	/* the id went to the bootstrap, not on_frame() */
 
 	/* an int32 allreduce, its completion seen through the notifier */
 	if (cudaSetDevice(dev) || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) ||

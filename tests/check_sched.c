@@ -967,6 +967,8 @@ END_TEST
  */
 struct tb {
 	struct rk_loop *loop;
+	struct rk_world *w;		/* set: a follower sends a message per round */
+	uint64_t msgs;			/* leader: messages received (tb_frame) */
 	struct rk_post post;
 	struct rk_sched *target;
 	uint64_t round;
@@ -978,6 +980,8 @@ struct tb {
 
 static uint64_t g_f_round;		/* the last round the follower launched */
 
+#define TB_TAG	0x7462u			/* the backend's messages (tb_frame) */
+
 static enum rk_activity tb_done(struct rk_post *p)
 {
 	struct tb *b = p->data;
@@ -986,6 +990,9 @@ static enum rk_activity tb_done(struct rk_post *p)
 		rk_loop_post(b->loop, p);	/* look again next iteration */
 		return RK_IDLE;
 	}
+	if (b->w && !b->leader)		/* as a follower's partials would go */
+		ck_assert_int_eq(rk_world_send_user(b->w, 0, TB_TAG, &b->round,
+						    sizeof(b->round)), 0);
 	b->held = false;
 	rk_sched_complete(b->target, b->round, b->abort ? -ECONNRESET : 0);
 	return RK_BUSY;
@@ -1025,10 +1032,24 @@ static void tb_retire(void *ctx, uint64_t id)
 	(void)id;
 }
 
+/* The leader gets the follower's messages from the scheduler, never from the world. */
+static int tb_frame(void *ctx, int peer, const struct rk_wire_user *msg)
+{
+	struct tb *b = ctx;
+
+	if (!b->leader || peer != 1 || msg->tag != TB_TAG || msg->len != sizeof(uint64_t))
+		return -EPROTO;
+	b->msgs++;
+	return RK_BUSY;
+}
+
 static const struct rk_backend_ops tb_ops = {
 	.launch = tb_launch,
 	.token = tb_token,
 	.retire = tb_retire,
+	.frame = tb_frame,
+	.user_tag = TB_TAG,
+	.user_tags = 1,
 };
 
 static struct tb *tb_create(struct rk_loop *loop, bool leader)
@@ -1057,6 +1078,9 @@ struct trank {
 	struct rk_sched *s;
 	struct tb *b;
 	int ready, peer_errs;
+	uint64_t offered[RK_FRAME__COUNT];	/* frames the world's callback got, by type */
+	uint64_t offered_tb;		/* ...of them USER frames of the backend's tag */
+	uint64_t offered_app;		/* ...and of the application's own tag */
 };
 
 static void tr_ready(struct rk_world *w, void *arg)
@@ -1069,11 +1093,17 @@ static enum rk_activity tr_frame(struct rk_world *w, int peer, const struct rk_w
 				 const uint8_t *payload, void *arg)
 {
 	struct trank *t = arg;
-	int ret;
+	struct rk_wire_user u;
 
 	(void)w;
-	ret = rk_sched_on_frame(t->s, peer, h, payload);
-	return ret < 0 ? RK_IDLE : (enum rk_activity)ret;
+	(void)peer;
+	/* the scheduler takes its own: ROUND, ROUND_DONE, the backend's tag */
+	t->offered[h->type]++;
+	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u)) {
+		t->offered_tb += u.tag == TB_TAG;
+		t->offered_app += u.tag == TB_TAG + 1;
+	}
+	return RK_IDLE;
 }
 
 /* What a server does when a rank dies: stop generating, fail what waits for it. */
@@ -1301,6 +1331,58 @@ START_TEST(test_teardown_order)
 		tr_down(&r[1], r);
 	for (i = 0; i < 4; i++)
 		ck_assert_int_eq(g_a[i].done, 1);
+}
+END_TEST
+
+/*
+ * The world hands the scheduler its frames: through a generation, a failed
+ * share and the backend's messages, the application's frame callback gets
+ * only its own frame, never a ROUND, a ROUND_DONE or a message of the
+ * backend's tag, and the backend gets every one of its messages from the
+ * scheduler. A ROUND is decoded once per rank: the follower's scheduler
+ * decodes none (its link did), the leader's its own, once.
+ */
+START_TEST(test_frames_claimed)
+{
+	struct rk_sched_stats st[2];
+	struct trank r[2];
+	int i;
+
+	tr_start(r);
+	r[1].b->w = r[1].w;
+	for (i = 0; i < 4; i++) {
+		out_init(&g_a[i], NULL, prompts[i], 12);
+		g_a[i].req.cb = on_tokens_quiet;
+		ck_assert_int_eq(rk_sched_submit(r[0].s, &g_a[i].req), 0);
+	}
+	TR_PUMP_UNTIL(r, tr_done() == 4 && !r[1].b->held);
+	TR_PUMP_UNTIL(r, r[0].b->msgs == tr_rounds(&r[1]));
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(g_a[i].err, 0);
+	ck_assert_int_eq(rk_world_send_user(r[1].w, 0, TB_TAG + 1, NULL, 0), 0);
+	TR_PUMP_UNTIL(r, r[0].offered_app == 1);
+	/* a stopped follower answers the next ROUND with a ROUND_DONE */
+	rk_sched_stop(r[1].s);
+	out_init(&g_b[0], NULL, prompts[0], 8);
+	g_b[0].req.cb = on_tokens_quiet;
+	ck_assert_int_eq(rk_sched_submit(r[0].s, &g_b[0].req), 0);
+	TR_PUMP_UNTIL(r, g_b[0].done);
+	ck_assert_int_eq(g_b[0].err, -RK_ESTOPPED);
+	r[0].b->abort = true;	/* the follower's share will never come */
+	for (i = 0; i < 2; i++) {
+		rk_sched_stats(r[i].s, &st[i]);
+		ck_assert_uint_eq(r[i].offered[RK_FRAME_ROUND], 0);
+		ck_assert_uint_eq(r[i].offered[RK_FRAME_ROUND_DONE], 0);
+		ck_assert_uint_eq(r[i].offered_tb, 0);
+		ck_assert_uint_eq(r[i].offered[RK_FRAME_USER], i == 0 ? 1 : 0);
+	}
+	ck_assert_uint_gt(st[1].rounds, 0);
+	ck_assert_uint_eq(st[0].rounds, st[1].rounds + 1);	/* the last one, failed */
+	ck_assert_uint_eq(r[0].b->msgs, st[1].rounds);
+	ck_assert_uint_eq(st[0].round_decodes, st[0].rounds);
+	ck_assert_uint_eq(st[1].round_decodes, 0);
+	tr_down(&r[0], r);
+	tr_down(&r[1], r);
 }
 END_TEST
 
@@ -1650,6 +1732,7 @@ static Suite *sched_suite(void)
 	tc = tcase_create("teardown");
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_teardown_order, 0, TD__COUNT);
+	tcase_add_test(tc, test_frames_claimed);
 	suite_add_tcase(s, tc);
 	return s;
 }

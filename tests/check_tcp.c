@@ -184,7 +184,7 @@ static void send_next(struct side *s)
 }
 
 static enum rk_activity on_frame(struct rk_link *l, const struct rk_wire_hdr *h,
-				 const uint8_t *payload)
+				 const uint8_t *payload, const union rk__wire_payload *dec)
 {
 	struct side *s = l->owner;
 	struct rk_wire_user u;
@@ -194,6 +194,10 @@ static enum rk_activity on_frame(struct rk_link *l, const struct rk_wire_hdr *h,
 		s->bad = s->bad ? s->bad : 2;
 		return RK_BUSY;
 	}
+	/* the link hands on what it decoded: the same view into the payload */
+	ck_assert_uint_eq(dec->user.tag, u.tag);
+	ck_assert_uint_eq(dec->user.len, u.len);
+	ck_assert_ptr_eq(dec->user.data, u.data);
 	if (s->echo) {
 		for (i = 0; i < (s->echo_n ? s->echo_n : 1); i++)
 			ck_assert_int_eq(rk_link_send(l, RK_FRAME_USER, 0, payload, h->len), 0);

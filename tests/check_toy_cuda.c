@@ -321,6 +321,9 @@ static void *toy_rank(void *arg)
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
 	}
+	/* the rounds and the NCCL id went to the scheduler and the bootstrap */
+	if (t->foreign)
+		T_FAIL(t, -EPROTO);
 out:
 	if (t->b) {
 		RUN_UNTIL(t, rk_test_now_ns() + 10000 * MS, !toy_cuda_busy(t->b));

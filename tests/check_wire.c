@@ -642,6 +642,7 @@ START_TEST(test_golden_round)
 	ck_assert_uint_eq(r.round_id, 7);
 	ck_assert_uint_eq(r.n_streams, 2);
 	ck_assert_uint_eq(r.n_tok_total, 6);
+	ck_assert_uint_eq(r.n_draft_total, 2);
 	ck_assert_ptr_eq(r.streams, golden_round + 16);
 	ck_assert_ptr_eq(r.tokens, golden_round + 96);
 	for (i = 0; i < 2; i++) {
@@ -803,6 +804,7 @@ START_TEST(test_roundtrip)
 		ck_assert_uint_eq(r.round_id, 99);
 		ck_assert_uint_eq(r.n_streams, 3);
 		ck_assert_uint_eq(r.n_tok_total, 11);
+		ck_assert_uint_eq(r.n_draft_total, 4);
 		for (j = 0; j < 3; j++) {
 			rk_wire_round_stream(&r, j, &g);
 			ck_assert_mem_eq(&g, &st[j], sizeof(g));	/* no padding in it */

@@ -946,6 +946,136 @@ START_TEST(test_frames_both_ways)
 }
 END_TEST
 
+/* A module built on the world (a scheduler, an NCCL bootstrap) takes its frames by a claim. */
+struct claimer {
+	struct rk__claim c;
+	uint32_t types;			/* 1u << type of each frame it got */
+	uint32_t tags[8];		/* the USER tags it got, in order */
+	size_t n, ntags;
+	bool views_ok;			/* every decoded form was a view into its payload */
+};
+
+static enum rk_activity claimer_frame(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				      const uint8_t *payload, const union rk__wire_payload *p)
+{
+	struct claimer *k = rk__container_of(c, struct claimer, c);
+
+	k->n++;
+	k->types |= 1u << h->type;
+	k->views_ok &= peer == 0;
+	if (h->type == RK_FRAME_USER) {
+		if (k->ntags < ARRAY_SIZE(k->tags))
+			k->tags[k->ntags++] = p->user.tag;
+		k->views_ok &= p->user.data == payload + RK_WIRE_USER_HDR_LEN;
+	} else if (h->type == RK_FRAME_ROUND) {
+		k->views_ok &= p->round.streams == payload + RK_WIRE_ROUND_HDR_LEN &&
+			       p->round.n_draft_total == 2;
+	} else if (h->type == RK_FRAME_ROUND_DONE) {
+		k->views_ok &= p->done.round_id == 900;
+	} else {
+		k->views_ok &= h->type == RK_FRAME_NCCL_ID && !memcmp(p->nccl_id, payload, h->len);
+	}
+	return RK_BUSY;
+}
+
+static void claimer_init(struct claimer *k, uint32_t types, uint32_t tag, uint32_t ntags)
+{
+	memset(k, 0, sizeof(*k));
+	k->c.types = types;
+	k->c.tag = tag;
+	k->c.ntags = ntags;
+	k->c.frame = claimer_frame;
+	k->views_ok = true;
+}
+
+/*
+ * Claims (runtime_int.h): the frames a claim covers go to it, decoded once by
+ * the link, and never to the world's frame callback; the rest still do; claims
+ * never overlap; an unclaimed type comes back to the callback; a world's
+ * destroy drops the claims left on it.
+ */
+START_TEST(test_frame_claims)
+{
+	static const uint32_t tags[] = { 99, 100, 109, 110, 111 };
+	struct node n[2] = { 0 };
+	struct claimer a, b, bad;
+	struct rk_config c;
+	struct sent s[5];
+	size_t k, i, base;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 2000 * MS;
+	start_world(n, 2, &c);
+	ck_assert_int_eq(rk_world_wait_ready(n[1].w), 0);
+
+	claimer_init(&a, 1u << RK_FRAME_ROUND, 100, 10);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &a.c), 0);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &a.c), -EINVAL);	/* registered already */
+	claimer_init(&bad, 1u << RK_FRAME_USER, 0, 0);		/* USER goes by tag */
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EINVAL);
+	claimer_init(&bad, 1u << RK_FRAME_HEARTBEAT, 0, 0);	/* the runtime's own */
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EINVAL);
+	claimer_init(&bad, 0, 5, 0);				/* nothing */
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EINVAL);
+	claimer_init(&bad, 0, UINT32_MAX, 2);			/* past the last tag */
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EINVAL);
+	claimer_init(&bad, 0, UINT32_MAX, 1);
+	bad.c.frame = NULL;
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EINVAL);
+	claimer_init(&bad, 1u << RK_FRAME_ROUND, 0, 0);		/* taken */
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EBUSY);
+	claimer_init(&bad, 0, 109, 1);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EBUSY);
+	claimer_init(&bad, 0, 90, 11);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &bad.c), -EBUSY);
+	claimer_init(&b, 1u << RK_FRAME_ROUND_DONE | 1u << RK_FRAME_NCCL_ID, 110, 1);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &b.c), 0);	/* next to a's tags */
+
+	/* USER (TAG_PLAIN), ROUND, ROUND_DONE, NCCL_ID, USER; then tags around the ranges */
+	k = make_app_frames(s, 0);
+	for (i = 0; i < k; i++)
+		ck_assert_int_eq(rk_world_send(n[0].w, 1, s[i].type, s[i].flags, s[i].buf,
+					       s[i].len), 0);
+	for (i = 0; i < ARRAY_SIZE(tags); i++)
+		ck_assert_int_eq(rk_world_send_user(n[0].w, 1, tags[i], "x", 1), 0);
+	ck_assert(PUMP_UNTIL(5000, n[1].nrx >= 4 && a.n + b.n >= 5, &n[0], &n[1]));
+	PUMP_FOR(20, &n[0], &n[1]);	/* nothing else may follow */
+	ck_assert_uint_eq(a.n, 3);
+	ck_assert_uint_eq(a.types, 1u << RK_FRAME_ROUND | 1u << RK_FRAME_USER);
+	ck_assert_uint_eq(a.ntags, 2);
+	ck_assert_uint_eq(a.tags[0], 100);
+	ck_assert_uint_eq(a.tags[1], 109);
+	ck_assert_uint_eq(b.n, 3);
+	ck_assert_uint_eq(b.types, 1u << RK_FRAME_ROUND_DONE | 1u << RK_FRAME_NCCL_ID |
+					   1u << RK_FRAME_USER);
+	ck_assert_uint_eq(b.ntags, 1);
+	ck_assert_uint_eq(b.tags[0], 110);
+	ck_assert(a.views_ok && b.views_ok);
+	/* the application got what no claim covers, and only that */
+	ck_assert_uint_eq(n[1].nrx, 4);
+	ck_assert_uint_eq(count_tag(&n[1], TAG_PLAIN), 2);
+	ck_assert_uint_eq(count_tag(&n[1], 99), 1);
+	ck_assert_uint_eq(count_tag(&n[1], 111), 1);
+
+	/* unclaimed, a ROUND is the application's again; twice is a no-op */
+	rk__world_unclaim(&a.c);
+	rk__world_unclaim(&a.c);
+	base = n[1].nrx;
+	ck_assert_int_eq(rk_world_send(n[0].w, 1, s[1].type, s[1].flags, s[1].buf, s[1].len), 0);
+	ck_assert(PUMP_UNTIL(5000, n[1].nrx > base, &n[0], &n[1]));
+	ck_assert_uint_eq(n[1].rx[base].type, RK_FRAME_ROUND);
+	ck_assert_uint_eq(a.n, 3);
+	ck_assert_int_eq(rk__world_claim(n[1].w, &a.c), 0);	/* and can be claimed again */
+	rk__world_unclaim(&a.c);
+
+	/* a world's destroy drops the claims left: unclaiming after it is a no-op */
+	node_stop(&n[1]);
+	ck_assert_ptr_null(b.c.world);
+	rk__world_unclaim(&b.c);
+	node_stop(&n[0]);
+}
+END_TEST
+
 /* The ready callback is where a server sends its first frames. */
 START_TEST(test_send_from_ready)
 {
@@ -2880,6 +3010,7 @@ static Suite *world_suite(void)
 	tc = new_tcase(s, "link");
 	tcase_add_test(tc, test_heartbeat_every_tick);
 	tcase_add_test(tc, test_frames_both_ways);
+	tcase_add_test(tc, test_frame_claims);
 	tcase_add_test(tc, test_send_from_ready);
 	tcase_add_test(tc, test_flush_now);
 	tcase_add_test(tc, test_burst);

@@ -21,7 +21,10 @@
  * Invariants checked on every input (abort() = a crash for libFuzzer): a
  * stranger never takes a rank or makes the world ready; peer_error() names a
  * rank of the world; frames reach the application only from an authenticated
- * rank whose src_rank matches; every link is freed when its input ends.
+ * rank whose src_rank matches; the leader's frames a module claims (as a
+ * scheduler claims ROUND, ROUND_DONE and its backend's USER tags) reach that
+ * claim instead, with the payload as the link decoded it, never the
+ * application; every link is freed when its input ends.
  *
  * Built by tests/Makefile.inc with clang -fsanitize=fuzzer,address,undefined
  * over the library's own sources; tests/fuzz-smoke.sh runs both for a bounded
@@ -152,6 +155,58 @@ static uint64_t still_clock(void *arg)
 static struct rk_world *g_world;
 static unsigned int g_frames_ok;		/* frames the application got this input */
 
+/* The leader's claim: ROUND, ROUND_DONE, and USER frames tagged below CLAIM_TAGS. */
+#define CLAIM_TAGS	0x80000000u
+
+static bool claimed(const struct rk_wire_hdr *h, const uint8_t *payload)
+{
+	struct rk_wire_user u;
+
+	if (h->type == RK_FRAME_ROUND || h->type == RK_FRAME_ROUND_DONE)
+		return true;
+	return h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
+	       u.tag < CLAIM_TAGS;
+}
+
+static enum rk_activity on_claim(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				 const uint8_t *payload, const union rk__wire_payload *p)
+{
+	union rk__wire_payload q;
+
+	(void)c;
+	CHECK(FUZZ_PEER);	/* strangers deliver nothing */
+	CHECK(peer > 0 && peer < SIZE && h->src_rank == (uint32_t)peer);
+	CHECK(claimed(h, payload));
+	/* what the link handed on is the payload's decode */
+	CHECK(rk__wire_decode(h->type, payload, h->len, &q) == 0);
+	switch (h->type) {
+	case RK_FRAME_ROUND:
+		CHECK(p->round.round_id == q.round.round_id &&
+		      p->round.n_streams == q.round.n_streams &&
+		      p->round.n_tok_total == q.round.n_tok_total &&
+		      p->round.n_draft_total == q.round.n_draft_total &&
+		      p->round.streams == q.round.streams && p->round.tokens == q.round.tokens);
+		break;
+	case RK_FRAME_ROUND_DONE:
+		CHECK(p->done.round_id == q.done.round_id && p->done.status == q.done.status &&
+		      p->done.elapsed_ns == q.done.elapsed_ns);
+		break;
+	default:
+		CHECK(p->user.tag == q.user.tag && p->user.len == q.user.len &&
+		      p->user.data == q.user.data);
+		break;
+	}
+	g_frames_ok++;
+	return RK_BUSY;
+}
+
+static struct rk__claim g_claim = {
+	.types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE,
+	.tag = 0,
+	.ntags = CLAIM_TAGS,
+	.frame = on_claim,
+};
+
 static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
 				 const uint8_t *payload, void *arg)
 {
@@ -159,6 +214,7 @@ static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_w
 	CHECK(peer >= 0 && peer < rk_world_size(w) && peer != rk_world_rank(w));
 	CHECK(h->src_rank == (uint32_t)peer);
 	CHECK(rk_wire_decode_payload(h->type, payload, h->len) == 0);
+	CHECK(w != g_world || !claimed(h, payload));	/* those went to the claim */
 	CHECK(h->type != RK_FRAME_HELLO && h->type != RK_FRAME_WELCOME &&
 	      h->type != RK_FRAME_AUTH && h->type != RK_FRAME_HEARTBEAT &&
 	      h->type != RK_FRAME_BYE);
@@ -220,6 +276,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		CHECK(rk_loop_create(&c, &g_loop) == 0);
 		rk_loop_set_clock(g_loop, still_clock, NULL);
 	}
+	CHECK(rk__world_claim(g_world, &g_claim) == 0);
 	fuzz_config(&c, 1);
 	CHECK(rk_loop_create(&c, &g_floop) == 0);
 	rk_loop_set_clock(g_floop, still_clock, NULL);

@@ -129,6 +129,8 @@ struct grank {
 	int line, err;		/* where and why it failed; 0 = it did not */
 	int peer_errs;
 	bool quit;
+	int foreign;		/* frames on_frame() got that were not the test's (a
+				 * ROUND, ROUND_DONE or NCCL_ID: their modules' own) */
 	/* nccl tests */
 	struct rk_nccl *nccl;
 	int ready_status, ready_calls, error_calls;
@@ -187,24 +189,12 @@ static inline enum rk_activity on_frame(struct rk_world *w, int peer, const stru
 {
 	struct grank *t = arg;
 	struct rk_wire_user u;
-	int ret;
 
 	(void)w;
-	if (t->sched) {
-		ret = rk_sched_on_frame(t->sched, peer, h, payload);
-		if (ret != -ENOENT)
-			return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
-	}
-	if (t->b) {
-		ret = toy_cuda_on_frame(t->b, peer, h, payload);
-		if (ret != -ENOENT)
-			return RK_BUSY;
-	}
-	if (t->nccl) {
-		ret = rk_nccl_on_frame(t->nccl, peer, h, payload);
-		if (ret != -ENOENT)
-			return RK_BUSY;
-	}
+	(void)peer;
+	/* the scheduler's frames and the NCCL id go to them, never here */
+	if (h->type != RK_FRAME_USER)
+		t->foreign++;
 	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
 	    u.tag == TAG_QUIT)
 		t->quit = true;

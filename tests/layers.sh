@@ -20,10 +20,12 @@ command -v nm >/dev/null || { echo "SKIP: no nm"; exit 77; }
 #   loop       the loop and its wait policy; the epoch regions
 #   link       links: framing, handshake, batching, bounds, the hand-over
 #   sock       sockets: resolve, the leader's listener, peer addresses
-#   transport  tcp, shm (same-host), rdma/ (verbs), gpu/ (CUDA sources, NCCL):
-#              none calls another, only the layers below
+#   transport  tcp, shm (same-host), rdma/ (verbs), gpu/ (CUDA sources, the
+#              loading of CUDA and NCCL): none calls another, only the layers
+#              below
 #   world      the star of links
-#   sched      the round scheduler
+#   sched      the world's users, each taking its own frames through a claim
+#              on the world: the round scheduler, the NCCL bootstrap
 # Columns: file, layer, module.
 table='
 wire/wire.c		wire		wire
@@ -57,9 +59,13 @@ gpu/gpu.c		transport	gpu
 gpu/load.c		transport	gpu
 gpu/notifier.c		transport	gpu
 gpu/epoch.c		transport	gpu
-gpu/nccl.c		transport	gpu
 runtime/world.c		world		world
 runtime/sched.c		sched		sched
+runtime/sched_leader.c	sched		sched
+runtime/sched_follower.c	sched		sched
+runtime/sched_epoch.c	sched		sched
+runtime/sched_draft.c	sched		sched
+gpu/nccl.c		sched		nccl
 '
 order='wire base loop link sock transport world sched'
 

@@ -231,6 +231,9 @@ struct rk_wire_round {
 	uint64_t round_id;
 	uint32_t n_streams;
 	uint32_t n_tok_total;		/* sum of n_tokens + n_draft over streams */
+	uint32_t n_draft_total;		/* sum of n_draft: the round's outputs (one after
+					 * each stream's inputs and after each draft) are
+					 * n_streams + n_draft_total */
 	const uint8_t *streams;		/* n_streams * 40 bytes */
 	const uint8_t *tokens;		/* n_tok_total * 4 bytes */
 };

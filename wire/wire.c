@@ -628,7 +628,7 @@ int64_t rk_wire_round_size(uint32_t n_streams, uint64_t n_tok_total)
 
 int rk_wire_decode_round(const uint8_t *p, size_t n, struct rk_wire_round *out)
 {
-	uint64_t total = 0;
+	uint64_t total = 0, drafts = 0;
 	uint32_t n_streams, i;
 	size_t rest;
 
@@ -653,8 +653,10 @@ int rk_wire_decode_round(const uint8_t *p, size_t n, struct rk_wire_round *out)
 		if (!stream_ok(n_tokens, rk__lef32_load(s + RS_TEMPERATURE),
 			       rk__lef32_load(s + RS_TOP_P)))
 			return -RK_EFIELD;
-		total += (uint64_t)n_tokens + rk__le32_load(s + RS_N_DRAFT);
+		drafts += rk__le32_load(s + RS_N_DRAFT);
+		total += n_tokens;
 	}
+	total += drafts;
 	rest -= (size_t)n_streams * RK_WIRE_ROUND_STREAM_LEN;
 	if (rest < total * 4)
 		return -RK_ESHORT;
@@ -663,6 +665,7 @@ int rk_wire_decode_round(const uint8_t *p, size_t n, struct rk_wire_round *out)
 	out->round_id = rk__le64_load(p);
 	out->n_streams = n_streams;
 	out->n_tok_total = (uint32_t)total;
+	out->n_draft_total = (uint32_t)drafts;	/* <= total */
 	out->streams = p + RK_WIRE_ROUND_HDR_LEN;
 	out->tokens = out->streams + (size_t)n_streams * RK_WIRE_ROUND_STREAM_LEN;
 	return 0;
@@ -739,53 +742,44 @@ int64_t rk_wire_encode_round(uint8_t *out, size_t cap, uint64_t round_id,
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
+int rk__wire_decode(unsigned int type, const uint8_t *p, size_t n, union rk__wire_payload *u)
 {
-	union {
-		struct rk_wire_hello hello;
-		struct rk_wire_heartbeat hb;
-		struct rk_wire_round round;
-		struct rk_wire_round_done done;
-		uint8_t nccl_id[RK_WIRE_NCCL_ID_LEN];
-		struct rk_wire_user user;
-		struct rk_wire_bye bye;
-		struct rk_wire_error error;
-		uint8_t mac[RK_WIRE_MAC_LEN];
-		struct rk_wire_shm_request shm_request;
-		struct rk_wire_shm_offer shm_offer;
-		struct rk_wire_shm_answer shm_answer;
-		struct rk_wire_shm_switch shm_switch;
-	} u;
-
 	switch (type) {
 	case RK_FRAME_HELLO:
 	case RK_FRAME_WELCOME:
-		return rk_wire_decode_hello(p, n, &u.hello);
+		return rk_wire_decode_hello(p, n, &u->hello);
 	case RK_FRAME_HEARTBEAT:
-		return rk_wire_decode_heartbeat(p, n, &u.hb);
+		return rk_wire_decode_heartbeat(p, n, &u->hb);
 	case RK_FRAME_ROUND:
-		return rk_wire_decode_round(p, n, &u.round);
+		return rk_wire_decode_round(p, n, &u->round);
 	case RK_FRAME_ROUND_DONE:
-		return rk_wire_decode_round_done(p, n, &u.done);
+		return rk_wire_decode_round_done(p, n, &u->done);
 	case RK_FRAME_NCCL_ID:
-		return rk_wire_decode_nccl_id(p, n, u.nccl_id);
+		return rk_wire_decode_nccl_id(p, n, u->nccl_id);
 	case RK_FRAME_USER:
-		return rk_wire_decode_user(p, n, &u.user);
+		return rk_wire_decode_user(p, n, &u->user);
 	case RK_FRAME_BYE:
-		return rk_wire_decode_bye(p, n, &u.bye);
+		return rk_wire_decode_bye(p, n, &u->bye);
 	case RK_FRAME_ERROR:
-		return rk_wire_decode_error(p, n, &u.error);
+		return rk_wire_decode_error(p, n, &u->error);
 	case RK_FRAME_AUTH:
-		return rk_wire_decode_auth(p, n, u.mac);
+		return rk_wire_decode_auth(p, n, u->mac);
 	case RK_FRAME_SHM_REQUEST:
-		return rk_wire_decode_shm_request(p, n, &u.shm_request);
+		return rk_wire_decode_shm_request(p, n, &u->shm_request);
 	case RK_FRAME_SHM_OFFER:
-		return rk_wire_decode_shm_offer(p, n, &u.shm_offer);
+		return rk_wire_decode_shm_offer(p, n, &u->shm_offer);
 	case RK_FRAME_SHM_ANSWER:
-		return rk_wire_decode_shm_answer(p, n, &u.shm_answer);
+		return rk_wire_decode_shm_answer(p, n, &u->shm_answer);
 	case RK_FRAME_SHM_SWITCH:
-		return rk_wire_decode_shm_switch(p, n, &u.shm_switch);
+		return rk_wire_decode_shm_switch(p, n, &u->shm_switch);
 	default:
 		return -RK_ETYPE;
 	}
+}
+
+int rk_wire_decode_payload(unsigned int type, const uint8_t *p, size_t n)
+{
+	union rk__wire_payload u;
+
+	return rk__wire_decode(type, p, n, &u);
 }

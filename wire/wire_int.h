@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rk_wire.h"
+
 #ifndef ARRAY_SIZE
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #endif
@@ -124,5 +126,33 @@ int rk__crc32c_have_hw(void);
  * twice a hop, unrolled for its one length. Any thread. */
 #define RK__CRC32C_HDR	28
 uint32_t rk__crc32c_hdr(const uint8_t *p);
+
+/*
+ * A payload decoded by its frame type: the member of that type, its views
+ * pointing into the payload. A link decodes each frame it receives once, into
+ * this, and hands it on with the frame, so nothing above decodes it again.
+ */
+union rk__wire_payload {
+	struct rk_wire_hello hello;		/* HELLO, WELCOME */
+	struct rk_wire_heartbeat hb;
+	struct rk_wire_round round;
+	struct rk_wire_round_done done;
+	uint8_t nccl_id[RK_WIRE_NCCL_ID_LEN];
+	struct rk_wire_user user;
+	struct rk_wire_bye bye;
+	struct rk_wire_error error;
+	uint8_t mac[RK_WIRE_MAC_LEN];		/* AUTH */
+	struct rk_wire_shm_request shm_request;
+	struct rk_wire_shm_offer shm_offer;
+	struct rk_wire_shm_answer shm_answer;
+	struct rk_wire_shm_switch shm_switch;
+};
+
+/*
+ * rk__wire_decode() - rk_wire_decode_payload() that keeps the result: the
+ * payload @p (@n bytes) of a frame of @type, validated and decoded into @out.
+ * Return: as rk_wire_decode_payload(); @out is meaningful only on success.
+ */
+int rk__wire_decode(unsigned int type, const uint8_t *p, size_t n, union rk__wire_payload *out);
 
 #endif /* RK_WIRE_INT_H */

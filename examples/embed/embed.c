@@ -6,7 +6,8 @@
 static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
 				 const uint8_t *payload, void *arg)
 {
-	/* a ROUND, ROUND_DONE, NCCL_ID or USER frame from rank 'peer' */
+	/* a USER frame of this application from rank 'peer' (a scheduler or an
+	 * NCCL bootstrap on the world takes its own frames before they get here) */
 	return RK_BUSY;		/* real work: keep the loop spinning for its window */
 }
 

@@ -39,16 +39,6 @@ int be_sched_create(struct server *srv, const struct rk_sched_config *sc)
 	return rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
 }
 
-int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h,
-		       const uint8_t *payload)
-{
-	if (srv->cuda)
-		return toy_cuda_on_frame(srv->cuda, peer, h, payload);
-	if (srv->cpu)
-		return toy_cpu_on_frame(srv->cpu, peer, h, payload);
-	return -ENOENT;
-}
-
 bool be_busy(const struct server *srv)
 {
 	if (srv->cuda)

@@ -453,7 +453,7 @@ out_drain:
 		fprintf(stderr, PROG "[r%d]: backend teardown: %s\n", srv->rank,
 			rk_strerror(ret));
 	if (!rk_sched_destroy(srv->sched))
-		srv->sched = NULL; /* later frames find no scheduler (rk_sched_on_frame) */
+		srv->sched = NULL; /* its frames now reach on_frame(), which drops them */
 	if (srv->opt.trace_path) {
 		int tret = trace_write(&trace, srv->opt.trace_path, srv);
 

@@ -384,21 +384,18 @@ bad:
 	return RK_IDLE;
 }
 
+/*
+ * rk-serve's own frames. The scheduler takes its frames (ROUND, ROUND_DONE,
+ * the backend's partials) and the NCCL bootstrap its NCCL_ID before they get
+ * here; what else comes (a frame of theirs once they are gone) is dropped.
+ */
 static enum rk_activity on_frame(struct rk_world *w, int peer, const struct rk_wire_hdr *h,
 				 const uint8_t *payload, void *arg)
 {
 	struct server *srv = arg;
 	struct rk_wire_user u;
-	int ret;
 
 	(void)w;
-	/* backend and scheduler exist before the world can deliver a frame */
-	ret = rk_sched_on_frame(srv->sched, peer, h, payload);
-	if (ret != -ENOENT)
-		return ret < 0 ? RK_BUSY : (enum rk_activity)ret;
-	ret = be_on_frame(srv, peer, h, payload);
-	if (ret != -ENOENT)
-		return RK_BUSY; /* -EPROTO: the backend failed the round, the scheduler says so */
 	if (h->type == RK_FRAME_USER && !rk_wire_decode_user(payload, h->len, &u) &&
 	    u.tag == SERVE_TAG)
 		return serve_frame(srv, peer, &u);

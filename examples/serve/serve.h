@@ -305,8 +305,6 @@ int parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *sslen);
 const char *backend_name(enum backend_kind k);
 int be_create(struct server *srv);
 int be_sched_create(struct server *srv, const struct rk_sched_config *sc);
-/* Return: as toy_cpu_on_frame()/toy_cuda_on_frame(); -ENOENT when not the backend's. */
-int be_on_frame(struct server *srv, int peer, const struct rk_wire_hdr *h, const uint8_t *payload);
 bool be_busy(const struct server *srv);
 /* Return: 0, -EBUSY (nothing freed) while a round is in flight, or the CUDA teardown's error. */
 int be_destroy(struct server *srv);

@@ -885,39 +885,38 @@ int toy_table_admit(struct toy_table *t, const struct toy_round *r)
 	int64_t x;
 	int ret;
 
-	/* 1: validate known streams (marks are only meaningful for this seq) */
-	for (i = 0; i < r->n_streams; i++) {
-		const struct toy_rstream *s = &r->st[i];
-
-		if ((uint64_t)s->tok_off + s->n_tokens + s->n_draft > r->n_tok ||
-		    (uint64_t)s->out_off + s->n_draft + 1 > r->n_out ||
-		    (uint64_t)s->position + s->n_tokens > UINT32_MAX)
-			return -EINVAL;
-		for (j = 0; j < s->n_tokens + s->n_draft; j++)
-			if (r->tok[s->tok_off + j] >= t->V)
-				return -EINVAL;
-		x = slot_of(t, s->id);
-		if (x < 0) {
-			if (s->position)
-				return -EPROTO;	/* this rank never saw its earlier tokens */
-			continue;
-		}
-		if (t->slot[x].mark == seq)
-			return -EINVAL;
-		if (t->slot[x].pos != s->position)
-			return -EPROTO;
-		t->slot[x].mark = seq;
-	}
-	/* 2: create new streams; undo them all if one fails */
+	/*
+	 * One pass: each stream is checked and found, or made (born = seq); a
+	 * failure undoes the streams this round made. Marks say "in this round"
+	 * only for this seq, so a refused round leaves none that count.
+	 */
 	for (i = 0; i < r->n_streams; i++) {
 		const struct toy_rstream *s = &r->st[i];
 		struct toy_state st = { NULL, NO_TOKEN };
 		struct toy_entry *e;
 
+		ret = -EINVAL;
+		if ((uint64_t)s->tok_off + s->n_tokens + s->n_draft > r->n_tok ||
+		    (uint64_t)s->out_off + s->n_draft + 1 > r->n_out ||
+		    (uint64_t)s->position + s->n_tokens > UINT32_MAX)
+			goto undo;
+		for (j = 0; j < s->n_tokens + s->n_draft; j++)
+			if (r->tok[s->tok_off + j] >= t->V)
+				goto undo;
 		x = slot_of(t, s->id);
-		if (x >= 0 && t->slot[x].born != seq)
+		if (x >= 0) {
+			if (t->slot[x].mark == seq)
+				goto undo;	/* twice in this round */
+			ret = -EPROTO;
+			if (t->slot[x].pos != s->position)
+				goto undo;
+			t->slot[x].mark = seq;
 			continue;
-		ret = x >= 0 ? -EINVAL : table_reserve(t);
+		}
+		ret = -EPROTO;
+		if (s->position)
+			goto undo;	/* this rank never saw its earlier tokens */
+		ret = table_reserve(t);
 		if (!ret)
 			ret = row_take(t, &row);
 		if (!ret && t->m) {
@@ -925,10 +924,8 @@ int toy_table_admit(struct toy_table *t, const struct toy_round *r)
 			if (ret)
 				t->free_rows[t->n_free++] = row;
 		}
-		if (ret) {
-			rollback(t, r, seq);
-			return ret;
-		}
+		if (ret)
+			goto undo;
 		for (j = home(t, s->id); t->slot[j].used; j = (j + 1) & (t->cap - 1))
 			;
 		e = &t->slot[j];
@@ -941,7 +938,7 @@ int toy_table_admit(struct toy_table *t, const struct toy_round *r)
 		e->used = true;
 		t->count++;
 	}
-	/* 3: the stream rule: a stream absent from this round has ended */
+	/* the stream rule: a stream absent from this round has ended */
 	for (i = 0; i < t->cap;) {
 		if (t->slot[i].used && t->slot[i].mark != seq)
 			remove_at(t, i);	/* slot i may now hold a shifted entry */
@@ -949,6 +946,9 @@ int toy_table_admit(struct toy_table *t, const struct toy_round *r)
 			i++;
 	}
 	return 0;
+undo:
+	rollback(t, r, seq);
+	return ret;
 }
 
 int toy_table_exec(struct toy_table *t, const struct toy_round *r, int32_t *out)

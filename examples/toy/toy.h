@@ -360,15 +360,6 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *status);
 
 /**
- * toy_cpu_on_frame() - give the backend a frame from the world's frame
- * callback. Return: RK_BUSY when it was the backend's (a USER frame tagged
- * TOY_TAG); -ENOENT when it is not; -EPROTO when it was but is malformed or
- * unexpected (the round it names, if current, fails). Loop thread.
- */
-int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
-		     const uint8_t *payload);
-
-/**
  * toy_cpu_abort() - a peer failed: the leader fails the round that waits for
  * its partials (reported with -ECONNRESET), and every later launch fails
  * with -ECONNRESET, so no round waits for a dead rank. Loop thread.
@@ -392,7 +383,13 @@ void toy_cpu_stats(const struct toy_cpu *b, struct toy_cpu_stats *out);
  */
 int toy_cpu_destroy(struct toy_cpu *b);
 
-/* The backend's ops; ctx is the struct toy_cpu *. */
+/*
+ * The backend's ops; ctx is the struct toy_cpu *. Its messages are the
+ * followers' partials, USER frames tagged TOY_TAG, which the scheduler hands
+ * to .frame: RK_BUSY when taken; -EPROTO when malformed or unexpected (the
+ * round it names, if current, fails); -ENOENT for another tag (a caller that
+ * drives the backend without a scheduler hands it its USER frames itself).
+ */
 extern const struct rk_backend_ops toy_cpu_ops;
 
 #ifdef __cplusplus

@@ -301,26 +301,25 @@ static enum rk_activity job_done(struct rk_post *p)
 	return RK_BUSY;
 }
 
-int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
-		     const uint8_t *payload)
+/* A follower's partials (TOY_TAG), handed over by the scheduler (toy_cpu_ops.frame). */
+static int cpu_frame(void *ctx, int peer, const struct rk_wire_user *u)
 {
-	struct rk_wire_user u;
+	struct toy_cpu *b = ctx;
 	uint64_t id;
 	uint32_t n_out, V;
 	int ret;
 
-	if (h->type != RK_FRAME_USER || rk_wire_decode_user(payload, h->len, &u) ||
-	    u.tag != TOY_TAG)
+	if (u->tag != TOY_TAG)
 		return -ENOENT;
 	if (b->rank != 0 || peer <= 0 || (uint32_t)peer >= b->size)
 		return -EPROTO;
 	b->stats.frames_rx++;
-	if (u.len < PARTIAL_HDR)
+	if (u->len < PARTIAL_HDR)
 		goto bad;
-	id = get64(u.data);
-	n_out = get32(u.data + 8);
-	V = get32(u.data + 12);
-	if (V != b->m.V || u.len != PARTIAL_HDR + (uint64_t)n_out * V * 4)
+	id = get64(u->data);
+	n_out = get32(u->data + 8);
+	V = get32(u->data + 12);
+	if (V != b->m.V || u->len != PARTIAL_HDR + (uint64_t)n_out * V * 4)
 		goto bad;
 	/* partials can only follow a ROUND this leader sent, hence launched */
 	if (!b->launched_valid || id > b->launched)
@@ -334,7 +333,7 @@ int toy_cpu_on_frame(struct toy_cpu *b, int peer, const struct rk_wire_hdr *h,
 		b->stats.stale++;
 		return RK_BUSY;
 	}
-	acc_add_le(b, u.data + PARTIAL_HDR, (size_t)n_out * V);
+	acc_add_le(b, u->data + PARTIAL_HDR, (size_t)n_out * V);
 	acc_count(b);
 	return RK_BUSY;
 bad:
@@ -464,6 +463,9 @@ const struct rk_backend_ops toy_cpu_ops = {
 	.token = cpu_token,
 	.retire = cpu_retire,
 	.flags = RK_BACKEND_SHARED_EPOCH,	/* toy_cpu_resident.c */
+	.frame = cpu_frame,
+	.user_tag = TOY_TAG,
+	.user_tags = 1,
 };
 
 /* ---- lifetime --------------------------------------------------------------------------- */

@@ -755,14 +755,6 @@ int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode)
 	return b->notif ? rk_gpu_notifier_set_mode(b->notif, mode) : -EOPNOTSUPP;
 }
 
-int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
-		      const uint8_t *payload)
-{
-	if (!b->nccl)
-		return -ENOENT;
-	return rk_nccl_on_frame(b->nccl, peer, h, payload);
-}
-
 void toy_cuda_abort(struct toy_cuda *b)
 {
 	if (b->nccl)

@@ -96,14 +96,6 @@ void toy_cuda_set_graphs(struct toy_cuda *b, bool on);
 int toy_cuda_set_notify(struct toy_cuda *b, enum rk_gpu_notify_mode mode);
 
 /**
- * toy_cuda_on_frame() - give the backend a frame from the world's frame
- * callback (the NCCL_ID of the bootstrap). Return: RK_BUSY when it was the
- * backend's; -ENOENT when it is not; -EPROTO/-EIO as rk_nccl_on_frame().
- */
-int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
-		      const uint8_t *payload);
-
-/**
  * toy_cuda_abort() - a peer failed: abort the NCCL communicator so that no
  * collective of this rank hangs (call it from the world's peer_error). Rounds
  * in flight then complete with -ECONNRESET, later launches fail with it.

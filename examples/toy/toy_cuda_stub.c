@@ -39,16 +39,6 @@ uint64_t toy_cuda_reports(const struct toy_cuda *b, uint64_t *round_id, int *sta
 	return 0;
 }
 
-int toy_cuda_on_frame(struct toy_cuda *b, int peer, const struct rk_wire_hdr *h,
-		      const uint8_t *payload)
-{
-	(void)b;
-	(void)peer;
-	(void)h;
-	(void)payload;
-	return -ENOENT;
-}
-
 void toy_cuda_abort(struct toy_cuda *b)
 {
 	(void)b;
