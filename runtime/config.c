@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * rankrt configuration: defaults, the RK_* knob table, strict value parsing,
- * the environment and launcher readers, and the address parser.
+ * the environment reader, the rules between knobs and the printer. The
+ * launchers' variables are config_launch.c's, the secret config_secret.c's,
+ * addresses addr.c's.
  *
  * Every knob lives in one designated table (knobs[] below), asserted complete,
  * so setting, printing and the "known variables" list cannot drift apart.
  * Parsing is strict on purpose: a typo in a launch script must fail at start,
  * not run a rank with a silently different wait policy.
  */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -19,12 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <strings.h>
-#include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "config_int.h"
 
 extern char **environ;
 
@@ -101,10 +100,10 @@ struct knob {
 };
 
 static const struct knob knobs[] = {
-	[K_RANK] = { "RK_RANK", "rank", KIND_INT, U(rank), 1, 0, 65535,
+	[K_RANK] = { "RK_RANK", "rank", KIND_INT, U(rank), 1, 0, RK__RANK_MAX,
 		     "this process's rank (0 = leader)" },
-	[K_WORLD_SIZE] = { "RK_WORLD_SIZE", "world_size", KIND_INT, U(world_size), 1, 1, 65536,
-			   "number of ranks" },
+	[K_WORLD_SIZE] = { "RK_WORLD_SIZE", "world_size", KIND_INT, U(world_size), 1, 1,
+			   RK__WORLD_MAX, "number of ranks" },
 	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, U(leader), 1, 0, 0,
 		       "leader address: host:port, tcp://host:port or roce://host:port?query" },
 	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, U(session_id), 1, 0, 0,
@@ -227,8 +226,7 @@ static const char *const level_names[] = {
 	[RK_LOG_DEBUG] = "debug",
 };
 
-static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t errlen,
-							 const char *fmt, ...)
+void rk__seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -313,7 +311,7 @@ int rk__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int parse_int(const char *s, long long min, long long max, long long *out)
+int rk__parse_int(const char *s, long long min, long long max, long long *out)
 {
 	bool neg = s && *s == '-';
 	uint64_t mag;
@@ -380,144 +378,6 @@ static bool is_pow2(uint64_t v)
 	return v && !(v & (v - 1));
 }
 
-/* ---- addresses ----------------------------------------------------------- */
-
-/* A host name, an IPv4 address or an IPv6 zone: letters, digits, '-', '.', '_'. */
-static bool name_ok(const char *h, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (!isalnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_')
-			return false;
-	return n > 0;
-}
-
-/* Between brackets: an IPv6 address with an optional "%zone". */
-static bool host_ok(const char *h, size_t n, bool bracketed)
-{
-	const char *pct = bracketed ? memchr(h, '%', n) : NULL;
-	size_t addr_len = pct ? (size_t)(pct - h) : n;
-	char v6[INET6_ADDRSTRLEN];
-	struct in6_addr a6;
-
-	if (!bracketed)
-		return name_ok(h, n);
-	if (pct && !name_ok(pct + 1, n - addr_len - 1))
-		return false;
-	if (addr_len >= sizeof(v6))
-		return false;
-	memcpy(v6, h, addr_len);
-	v6[addr_len] = '\0';
-	return inet_pton(AF_INET6, v6, &a6) == 1;
-}
-
-int rk__addr_parse(const char *s, struct rk__addr *out)
-{
-	struct rk__addr a;
-	const char *p, *host, *host_end, *port, *q;
-	char portbuf[8];
-	uint64_t v;
-	size_t n, i;
-	bool bracketed;
-
-	if (!s)
-		return -RK_ECONFIG;
-	memset(&a, 0, sizeof(a));
-	p = strstr(s, "://");
-	if (p) {
-		n = (size_t)(p - s);
-		if (n == 0 || n >= sizeof(a.scheme))
-			return -RK_ECONFIG;
-		memcpy(a.scheme, s, n);
-		if (!rk__transport_find(a.scheme))
-			return -RK_ECONFIG;	/* no transport class has this scheme */
-		s = p + 3;
-	} else {
-		strcpy(a.scheme, "tcp");
-	}
-
-	bracketed = *s == '[';
-	if (bracketed) {
-		host = s + 1;
-		host_end = strchr(host, ']');
-		if (!host_end || host_end[1] != ':')
-			return -RK_ECONFIG;
-		port = host_end + 2;
-	} else {
-		host = s;
-		host_end = strchr(host, ':');
-		if (!host_end)
-			return -RK_ECONFIG;
-		port = host_end + 1;
-	}
-	n = (size_t)(host_end - host);
-	if (n == 0 || n >= sizeof(a.host))
-		return -RK_ECONFIG;
-	if (!host_ok(host, n, bracketed))
-		return -RK_ECONFIG;
-	memcpy(a.host, host, n);
-
-	q = strchr(port, '?');
-	n = q ? (size_t)(q - port) : strlen(port);
-	if (n == 0 || n >= sizeof(portbuf))
-		return -RK_ECONFIG;
-	memcpy(portbuf, port, n);
-	portbuf[n] = '\0';
-	if (rk__parse_u64(portbuf, 1, 65535, &v))
-		return -RK_ECONFIG;
-	a.port = (uint16_t)v;
-
-	if (q) {
-		q++;
-		n = strlen(q);
-		if (n == 0 || n >= sizeof(a.query))
-			return -RK_ECONFIG;
-		for (i = 0; i < n; i++)
-			if (!isalnum((unsigned char)q[i]) && !strchr("=&-_.:,", q[i]))
-				return -RK_ECONFIG;
-		memcpy(a.query, q, n);
-	}
-	*out = a;
-	return 0;
-}
-
-int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid)
-{
-	const char *p = query, *amp, *eq;
-	char val[64];
-	uint64_t v;
-	size_t klen, vlen;
-
-	while (p && *p) {
-		amp = strchr(p, '&');
-		eq = strchr(p, '=');
-		if (!eq || (amp && eq > amp))
-			return -RK_ECONFIG;
-		klen = (size_t)(eq - p);
-		vlen = amp ? (size_t)(amp - eq - 1) : strlen(eq + 1);
-		if (vlen == 0 || vlen >= sizeof(val))
-			return -RK_ECONFIG;
-		memcpy(val, eq + 1, vlen);
-		val[vlen] = '\0';
-		if (klen == 3 && !strncmp(p, "dev", 3)) {
-			if (!name_ok(val, vlen) || vlen >= devlen)
-				return -RK_ECONFIG;
-			memcpy(dev, val, vlen + 1);
-		} else if (klen == 3 && !strncmp(p, "gid", 3)) {
-			if (rk__parse_u64(val, 0, 255, &v))
-				return -RK_ECONFIG;
-			*gid = (int)v;
-		} else {
-			return -RK_ECONFIG;
-		}
-		p = amp ? amp + 1 : NULL;
-		if (p && !*p)
-			return -RK_ECONFIG;	/* a trailing '&' */
-	}
-	return 0;
-}
-
 uint64_t rk__fnv1a64(const void *p, size_t n)
 {
 	const unsigned char *b = p;
@@ -528,87 +388,6 @@ uint64_t rk__fnv1a64(const void *p, size_t n)
 		h *= 0x100000001b3ull;
 	}
 	return h;
-}
-
-/* ---- the secret ----------------------------------------------------------- */
-
-int rk_config_set_secret(struct rk_config *cfg, const void *key, size_t len)
-{
-	if (len && (len < RK_SECRET_MIN || len > RK_SECRET_MAX || !key))
-		return -RK_ECONFIG;
-	rk__secure_zero(cfg->secret, sizeof(cfg->secret));
-	if (len)
-		memcpy(cfg->secret, key, len);
-	cfg->secret_len = (uint32_t)len;
-	return 0;
-}
-
-/*
- * Read the secret like ssh reads a private key: a regular file that only its
- * owner may read or write, opened once and checked on the open descriptor (no
- * window between the check and the read). Its bytes are the key, less the
- * line ending an editor or "openssl rand -hex 32 > file" leaves. Errors name
- * the variable and the path, never a byte of the content.
- */
-int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, size_t errlen)
-{
-	uint8_t buf[RK_SECRET_MAX + 3];
-	size_t len = 0;
-	struct stat st;
-	ssize_t n;
-	int fd, ret = -RK_ECONFIG;
-
-	if (!path || !*path) {
-		seterr(err, errlen, "RK_SECRET_FILE='': not a file name");
-		return -RK_ECONFIG;
-	}
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot open it: %s", path,
-		       rk_strerror(-errno));
-		return -RK_ECONFIG;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': not a regular file", path);
-		goto out;
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': mode %04o lets group or others read or write "
-		       "it: chmod 600 it", path, (unsigned int)(st.st_mode & 07777));
-		goto out;
-	}
-	while (len < sizeof(buf)) {
-		n = read(fd, buf + len, sizeof(buf) - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot read it: %s", path,
-			       rk_strerror(-errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-		len--;
-	if (len > RK_SECRET_MAX) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': longer than %d bytes", path,
-		       RK_SECRET_MAX);
-		goto out;
-	}
-	if (len < RK_SECRET_MIN) {
-		seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': holds %zu bytes, a secret needs at least %d "
-		       "(make one with: openssl rand -hex 32)", path, len, RK_SECRET_MIN);
-		goto out;
-	}
-	ret = rk_config_set_secret(cfg, buf, len);
-out:
-	rk__secure_zero(buf, sizeof(buf));
-	close(fd);
-	return ret;
 }
 
 /* ---- the table's accessors ----------------------------------------------- */
@@ -649,52 +428,52 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 {
 	switch (k->kind) {
 	case KIND_U64:
-		seterr(err, errlen, "%s='%.64s': not an unsigned integer in [%lld, %lld]",
+		rk__seterr(err, errlen, "%s='%.64s': not an unsigned integer in [%lld, %lld]",
 		       k->env, value, k->min, k->max);
 		break;
 	case KIND_POW2:
-		seterr(err, errlen, "%s='%.64s': not a power of two in [%lld, %lld]",
+		rk__seterr(err, errlen, "%s='%.64s': not a power of two in [%lld, %lld]",
 		       k->env, value, k->min, k->max);
 		break;
 	case KIND_INT:
-		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]",
+		rk__seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]",
 		       k->env, value, k->min, k->max);
 		break;
 	case KIND_BOOL:
-		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off)",
+		rk__seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off)",
 		       k->env, value);
 		break;
 	case KIND_WAIT:
-		seterr(err, errlen, "%s='%.64s': not one of adaptive, spin, block", k->env, value);
+		rk__seterr(err, errlen, "%s='%.64s': not one of adaptive, spin, block", k->env, value);
 		break;
 	case KIND_LEADER:
-		seterr(err, errlen,
+		rk__seterr(err, errlen,
 		       "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
 		       "shm://host:port, roce://host:port?dev=NAME&gid=N)", k->env, value);
 		break;
 	case KIND_SESSION:
-		seterr(err, errlen,
+		rk__seterr(err, errlen,
 		       "%s='%.64s': not an unsigned 64-bit integer (decimal or 0x-hex)", k->env,
 		       value);
 		break;
 	case KIND_LOG:
-		seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
+		rk__seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
 		       k->env, value);
 		break;
 	case KIND_DEVNAME:
-		seterr(err, errlen,
+		rk__seterr(err, errlen,
 		       "%s='%.64s': not a device name (letters, digits, '-', '_', '.', < %zu chars)",
 		       k->env, value, k->size);
 		break;
 	case KIND_TRI:
-		seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
+		rk__seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
 		break;
 	case KIND_SQPOLL:
-		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off) "
+		rk__seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off) "
 		       "or auto", k->env, value);
 		break;
 	case KIND_SECRET:
-		seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
+		rk__seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
 		break;
 	}
 }
@@ -721,7 +500,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 			*(uint64_t *)field(cfg, k) = u;
 		return 0;
 	case KIND_INT:
-		if (parse_int(value, k->min, k->max, &i))
+		if (rk__parse_int(value, k->min, k->max, &i))
 			return -RK_ECONFIG;
 		*(int *)field(cfg, k) = (int)i;
 		return 0;
@@ -762,7 +541,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		strcpy(field(cfg, k), value);
 		return 0;
 	case KIND_DEVNAME:
-		if (strlen(value) >= k->size || !name_ok(value, strlen(value)))
+		if (strlen(value) >= k->size || !rk__name_ok(value, strlen(value)))
 			return -RK_ECONFIG;
 		strcpy(field(cfg, k), value);
 		return 0;
@@ -781,7 +560,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		return 0;
 	case KIND_LOG:
 		ret = parse_name(value, level_names, ARRAY_SIZE(level_names));
-		if (ret < 0 && !parse_int(value, RK_LOG_ERROR, RK_LOG_DEBUG, &i))
+		if (ret < 0 && !rk__parse_int(value, RK_LOG_ERROR, RK_LOG_DEBUG, &i))
 			ret = (int)i;
 		if (ret < 0)
 			return ret;
@@ -797,7 +576,7 @@ int rk_config_set(struct rk_config *cfg, const char *name, const char *value, ch
 	const struct knob *k = name ? knob_find(name, strlen(name)) : NULL;
 
 	if (!k) {
-		seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
+		rk__seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
 		return -ENOENT;
 	}
 	if (k->kind == KIND_SECRET)
@@ -817,47 +596,47 @@ int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 	long ncpu;
 
 	if (c->peer_timeout_ns <= c->heartbeat_ns) {
-		seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
+		rk__seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
 		       ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
 		       c->peer_timeout_ns / NS_PER_MS, c->heartbeat_ns / NS_PER_MS);
 		return -RK_ECONFIG;
 	}
 	if (pool > RK_RX_POOL_MAX) {
-		seterr(err, errlen, "RK_RX_BUF_COUNT=%u x RK_RX_BUF_SIZE=%u: a receive pool of %"
+		rk__seterr(err, errlen, "RK_RX_BUF_COUNT=%u x RK_RX_BUF_SIZE=%u: a receive pool of %"
 		       PRIu64 " MiB, over the %llu MiB a loop may take", c->rx_buf_count,
 		       c->rx_buf_size, pool >> 20, (unsigned long long)(RK_RX_POOL_MAX >> 20));
 		return -RK_ECONFIG;
 	}
 	ncpu = sysconf(_SC_NPROCESSORS_CONF);
 	if (c->wait.sqpoll_cpu >= 0 && ncpu > 0 && c->wait.sqpoll_cpu >= ncpu) {
-		seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
+		rk__seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
 		       c->wait.sqpoll_cpu, ncpu - 1);
 		return -RK_ECONFIG;
 	}
 	if (c->secret_len && (c->secret_len < RK_SECRET_MIN || c->secret_len > RK_SECRET_MAX)) {
-		seterr(err, errlen, "secret: %u bytes, must be %d to %d", c->secret_len,
+		rk__seterr(err, errlen, "secret: %u bytes, must be %d to %d", c->secret_len,
 		       RK_SECRET_MIN, RK_SECRET_MAX);
 		return -RK_ECONFIG;
 	}
 	if ((unsigned int)c->auth > RK_AUTH_OFF) {
-		seterr(err, errlen, "RK_AUTH=%d: not one of auto, on, off", (int)c->auth);
+		rk__seterr(err, errlen, "RK_AUTH=%d: not one of auto, on, off", (int)c->auth);
 		return -RK_ECONFIG;
 	}
 	if (c->auth == RK_AUTH_OFF && c->secret_len) {
-		seterr(err, errlen, "RK_AUTH=off, but a secret is set (RK_SECRET_FILE): "
+		rk__seterr(err, errlen, "RK_AUTH=off, but a secret is set (RK_SECRET_FILE): "
 		       "drop one of them");
 		return -RK_ECONFIG;
 	}
 	if (c->max_pending < 1) {
-		seterr(err, errlen, "RK_MAX_PENDING=0: a leader must admit at least one connection");
+		rk__seterr(err, errlen, "RK_MAX_PENDING=0: a leader must admit at least one connection");
 		return -RK_ECONFIG;
 	}
 	if ((unsigned int)c->shm > RK_SHM_OFF) {
-		seterr(err, errlen, "RK_SHM=%d: not one of auto, on, off", (int)c->shm);
+		rk__seterr(err, errlen, "RK_SHM=%d: not one of auto, on, off", (int)c->shm);
 		return -RK_ECONFIG;
 	}
 	if (c->shm == RK_SHM_OFF && !strncmp(c->leader, "shm://", 6)) {
-		seterr(err, errlen, "RK_SHM=off, but RK_LEADER='%.64s' asks for shared memory: "
+		rk__seterr(err, errlen, "RK_SHM=off, but RK_LEADER='%.64s' asks for shared memory: "
 		       "drop one of them", c->leader);
 		return -RK_ECONFIG;
 	}
@@ -866,11 +645,11 @@ int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 
 /* ---- environment --------------------------------------------------------- */
 
-static int check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
-		      size_t errlen)
+int rk__config_check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
+			  size_t errlen)
 {
 	if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
-		seterr(err, errlen, "%s=%d: rank must be below the world size %d", rank_var,
+		rk__seterr(err, errlen, "%s=%d: rank must be below the world size %d", rank_var,
 		       cfg->rank, cfg->world_size);
 		return -RK_ECONFIG;
 	}
@@ -883,7 +662,7 @@ static void unknown_var(const char *name, size_t len, char *err, size_t errlen)
 
 	if (!err || !errlen)
 		return;
-	seterr(err, errlen, "unknown variable %.*s (known:", (int)(len > 64 ? 64 : len), name);
+	rk__seterr(err, errlen, "unknown variable %.*s (known:", (int)(len > 64 ? 64 : len), name);
 	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
 		n = strlen(err);
 		snprintf(err + n, errlen - n, " %s", knobs[i].env);
@@ -927,7 +706,7 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 	}
 	if (rk__config_check(&c, err, errlen))
 		goto fail;
-	if (check_rank(&c, "RK_RANK", err, errlen))
+	if (rk__config_check_rank(&c, "RK_RANK", err, errlen))
 		goto fail;
 	*cfg = c;
 	rk__secure_zero(&c, sizeof(c));
@@ -937,95 +716,6 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 fail:
 	rk__secure_zero(&c, sizeof(c));
 	return -RK_ECONFIG;
-}
-
-/* A launcher's integer variable: 0 when absent, 1 when read, -RK_ECONFIG if malformed. */
-static int launcher_int(const char *var, long long min, long long max, int *out, char *err,
-			size_t errlen)
-{
-	const char *s = getenv(var);
-	long long v;
-
-	if (!s)
-		return 0;
-	if (parse_int(s, min, max, &v)) {
-		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]", var, s, min,
-		       max);
-		return -RK_ECONFIG;
-	}
-	*out = (int)v;
-	return 1;
-}
-
-static int launcher_leader(struct rk_config *c, char *err, size_t errlen)
-{
-	const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-	struct rk__addr addr;
-	uint64_t p;
-	int n;
-
-	if (!host)
-		return 0;
-	if (!port) {
-		seterr(err, errlen, "MASTER_ADDR is set but MASTER_PORT is not");
-		return -RK_ECONFIG;
-	}
-	if (rk__parse_u64(port, 1, 65535, &p)) {
-		seterr(err, errlen, "MASTER_PORT='%.64s': not a port in [1, 65535]", port);
-		return -RK_ECONFIG;
-	}
-	/* a bare IPv6 address needs brackets before the port */
-	if (strchr(host, ':') && host[0] != '[')
-		n = snprintf(c->leader, sizeof(c->leader), "[%s]:%" PRIu64, host, p);
-	else
-		n = snprintf(c->leader, sizeof(c->leader), "%s:%" PRIu64, host, p);
-	if (n < 0 || (size_t)n >= sizeof(c->leader) || rk__addr_parse(c->leader, &addr)) {
-		seterr(err, errlen, "MASTER_ADDR='%.64s': not a host name or address", host);
-		return -RK_ECONFIG;
-	}
-	return 0;
-}
-
-int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen)
-{
-	static const struct {
-		const char *rank, *size;
-	} launchers[] = {
-		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE" },
-		{ "SLURM_PROCID", "SLURM_NTASKS" },
-		{ "RANK", "WORLD_SIZE" },
-	};
-	const struct knob *kr = &knobs[K_RANK], *ks = &knobs[K_WORLD_SIZE];
-	struct rk_config c = *cfg;
-	const char *rank_var = "RK_RANK";
-	size_t i;
-	int ret;
-
-	for (i = 0; i < ARRAY_SIZE(launchers); i++) {
-		if (c.rank < 0) {
-			ret = launcher_int(launchers[i].rank, kr->min, kr->max, &c.rank, err,
-					   errlen);
-			if (ret < 0)
-				return ret;
-			if (ret)
-				rank_var = launchers[i].rank;
-		}
-		if (c.world_size <= 0) {
-			ret = launcher_int(launchers[i].size, ks->min, ks->max, &c.world_size, err,
-					   errlen);
-			if (ret < 0)
-				return ret;
-		}
-	}
-	if (!c.leader[0]) {
-		ret = launcher_leader(&c, err, errlen);
-		if (ret < 0)
-			return ret;
-	}
-	if (check_rank(&c, rank_var, err, errlen))
-		return -RK_ECONFIG;
-	*cfg = c;
-	return 0;
 }
 
 /* ---- printing ------------------------------------------------------------ */
