@@ -22,7 +22,7 @@ static int launcher_int(const char *var, long long min, long long max, int *out,
 		return 0;
 	if (rk__parse_int(s, min, max, &v)) {
 		rk__seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]", var, s, min,
-		       max);
+			   max);
 		return -RK_ECONFIG;
 	}
 	*out = (int)v;

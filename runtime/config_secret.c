@@ -47,7 +47,7 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
 		rk__seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot open it: %s", path,
-		       rk_strerror(-errno));
+			   rk_strerror(-errno));
 		return -RK_ECONFIG;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -56,8 +56,8 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 	}
 	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
 		rk__seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': mode %04o lets group or others read or write "
-		       "it: chmod 600 it", path, (unsigned int)(st.st_mode & 07777));
+			   "RK_SECRET_FILE='%.200s': mode %04o lets group or others read or write "
+			   "it: chmod 600 it", path, (unsigned int)(st.st_mode & 07777));
 		goto out;
 	}
 	while (len < sizeof(buf)) {
@@ -66,7 +66,7 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 			continue;
 		if (n < 0) {
 			rk__seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot read it: %s", path,
-			       rk_strerror(-errno));
+				   rk_strerror(-errno));
 			goto out;
 		}
 		if (n == 0)
@@ -77,13 +77,13 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 		len--;
 	if (len > RK_SECRET_MAX) {
 		rk__seterr(err, errlen, "RK_SECRET_FILE='%.200s': longer than %d bytes", path,
-		       RK_SECRET_MAX);
+			   RK_SECRET_MAX);
 		goto out;
 	}
 	if (len < RK_SECRET_MIN) {
 		rk__seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': holds %zu bytes, a secret needs at least %d "
-		       "(make one with: openssl rand -hex 32)", path, len, RK_SECRET_MIN);
+			   "RK_SECRET_FILE='%.200s': holds %zu bytes, a secret needs at least %d "
+			   "(make one with: openssl rand -hex 32)", path, len, RK_SECRET_MIN);
 		goto out;
 	}
 	ret = rk_config_set_secret(cfg, buf, len);

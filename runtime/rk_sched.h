@@ -185,6 +185,18 @@ typedef void (*rk_sched_trace_fn)(void *arg, uint64_t round_id, enum rk_sched_ev
 				  uint64_t t_ns);
 
 /*
+ * Resident rounds (RK_RESIDENT): the scheduler publishes each round in a
+ * mapped epoch region and a backend's pre-armed consumer takes it from there
+ * ("Round epochs" below), instead of being launched.
+ */
+enum rk_resident_mode {
+	RK_RESIDENT_AUTO = 0,	/* the region is published; each backend uses it where it
+				 * measured better (README "Tuning (may change)") */
+	RK_RESIDENT_ON = 1,	/* every backend that can uses it */
+	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
+};
+
+/*
  * Scheduler settings. Every field's "none" or default is 0, so a zeroed config
  * is the defaults; rk_sched_config_init() writes them out all the same.
  */
@@ -364,6 +376,15 @@ RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
 
 /**
+ * rk_sched_resident() - the resident mode @s runs under (RK_RESIDENT of its
+ * loop): RK_RESIDENT_AUTO or RK_RESIDENT_ON while it publishes its rounds in
+ * rk_sched_epoch()'s region, RK_RESIDENT_OFF when it publishes none. A
+ * backend's launch() reads it to choose: under auto by its own measured rule,
+ * under on whenever it can. NULL @s gives RK_RESIDENT_OFF.
+ */
+RK_EXPORT enum rk_resident_mode rk_sched_resident(const struct rk_sched *s);
+
+/**
  * rk_sched_destroy() - stop (as rk_sched_stop()), close the epoch region
  * (rk_epoch_close(): a consumer still armed for a next round is released),
  * release the world and free.
@@ -379,7 +400,7 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 /*
  * Round epochs (resident consumers).
  *
- * A scheduler whose loop has RK_RESIDENT on or auto (struct rk_config.resident)
+ * A scheduler whose loop has RK_RESIDENT on or auto (rk_sched_resident())
  * publishes every round it launches into a region of its own, the moment the
  * leader has sent the ROUND or a follower has received it, before launch():
  * the round id as a monotonically increasing epoch, and the ROUND payload

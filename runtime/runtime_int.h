@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include "rk_runtime.h"
 #include "util_int.h"
+#include "config_int.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -72,6 +72,7 @@ struct rk_sched {
 
 	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
 	 * region could not be made */
+	enum rk_resident_mode resident;	/* rk_sched_resident() */
 	struct rk_epoch *ep;
 	struct rk_epoch *ep_pub;	/* leader: the shared region, when not ep */
 	bool ep_view;			/* follower: ep is the leader's, read-only */
@@ -183,14 +184,13 @@ static void kick(struct rk_sched *s)
  */
 static void choose_region(struct rk_sched *s)
 {
-	const struct rk_config *lc = rk_loop_config(s->loop);
 	bool opt_in = (s->ops->flags & RK_BACKEND_SHARED_EPOCH) != 0;
 	struct rk_epoch *sh;
 
 	if (s->ep_fixed)
 		return;
 	s->ep_fixed = true;
-	if (lc->resident == RK_RESIDENT_OFF || rk_world_size(s->world) < 2)
+	if (s->resident == RK_RESIDENT_OFF || rk_world_size(s->world) < 2)
 		return;
 	sh = rk__world_epoch(s->world);
 	if (sh && rk_epoch_current(sh) == RK_EPOCH_CLOSED)
@@ -294,6 +294,11 @@ static void publish_shared(struct rk_sched *s, uint64_t id, uint32_t flags, cons
 struct rk_epoch *rk_sched_epoch(const struct rk_sched *s)
 {
 	return s ? s->ep : NULL;
+}
+
+enum rk_resident_mode rk_sched_resident(const struct rk_sched *s)
+{
+	return s ? s->resident : RK_RESIDENT_OFF;
 }
 
 /* ---- requests -------------------------------------------------------------------- */
@@ -442,7 +447,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		free(s);
 		return -ENOMEM;
 	}
-	if (lc->resident != RK_RESIDENT_OFF) {
+	s->resident = rk__config_ctuning(lc)->resident;
+	if (s->resident != RK_RESIDENT_OFF) {
 		int ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
 
 		if (ret) {

@@ -362,7 +362,7 @@ START_TEST(test_notify_lazy)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction keeps it from blocking */
-	ck_assert(c.wait.predict);
+	ck_assert(rk__config_tuning(&c)->wait.predict);
 	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

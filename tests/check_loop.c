@@ -1699,7 +1699,7 @@ START_TEST(test_sqpoll)
 	int i, ret, efd;
 
 	test_config(&c);
-	c.wait.sqpoll = true;
+	rk__config_tuning(&c)->wait.sqpoll = true;
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -1707,7 +1707,7 @@ START_TEST(test_sqpoll)
 		return;
 	}
 	ck_assert_msg(ret == 0, "rk_loop_create(sqpoll): %s", rk_strerror(ret));
-	ck_assert(rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 
 	/* Timers. */
 	probe_init(&tick, loop, 0);
@@ -1805,9 +1805,9 @@ START_TEST(test_sqpoll_cpu)
 	for (cpu = CPU_SETSIZE - 1; cpu > 0 && !CPU_ISSET(cpu, &set); cpu--)
 		;
 	test_config(&c);
-	ck_assert(c.wait.coop_taskrun);		/* the default */
-	c.wait.sqpoll = true;
-	c.wait.sqpoll_cpu = cpu;		/* the last CPU this process may use */
+	ck_assert(rk__config_tuning(&c)->wait.coop_taskrun);		/* the default */
+	rk__config_tuning(&c)->wait.sqpoll = true;
+	rk__config_tuning(&c)->wait.sqpoll_cpu = cpu;	/* the last CPU this process may use */
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -1843,15 +1843,15 @@ START_TEST(test_sqpoll_auto)
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
 	test_config(&c);
 	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL", "auto", err, sizeof(err)), 0);
-	ck_assert(c.wait.sqpoll_auto);
-	ck_assert(!c.wait.sqpoll);
+	ck_assert(rk__config_tuning(&c)->wait.sqpoll_auto);
+	ck_assert(!rk__config_tuning(&c)->wait.sqpoll);
 	CPU_ZERO(&set);
 	for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all); cpu++)
 		;
 	CPU_SET(cpu, &set);
 	ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
 	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
-	ck_assert(!rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(!rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 	free_loop(loop);
 
 	CPU_ZERO(&set);
@@ -1872,7 +1872,7 @@ START_TEST(test_sqpoll_auto)
 		return;
 	}
 	ck_assert_int_eq(ret, 0);
-	ck_assert(rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 	free_loop(loop);
 }
 END_TEST
@@ -1969,7 +1969,7 @@ START_TEST(test_init_functions)
 	rk_wait_policy_init(&w);
 	rk_config_init(&c);
 	ck_assert_mem_eq(&w, &c.wait, sizeof(w));
-	ck_assert_int_eq(w.sqpoll_cpu, -1);
+	ck_assert_int_eq(rk__config_tuning(&c)->wait.sqpoll_cpu, -1);
 	memset(&p, 0xa5, sizeof(p));
 	rk_post_init(&p, count_post, &x);
 	ck_assert(p.cb == count_post);

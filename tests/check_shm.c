@@ -197,14 +197,14 @@ static void cfg_base(struct rk_config *c, int rank, int size)
 	c->world_size = size;
 	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:0");
 	c->session_id = SESSION;
-	c->heartbeat_ns = 100 * MS;
+	rk__config_tuning(c)->heartbeat_ns = 100 * MS;
 	c->peer_timeout_ns = 10000 * MS;	/* a stalled test thread is not a death */
 	c->connect_timeout_ns = 10000 * MS;
-	c->handshake_timeout_ns = 10000 * MS;
+	rk__config_tuning(c)->handshake_timeout_ns = 10000 * MS;
 	c->wait.spin_ns = 1 * MS;		/* the machine is shared: block soon */
 	c->log_level = RK_LOG_INFO;
 	c->shm = RK_SHM_AUTO;
-	c->lane = !g_lane_off;
+	rk__config_tuning(c)->lane = !g_lane_off;
 	if (g_tx_limit)
 		c->tx_limit = g_tx_limit;
 	if (rk__auth_available())
@@ -1167,7 +1167,7 @@ START_TEST(test_lane_open)
 
 		rk_config_init(&c);
 		ck_assert_int_eq(rk_config_from_env(&c, NULL, 0), 0);
-		ck_assert(!c.lane);
+		ck_assert(!rk__config_tuning(&c)->lane);
 	}
 	unsetenv("RK_LANE");
 	g_lane_off = true;
@@ -1335,7 +1335,7 @@ static void *ping_thread(void *arg)
 	c.wait.mode = t->mode;
 	/* no timer for a minute: a blocked rank wakes only when the other rings
 	 * its bell, so a lost wake-up hangs the test (its timeout fails it) */
-	c.heartbeat_ns = 60000 * MS;
+	rk__config_tuning(&c)->heartbeat_ns = 60000 * MS;
 	c.peer_timeout_ns = 120000 * MS;
 	r->echo = t->rank == 1;
 	r->rank = t->rank;

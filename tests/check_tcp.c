@@ -151,7 +151,7 @@ static void flip_wait(struct side *s)
 	if (s->fixed)
 		return;
 	rk_wait_policy_init(&w);
-	w.predict = false;
+	rk_test_wait_tuning(s->loop)->predict = false;
 	switch (s->flips++ % 4) {
 	case 0:
 		w.mode = RK_WAIT_SPIN;
@@ -268,9 +268,9 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.world_size = 2;
 	c.catch_signals = false;
 	c.wait.mode = mode;
-	c.wait.predict = false;
+	rk__config_tuning(&c)->wait.predict = false;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
-	c.wait.defer_taskrun = g_defer;
+	rk__config_tuning(&c)->wait.defer_taskrun = g_defer;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -590,7 +590,7 @@ START_TEST(test_defer_block_path)
 	g_defer = true;
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
 	g_defer = false;
-	if (!rk_loop_config(s.loop)->wait.defer_taskrun) {
+	if (!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun) {
 		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
 		close(fds[0]);
 		side_fini(&s);
@@ -635,7 +635,7 @@ START_TEST(test_no_defer_any_thread)
 
 	tcp_pair(fds);
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
-	ck_assert(!rk_loop_config(s.loop)->wait.defer_taskrun);
+	ck_assert(!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun);
 	r.loop = s.loop;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
@@ -820,8 +820,8 @@ START_TEST(test_prewarm_after_predictive_sleep)
 	side_init(&s, 0, fds[1], RK_WAIT_ADAPTIVE);
 	w = rk_loop_config(s.loop)->wait;
 	w.spin_ns = 200 * MS;
-	w.predict = true;
 	rk_loop_set_wait(s.loop, &w);
+	rk_test_wait_tuning(s.loop)->predict = true;
 	if (!on)
 		rk__loop_wait(s.loop)->off |= RK__WAIT_OFF_PREWARM;
 	rk_loop_set_clock(s.loop, pw_clock, &t);

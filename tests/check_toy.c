@@ -1001,7 +1001,7 @@ static int node_create(struct trank *t, uint64_t deadline)
 	c.world_size = t->tw->size;
 	c.session_id = SESSION;
 	c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
-	c.resident = t->tw->resident;
+	rk__config_tuning(&c)->resident = t->tw->resident;
 	if (t->tw->tcp_rank && t->rank == t->tw->tcp_rank)
 		c.shm = RK_SHM_OFF;	/* a mixed world: this follower stays on TCP */
 	c.peer_timeout_ns = 5000 * MS;

@@ -195,7 +195,7 @@ static void node_config(struct node *n, struct rk_config *c)
 	c->wait.mode = n->mode;
 	c->connect_timeout_ns = 60000000000ull;
 	c->peer_timeout_ns = 20000000000ull; /* TCG guests stall: only real failures */
-	c->heartbeat_ns = 1000000000ull;
+	rk__config_tuning(c)->heartbeat_ns = 1000000000ull;
 	c->log_level = g_verbose ? RK_LOG_DEBUG : RK_LOG_WARN;
 	/* the guests' addresses are not loopback: authenticate, as such worlds must */
 	if (rk__auth_available())

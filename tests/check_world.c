@@ -269,9 +269,9 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 	c->world_size = size;
 	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:%d", port);
 	c->session_id = SESSION;
-	c->heartbeat_ns = 20 * MS;
+	rk__config_tuning(c)->heartbeat_ns = 20 * MS;
 	c->peer_timeout_ns = 200 * MS * rk_test_slow();
-	c->handshake_timeout_ns = 300 * MS * rk_test_slow();
+	rk__config_tuning(c)->handshake_timeout_ns = 300 * MS * rk_test_slow();
 	c->connect_timeout_ns = 5000 * MS;
 	c->max_frame = 4u << 20;
 	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
@@ -993,7 +993,7 @@ START_TEST(test_flush_now)
 	 * pump held the frame back on a loaded machine.) Nor may rank 1 miss
 	 * heartbeats while only it runs.
 	 */
-	c.heartbeat_ns = 60000 * MS;
+	rk__config_tuning(&c)->heartbeat_ns = 60000 * MS;
 	c.peer_timeout_ns = 120000 * MS;
 	start_world(n, 2, &c);
 	deadline = rk_test_deadline_ms(5000);
@@ -1229,8 +1229,8 @@ static void *rank_thread(void *arg)
 	c.peer_timeout_ns = 2000 * MS;
 	if (t->tw->heartbeat_ns) {
 		/* no timer for a minute: every wake must come from the events waited for */
-		c.heartbeat_ns = t->tw->heartbeat_ns;
-		c.handshake_timeout_ns = t->tw->heartbeat_ns;
+		rk__config_tuning(&c)->heartbeat_ns = t->tw->heartbeat_ns;
+		rk__config_tuning(&c)->handshake_timeout_ns = t->tw->heartbeat_ns;
 		c.peer_timeout_ns = 2 * t->tw->heartbeat_ns;
 	}
 	if (t->rank) {
@@ -1746,7 +1746,7 @@ START_TEST(test_garbage)
 	/* no earlier than the timeout: the leader took the connection in after
 	 * t_conn, so load can only make this later */
 	if (g->kind == G_SILENT)
-		ck_assert_msg(el >= c.handshake_timeout_ns,
+		ck_assert_msg(el >= rk__config_tuning(&c)->handshake_timeout_ns,
 			      "a silent socket was dropped after %llu ms", (unsigned long long)(el / MS));
 	/* the leader logged it */
 	ck_assert(PUMP_UNTIL(1000, log_dropped() > dropped, &n[0], &n[1]));
@@ -1775,7 +1775,7 @@ START_TEST(test_pending_flood)
 
 	cfg_base(&c, 0, 2, 0);
 	c.peer_timeout_ns = 2000 * MS;
-	c.handshake_timeout_ns = 2000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 2000 * MS;
 	port = start_world(n, 2, &c);
 	r = calloc(FLOOD, sizeof(*r));
 	ck_assert_ptr_nonnull(r);
@@ -2047,17 +2047,18 @@ START_TEST(test_no_leader)
 {
 	struct node n = { 0 };
 	struct rk_config c;
+	struct rk__tuning *t = rk__config_tuning(&c);
 	uint64_t t0, el;
 	int port = rk_test_free_port(), ret;
 
 	ck_assert_int_gt(port, 0);
 	cfg_base(&c, 1, 2, port);
 	c.connect_timeout_ns = 300 * MS;
-	c.heartbeat_ns = no_leader_hb_ms[_i] * MS;
-	if (c.handshake_timeout_ns < c.heartbeat_ns)
-		c.handshake_timeout_ns = c.heartbeat_ns;
-	if (c.peer_timeout_ns <= c.heartbeat_ns)
-		c.peer_timeout_ns = 2 * c.heartbeat_ns;	/* rk_loop_create() insists */
+	t->heartbeat_ns = no_leader_hb_ms[_i] * MS;
+	if (t->handshake_timeout_ns < t->heartbeat_ns)
+		t->handshake_timeout_ns = t->heartbeat_ns;
+	if (c.peer_timeout_ns <= t->heartbeat_ns)
+		c.peer_timeout_ns = 2 * t->heartbeat_ns;	/* rk_loop_create() insists */
 	t0 = rk_test_now_ns();	/* before the world's deadline is set: load only adds */
 	node_start(&n, &c);
 	ret = rk_world_wait_ready(n.w);
@@ -2316,7 +2317,7 @@ START_TEST(test_stranger_holds_no_rank)
 	int port;
 
 	cfg_base(&c, 0, 3, 0);
-	c.handshake_timeout_ns = 5000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 5000 * MS;
 	port = start_world(n, 2, &c);
 	raw_connect(&r, port, 0);
 	raw_hello(hello, 2, 3, g_auth, 0x99);
@@ -2490,7 +2491,8 @@ START_TEST(test_stranger_big_frame)
 	int port;
 
 	cfg_base(&c, 0, 2, 0);
-	c.handshake_timeout_ns = 20000 * MS;	/* far: the answer must not wait for it */
+	/* far: the answer must not wait for it */
+	rk__config_tuning(&c)->handshake_timeout_ns = 20000 * MS;
 	port = start_world(n, 2, &c);
 	raw_connect(&r, port, 0);
 	memset(f, 0, sizeof(f));
@@ -2526,8 +2528,9 @@ START_TEST(test_pending_evict)
 	int port, i, closed;
 
 	cfg_base(&c, 0, 2, 0);
-	c.handshake_timeout_ns = 30000 * MS;	/* only eviction may close them */
-	c.max_pending = 16;
+	/* only eviction may close them */
+	rk__config_tuning(&c)->handshake_timeout_ns = 30000 * MS;
+	rk__config_tuning(&c)->max_pending = 16;
 	node_start(&n[0], (c.rank = 0, &c));
 	port = rk_world_port(n[0].w);
 	r = calloc(IDLE, sizeof(*r));
@@ -2600,7 +2603,7 @@ START_TEST(test_refusal_log_rate)
 	int port, i;
 
 	cfg_base(&c, 0, 2, 0);
-	c.refused_log_ns = 300 * MS;
+	rk__config_tuning(&c)->refused_log_ns = 300 * MS;
 	node_start(&n, &c);
 	port = rk_world_port(n.w);
 	lines0 = log_dropped();
@@ -2618,7 +2621,7 @@ START_TEST(test_refusal_log_rate)
 	/* lines: one at the start of each interval, whatever the flood's pace
 	 * (the intervals it spanned, however slowly the machine ran it) */
 	ck_assert_uint_eq(log_dropped() - lines0 + st.log_suppressed, FLOOD);
-	ck_assert_msg(log_dropped() - lines0 <= 1 + el / c.refused_log_ns,
+	ck_assert_msg(log_dropped() - lines0 <= 1 + el / rk__config_tuning(&c)->refused_log_ns,
 		      "%u lines for %llu ms of refusals", log_dropped() - lines0,
 		      (unsigned long long)(el / MS));
 	ck_assert(PUMP_UNTIL(3000, log_summaries() >= 1, &n));

@@ -363,7 +363,7 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 		      unsigned int flags)
 {
 	struct toy_cpu *b = ctx;
-	struct rk_epoch *ep = b->res_on ? rk_sched_epoch(s) : NULL;
+	struct rk_epoch *ep = toy__resident_epoch(b, s);
 	struct toy_job *job;
 	size_t need;
 	int ret;

@@ -105,9 +105,9 @@ static int side_init(struct side *s, const char *name, bool predict, uint64_t ma
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 200 * MS;
-	c.wait.predict = predict;
+	rk__config_tuning(&c)->wait.predict = predict;
 	if (margin_ns)
-		c.wait.predict_margin_ns = margin_ns;
+		rk__config_tuning(&c)->wait.predict_margin_ns = margin_ns;
 	ret = rk_loop_create(&c, &s->loop);
 	if (ret)
 		return ret;
