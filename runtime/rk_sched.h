@@ -133,9 +133,20 @@ struct rk_backend_ops {
  * consumer already ran (and not run it again), and the backend takes
  * rk_sched_epoch() no earlier than its first launch(). Without the flag a
  * follower keeps a region of its own, published as its loop receives each
- * ROUND (what a GPU consumer registered at creation needs).
+ * ROUND (what a GPU consumer registered at creation needs). Implies
+ * RK_BACKEND_RESIDENT.
  */
 #define RK_BACKEND_SHARED_EPOCH	0x1u
+
+/*
+ * The backend has resident consumers: something of its own (a worker thread,
+ * a GPU stream pre-armed with a wait) may take a round from rk_sched_epoch()'s
+ * region instead of being launched. Only for such a backend does the
+ * scheduler keep a region and publish its rounds, as RK_RESIDENT chooses
+ * (rk_sched_config.resident); for any other, whatever RK_RESIDENT says, it
+ * makes no region, publishes nothing and rk_sched_epoch() is NULL.
+ */
+#define RK_BACKEND_RESIDENT	0x2u
 
 /*
  * A follower's launch() may return this instead of 0: the round runs without
@@ -195,6 +206,7 @@ enum rk_resident_mode {
 	RK_RESIDENT_ON = 1,	/* every backend that can uses it */
 	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
 };
+/* Only a backend flagged RK_BACKEND_RESIDENT has resident rounds (none: off). */
 
 /*
  * Scheduler settings. Every field's "none" or default is 0, so a zeroed config
@@ -210,6 +222,13 @@ struct rk_sched_config {
 	void *trace_arg;
 	uint32_t vocab;			/* tokens are < vocab: rk_sched_submit() checks the
 					 * prompt and stop_token (0: not checked) */
+	/*
+	 * Resident rounds, for a backend flagged RK_BACKEND_RESIDENT: on or
+	 * off here decide; auto (0) takes the loop's RK_RESIDENT, a tuning
+	 * knob of the environment (README "Tuning (may change)"), itself auto
+	 * by default. rk_sched_resident() says what the scheduler runs.
+	 */
+	enum rk_resident_mode resident;
 };
 
 /** rk_sched_config_init() - the defaults (max_batch 8, plain decoding, no tracer). */
@@ -308,7 +327,7 @@ RK_EXPORT void rk_request_init(struct rk_request *req);
  * callbacks (inside one nothing is run and the choice waits for the first
  * round).
  * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
- * draft_k above RK_SCHED_MAX_DRAFT).
+ * draft_k above RK_SCHED_MAX_DRAFT, resident not one of the modes).
  */
 RK_EXPORT int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 			      const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out);
@@ -376,11 +395,12 @@ RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
 
 /**
- * rk_sched_resident() - the resident mode @s runs under (RK_RESIDENT of its
- * loop): RK_RESIDENT_AUTO or RK_RESIDENT_ON while it publishes its rounds in
- * rk_sched_epoch()'s region, RK_RESIDENT_OFF when it publishes none. A
- * backend's launch() reads it to choose: under auto by its own measured rule,
- * under on whenever it can. NULL @s gives RK_RESIDENT_OFF.
+ * rk_sched_resident() - the resident mode @s runs under: its config's
+ * resident, or for auto the loop's RK_RESIDENT; RK_RESIDENT_OFF for a backend
+ * not flagged RK_BACKEND_RESIDENT. Under auto or on the scheduler publishes
+ * its rounds in rk_sched_epoch()'s region (when it could be made); a
+ * backend's launch() reads the mode to choose: under auto by its own measured
+ * rule, under on whenever it can. NULL @s gives RK_RESIDENT_OFF.
  */
 RK_EXPORT enum rk_resident_mode rk_sched_resident(const struct rk_sched *s);
 
@@ -400,9 +420,11 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 /*
  * Round epochs (resident consumers).
  *
- * A scheduler whose loop has RK_RESIDENT on or auto (rk_sched_resident())
- * publishes every round it launches into a region of its own, the moment the
- * leader has sent the ROUND or a follower has received it, before launch():
+ * A scheduler whose backend has resident consumers (RK_BACKEND_RESIDENT) and
+ * whose mode is on or auto (rk_sched_config.resident, else the loop's
+ * RK_RESIDENT; rk_sched_resident()) publishes every round it launches into a
+ * region of its own, the moment the leader has sent the ROUND or a follower
+ * has received it, before launch():
  * the round id as a monotonically increasing epoch, and the ROUND payload
  * itself as the descriptor (streams, positions, inputs, drafts; decode it with
  * rk_wire_decode_round()). A consumer that is already waiting (a worker
@@ -416,7 +438,11 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
  * maps read-only; the leader publishes each round there before it sends the
  * ROUND, and a follower's consumers start on that store, without its loop;
  * the follower publishes nothing (rk_sched_stats.shared_rounds). A follower
- * on TCP, or whose backend does not opt in, keeps a region of its own.
+ * on TCP, or whose backend does not opt in, keeps a region of its own. The
+ * shared region is made with the world's same-host links, before any
+ * scheduler, where the loop's RK_RESIDENT is not off; every rank's backend
+ * should say the same (a leader whose backend has no resident consumers
+ * publishes nothing, there either).
  *
  * The region is one page-aligned anonymous mapping (mmap) with this layout,
  * little-endian, offsets in bytes (the epoch, the futex words, the seqlock
@@ -532,8 +558,8 @@ RK_EXPORT void rk_epoch_kick(struct rk_epoch *e);
 
 /**
  * rk_sched_epoch() - the region @s publishes its rounds in, or NULL
- * (RK_RESIDENT=off, or it could not be made: the launch path then, with one
- * log line and rk_sched_stats.resident_fallbacks). With same-host links and
+ * (rk_sched_resident() is off, or it could not be made: the launch path
+ * then, with one log line and rk_sched_stats.resident_fallbacks). With same-host links and
  * a backend flagged RK_BACKEND_SHARED_EPOCH it is the leader's region, mapped
  * read-only by each follower, whose consumers then see a round as the leader
  * publishes it, without the follower's loop (rk_epoch_publish() on it fails

@@ -70,8 +70,8 @@ struct rk_sched {
 	 */
 	bool off_loop;
 
-	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
-	 * region could not be made */
+	/* round epochs (rk_sched.h): NULL when resident is off or the region
+	 * could not be made */
 	enum rk_resident_mode resident;	/* rk_sched_resident() */
 	struct rk_epoch *ep;
 	struct rk_epoch *ep_pub;	/* leader: the shared region, when not ep */
@@ -403,6 +403,16 @@ static void round_fail(struct rk_sched *s, uint64_t round_id, int err)
 
 static enum rk_activity kick_cb(struct rk_timer *t, uint64_t now);
 
+/* The config's mode, auto taking the loop's RK_RESIDENT; off without resident consumers. */
+static enum rk_resident_mode resident_mode(const struct rk_sched *s, const struct rk_config *lc)
+{
+	if (!(s->ops->flags & (RK_BACKEND_RESIDENT | RK_BACKEND_SHARED_EPOCH)))
+		return RK_RESIDENT_OFF;
+	if (s->cfg.resident != RK_RESIDENT_AUTO)
+		return s->cfg.resident;
+	return rk__config_ctuning(lc)->resident;
+}
+
 int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		    const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out)
 {
@@ -412,7 +422,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 
 	if (!world || !out || !ops || !ops->launch || (!ops->token && rk_world_rank(world) == 0))
 		return -EINVAL;
-	if (cfg && cfg->draft_k > RK_SCHED_MAX_DRAFT)
+	if (cfg && (cfg->draft_k > RK_SCHED_MAX_DRAFT ||
+		    (unsigned int)cfg->resident > RK_RESIDENT_OFF))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -447,7 +458,7 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		free(s);
 		return -ENOMEM;
 	}
-	s->resident = rk__config_ctuning(lc)->resident;
+	s->resident = resident_mode(s, lc);
 	if (s->resident != RK_RESIDENT_OFF) {
 		int ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
 

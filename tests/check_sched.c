@@ -1529,6 +1529,74 @@ START_TEST(test_epoch_publish_read)
 }
 END_TEST
 
+/*
+ * Resident rounds only for a backend with resident consumers: one without
+ * RK_BACKEND_RESIDENT gets no region and no publication, whatever the mode
+ * (the loop's RK_RESIDENT auto or on, the config's on); one with it (or with
+ * RK_BACKEND_SHARED_EPOCH, which implies it) has every round published under
+ * auto and on and none under off; the config's on or off wins over the
+ * loop's RK_RESIDENT, its auto takes it.
+ */
+static const struct rcase {
+	unsigned int flags;
+	const char *loop;		/* RK_RESIDENT */
+	enum rk_resident_mode cfg;	/* rk_sched_config.resident */
+	enum rk_resident_mode want;	/* rk_sched_resident() */
+} rcases[] = {
+	{ 0, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ 0, "on", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ 0, "auto", RK_RESIDENT_ON, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_AUTO },
+	{ RK_BACKEND_RESIDENT, "on", RK_RESIDENT_AUTO, RK_RESIDENT_ON },
+	{ RK_BACKEND_RESIDENT, "off", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "on", RK_RESIDENT_OFF, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "off", RK_RESIDENT_ON, RK_RESIDENT_ON },
+	{ RK_BACKEND_SHARED_EPOCH, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_AUTO },
+};
+
+START_TEST(test_resident_needs_consumers)
+{
+	const struct rcase *c = &rcases[_i];
+	struct rk_backend_ops ops = fake_ops;
+	struct rk_sched_config sc = { .max_batch = 1, .vocab = VOC, .resident = c->cfg };
+	struct rk_sched_stats st;
+	struct rk_config cfg;
+	struct fake f;
+	int pending = 1;
+
+	memset(&f, 0, sizeof(f));
+	rk_config_init(&cfg);
+	cfg.rank = 0;
+	cfg.world_size = 1;
+	ck_assert_int_eq(rk_config_set(&cfg, "RK_RESIDENT", c->loop, NULL, 0), 0);
+	ops.flags = c->flags;
+	ck_assert_int_eq(rk_loop_create(&cfg, &f.loop), 0);
+	ck_assert_int_eq(rk_world_create(f.loop, NULL, NULL, &f.world), 0);
+	sc.resident = (enum rk_resident_mode)3;
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &ops, &f, &f.sched), -EINVAL);
+	sc.resident = c->cfg;
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &ops, &f, &f.sched), 0);
+	ck_assert_int_eq(rk_sched_resident(f.sched), c->want);
+	g_pending = &pending;
+	out_init(&g_a[0], &f, prompts[0], 8);
+	ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[0].req), 0);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	rk_sched_stats(f.sched, &st);
+	ck_assert_uint_eq(st.rounds, 8);
+	ck_assert_uint_eq(st.resident_fallbacks, 0);
+	if (c->want == RK_RESIDENT_OFF) {
+		ck_assert_ptr_null(rk_sched_epoch(f.sched));
+		ck_assert_uint_eq(st.published, 0);
+	} else {
+		ck_assert_ptr_nonnull(rk_sched_epoch(f.sched));
+		ck_assert_uint_eq(st.published, st.rounds);
+		ck_assert_uint_eq(rk_epoch_current(rk_sched_epoch(f.sched)), st.rounds);
+	}
+	fake_teardown(&f);
+}
+END_TEST
+
 #define EP_ROUNDS	2000
 #define EP_LEN		256
 
@@ -1645,6 +1713,7 @@ static Suite *sched_suite(void)
 	tcase_add_loop_test(tc, test_epoch_view_wakes, 0, 4);
 	tcase_add_test(tc, test_epoch_view_quiet);
 	tcase_add_loop_test(tc, test_epoch_consumer, 0, 3);
+	tcase_add_loop_test(tc, test_resident_needs_consumers, 0, ARRAY_SIZE(rcases));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("teardown");

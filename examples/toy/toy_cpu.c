@@ -463,7 +463,7 @@ const struct rk_backend_ops toy_cpu_ops = {
 	.launch = cpu_launch,
 	.token = cpu_token,
 	.retire = cpu_retire,
-	.flags = RK_BACKEND_SHARED_EPOCH,	/* toy_cpu_resident.c */
+	.flags = RK_BACKEND_RESIDENT | RK_BACKEND_SHARED_EPOCH,	/* toy_cpu_resident.c */
 };
 
 /* ---- lifetime --------------------------------------------------------------------------- */
