@@ -748,11 +748,13 @@ uint64_t rk_loop_now(const struct rk_loop *loop)
 	return loop->now;
 }
 
-void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
+size_t rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out, size_t size)
 {
-	*out = loop->stats;
-	out->predict_margin_ns = rk__wait_margin(&loop->wait);
-	out->spin_window_ns = rk__wait_window(&loop->wait, loop->last_busy, loop->busy_src);
+	struct rk_loop_stats st = loop->stats;
+
+	st.predict_margin_ns = rk__wait_margin(&loop->wait);
+	st.spin_window_ns = rk__wait_window(&loop->wait, loop->last_busy, loop->busy_src);
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 void rk_wait_policy_init(struct rk_wait_policy *w)

@@ -37,7 +37,10 @@
  * A zeroed struct is not a default one: initialise every struct the caller
  * fills with its init function (rk_config_init(), rk_wait_policy_init(),
  * rk_timer_init(), rk_post_init(), rk_source_init(), rk_fd_watch_init()).
- * Each struct says what a zeroed one gets wrong. Stats structs are output only;
+ * Each struct says what a zeroed one gets wrong. Stats structs are output only,
+ * and every stats getter takes the caller's sizeof(*out): a later release
+ * adds counters at a struct's end only, and a caller built against either
+ * gets the counters both know (the rest zeroed), so no binding guesses a size;
  * ops tables (rk_source_ops, rk_world_ops) are const tables in which a NULL
  * member means "none", so a zeroed member is right.
  */
@@ -360,8 +363,14 @@ RK_EXPORT void rk_loop_wake(struct rk_loop *loop);
  * spinning empty, every fourth: rk_loop_now.3). */
 RK_EXPORT uint64_t rk_loop_now(const struct rk_loop *loop);
 
-/** rk_loop_stats() - copy the counters. Loop thread (or after the loop thread joined). */
-RK_EXPORT void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out);
+/**
+ * rk_loop_stats() - copy the counters into @out, a struct rk_loop_stats of
+ * @size bytes (pass sizeof(*out)): the library writes min(@size, its own
+ * size) bytes of counters and zeroes the rest of @out. Return: the bytes of
+ * counters written. Loop thread (or after the loop thread joined).
+ */
+RK_EXPORT size_t rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out,
+			       size_t size);
 
 /** rk_wait_policy_init() - fill @w with the defaults (rk_config_init()'s). Any thread. */
 RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
@@ -638,8 +647,10 @@ RK_EXPORT int rk_link_commit(struct rk_link *link, unsigned int type, unsigned i
 RK_EXPORT int rk_link_peer(const struct rk_link *link);
 /** rk_link_up() - true once the handshake completed and until the link fails. */
 RK_EXPORT bool rk_link_up(const struct rk_link *link);
-/** rk_link_stats() - copy the link's counters. Loop thread. */
-RK_EXPORT void rk_link_stats(const struct rk_link *link, struct rk_link_stats *out);
+/** rk_link_stats() - copy the link's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. Loop thread. */
+RK_EXPORT size_t rk_link_stats(const struct rk_link *link, struct rk_link_stats *out,
+			       size_t size);
 /** rk_link_transport() - "tcp", "shm" (a link on shared memory) or "roce". */
 RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
 
@@ -698,8 +709,10 @@ RK_EXPORT int rk_lane_commit(struct rk_lane *lane, unsigned int type, unsigned i
 			     uint32_t len);
 /** rk_lane_max() - the largest payload a lane frame may have, bytes. Any thread. */
 RK_EXPORT uint32_t rk_lane_max(const struct rk_lane *lane);
-/** rk_lane_stats() - copy the lane's counters. The lane's thread. */
-RK_EXPORT void rk_lane_stats(const struct rk_lane *lane, struct rk_lane_stats *out);
+/** rk_lane_stats() - copy the lane's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. The lane's thread. */
+RK_EXPORT size_t rk_lane_stats(const struct rk_lane *lane, struct rk_lane_stats *out,
+			       size_t size);
 /**
  * rk_lane_close() - let the lane go (NULL: nothing). Any thread, once no
  * other call on the lane runs; the link may be gone already. Its frames
@@ -829,8 +842,10 @@ struct rk_world_stats {
 					 * the link stayed on TCP (logged once per world) */
 };
 
-/** rk_world_stats() - copy the world's counters. Loop thread. */
-RK_EXPORT void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out);
+/** rk_world_stats() - copy the world's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. Loop thread. */
+RK_EXPORT size_t rk_world_stats(const struct rk_world *w, struct rk_world_stats *out,
+				size_t size);
 
 /**
  * rk_world_destroy() - send BYE on every link, flush briefly (bounded by

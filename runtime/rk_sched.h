@@ -392,7 +392,12 @@ RK_EXPORT bool rk_sched_busy(const struct rk_sched *s);
  */
 RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 
-RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
+/**
+ * rk_sched_stats() - copy the counters and gauges into @out of @size bytes
+ * (sizeof(*out)), as rk_loop_stats() does. Return: the bytes written.
+ */
+RK_EXPORT size_t rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out,
+				size_t size);
 
 /**
  * rk_sched_resident() - the resident mode @s runs under: its config's

@@ -541,15 +541,16 @@ bool rk_sched_idle(const struct rk_sched *s)
 	return !s->qhead && !s->nbatch && !s->in_flight;
 }
 
-void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out)
+size_t rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out, size_t size)
 {
+	struct rk_sched_stats st = s->stats;
 	const struct rk_request *r;
 
-	*out = s->stats;
-	out->queued = 0;
+	st.queued = 0;
 	for (r = s->qhead; r; r = r->next)	/* bounded by what was submitted */
-		out->queued++;
-	out->running = s->nbatch;
+		st.queued++;
+	st.running = s->nbatch;
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 /* ---- leader: forming rounds ------------------------------------------------------- */

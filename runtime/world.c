@@ -792,11 +792,13 @@ int rk_world_failed(const struct rk_world *w)
 	return w->failed;
 }
 
-void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
+size_t rk_world_stats(const struct rk_world *w, struct rk_world_stats *out, size_t size)
 {
-	*out = w->stats;
-	out->pending = w->nr_pending;
-	rk__transport_stats(&w->tr, out);
+	struct rk_world_stats st = w->stats;
+
+	st.pending = w->nr_pending;
+	rk__transport_stats(&w->tr, &st);
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 int rk_world_port(const struct rk_world *w)

@@ -315,7 +315,7 @@ START_TEST(test_drafts_are_accepted)
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		rk_loop_run(f.loop, RK_RUN_DEFAULT);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.tokens, 200);
 	ck_assert_uint_gt(st.drafted, 0);
 	ck_assert_uint_gt(st.accepted, 0);
@@ -334,7 +334,7 @@ static void on_tokens_gauges(struct rk_request *req, const uint32_t *t, uint32_t
 	struct out *o = req->data;
 
 	if (n && !g_gauge_calls++)
-		rk_sched_stats(o->f->sched, &g_gauges);
+		rk_sched_stats(o->f->sched, &g_gauges, sizeof(g_gauges));
 	on_tokens(req, t, n, done, err);
 }
 
@@ -353,14 +353,14 @@ START_TEST(test_stats_gauges)
 		g_a[i].req.cb = on_tokens_gauges;
 		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
 	}
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.queued, 3);
 	ck_assert_uint_eq(st.running, 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
 	ck_assert_uint_eq(g_gauges.queued, 1);
 	ck_assert_uint_eq(g_gauges.running, 2);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.queued, 0);
 	ck_assert_uint_eq(st.running, 0);
 	fake_teardown(&f);
@@ -469,7 +469,7 @@ START_TEST(test_cancel)
 	/* the backend retired both streams it had seen, and saw the right positions */
 	ck_assert_int_eq(f.retires, 2);
 	ck_assert_int_eq(f.bad, 0);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.tokens, 30 + 5);
 	ck_assert(rk_sched_idle(f.sched));
 	fake_teardown(&f);
@@ -536,7 +536,7 @@ START_TEST(test_trace)
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.rounds, 20);
 	ck_assert_int_eq(tr.n, 40);	/* TP1: nothing is sent */
 	for (i = 0; i < tr.n; i++) {
@@ -1107,9 +1107,9 @@ static void tr_pump(struct trank *r)
 	for (i = 0; i < 2; i++) {
 		if (!r[i].loop)
 			continue;
-		rk_loop_stats(r[i].loop, &a);
+		rk_loop_stats(r[i].loop, &a, sizeof(a));
 		ck_assert_int_ge(rk_loop_run(r[i].loop, RK_RUN_NOWAIT), 0);
-		rk_loop_stats(r[i].loop, &b);
+		rk_loop_stats(r[i].loop, &b, sizeof(b));
 		ev += b.events - a.events;
 	}
 	if (!ev)
@@ -1201,7 +1201,7 @@ static uint64_t tr_rounds(struct trank *t)
 {
 	struct rk_sched_stats st;
 
-	rk_sched_stats(t->s, &st);
+	rk_sched_stats(t->s, &st, sizeof(st));
 	return st.rounds;
 }
 
@@ -1582,7 +1582,7 @@ START_TEST(test_resident_needs_consumers)
 	ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[0].req), 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.rounds, 8);
 	ck_assert_uint_eq(st.resident_fallbacks, 0);
 	if (c->want == RK_RESIDENT_OFF) {

@@ -429,7 +429,7 @@ static void path_run_n(enum rk_wait_mode mode, bool wait_sleep, unsigned int ech
 	pthread_join(th, NULL);
 	ck_assert_int_eq(s.failed, 0);
 	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
-	rk_link_stats(s.link, st);
+	rk_link_stats(s.link, st, sizeof(*st));
 	close(fds[0]);
 	side_fini(&s);
 }
@@ -612,13 +612,13 @@ START_TEST(test_defer_block_path)
 	ck_assert_int_eq(r.ok, PATH_FRAMES);
 	ck_assert_int_eq(s.failed, 0);
 	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
-	rk_link_stats(s.link, &st);
+	rk_link_stats(s.link, &st, sizeof(st));
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_tx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
-	rk_loop_stats(s.loop, &ls);
+	rk_loop_stats(s.loop, &ls, sizeof(ls));
 	ck_assert_uint_ge(ls.blocks, 1);
 	close(fds[0]);
 	side_fini(&s);
@@ -712,8 +712,8 @@ static void stress_run(int run, bool fixed, enum rk_wait_mode mode, struct rk_li
 	ck_assert_int_eq(b.bad, 0);
 	ck_assert_uint_eq(a.rx_count, STRESS_FRAMES);
 	ck_assert_uint_eq(b.rx_count, STRESS_FRAMES);
-	rk_link_stats(a.link, sa);
-	rk_link_stats(b.link, sb);
+	rk_link_stats(a.link, sa, sizeof(*sa));
+	rk_link_stats(b.link, sb, sizeof(*sb));
 	ck_assert_uint_eq(sa->rx_frames, STRESS_FRAMES);
 	ck_assert_uint_eq(sb->rx_frames, STRESS_FRAMES);
 	side_fini(&a);
@@ -828,22 +828,22 @@ START_TEST(test_prewarm_after_predictive_sleep)
 	ps.src.data = &ps;
 	ck_assert_int_eq(rk_loop_add_source(s.loop, &ps.src), 0);
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	margin = st.predict_margin_ns;
 	ps.expect = t + 10 * MS;
 
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* the sleep */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_waits, 1);
 	ck_assert_uint_eq(st.prewarms, 0);
 	t = ps.expect - margin;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* woken early */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_early, 1);
 	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
 	t = ps.expect - 1;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* spinning to it */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_waits, 1);
 	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
 

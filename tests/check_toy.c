@@ -1274,8 +1274,8 @@ static void *rank_thread(void *arg)
 	} else {
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
-		rk_link_stats(rk_world_link(t->w, 0), &t->link);
-		rk_loop_stats(t->loop, &t->lstats);
+		rk_link_stats(rk_world_link(t->w, 0), &t->link, sizeof(t->link));
+		rk_loop_stats(t->loop, &t->lstats, sizeof(t->lstats));
 		t->on_shm = !strcmp(rk_link_transport(rk_world_link(t->w, 0)), "shm");
 	}
 out:
@@ -1289,7 +1289,7 @@ out:
 		}
 	}
 	if (t->sched) {
-		rk_sched_stats(t->sched, &t->sstats);
+		rk_sched_stats(t->sched, &t->sstats, sizeof(t->sstats));
 		rk_sched_destroy(t->sched);
 	}
 	if (t->w)
@@ -1644,7 +1644,7 @@ START_TEST(test_backend_resident_mismatch)
 	ck_assert_mem_eq(m->a.got, m->a.ref, m->a.n_gen * 4);
 	ck_assert_mem_eq(m->b.got, m->b.ref, m->b.n_gen * 4);
 	toy_cpu_stats(t->b, &t->stats);
-	rk_sched_stats(t->sched, &t->sstats);
+	rk_sched_stats(t->sched, &t->sstats, sizeof(t->sstats));
 	/* round 1 (nothing armed) and the round that brought the long prompt */
 	ck_assert_uint_eq(t->stats.resident_mismatch, 1);
 	ck_assert_uint_eq(t->stats.posted, 2);

@@ -66,9 +66,9 @@ static struct rk_loop_stats policy_run(struct policy *p, uint64_t t, struct rk_p
 			 0);
 	if (post)
 		rk_loop_post(p->loop, post);
-	rk_loop_stats(p->loop, &p->before);
+	rk_loop_stats(p->loop, &p->before, sizeof(p->before));
 	ck_assert_int_eq(rk_loop_run(p->loop, RK_RUN_ONCE), 0);
-	rk_loop_stats(p->loop, &p->after);
+	rk_loop_stats(p->loop, &p->after, sizeof(p->after));
 	ck_assert_int_eq(p->bound_fired, 0);
 	ck_assert_uint_eq(rk_loop_now(p->loop), t);
 	d.iterations = p->after.iterations - p->before.iterations;
@@ -299,9 +299,9 @@ START_TEST(test_run_once_returns_after_work)
 	ck_assert_int_eq(fired, 0);
 	rk_timer_stop(&p.bound);
 	p.fc.t += 10 * MS;
-	rk_loop_stats(p.loop, &p.before);
+	rk_loop_stats(p.loop, &p.before, sizeof(p.before));
 	ck_assert_int_eq(rk_loop_run(p.loop, RK_RUN_ONCE), 0);	/* the timer is due */
-	rk_loop_stats(p.loop, &p.after);
+	rk_loop_stats(p.loop, &p.after, sizeof(p.after));
 	ck_assert_int_eq(fired, 1);
 	ck_assert_uint_eq(p.after.blocks, p.before.blocks);
 	/* A post, in every mode. */
@@ -351,7 +351,7 @@ static int csrc_arm(struct rk_source *src)
 	struct rk_loop_stats s;
 
 	c->arms++;
-	rk_loop_stats(c->loop, &s);
+	rk_loop_stats(c->loop, &s, sizeof(s));
 	c->blocks_at_arm = s.blocks;
 	if (c->arm_pending > 0) {
 		c->arm_pending--;
@@ -2086,7 +2086,7 @@ static void check_learned_window(bool learn)
 	ck_assert_phase(policy_step(&p, t + 500 * US), 'S');
 	ck_assert_phase(policy_step(&p, t + 2 * MS), learn ? 'B' : 'S');
 	ck_assert_phase(policy_step(&p, t + 3 * MS), learn ? 'B' : 'S');
-	rk_loop_stats(p.loop, &s);
+	rk_loop_stats(p.loop, &s, sizeof(s));
 	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);
 	ck_assert_uint_eq(s.spin_window_ns, learn ? 1 * MS : 200 * MS);
 	/* gaps of 20 ms: the window grows back to the configured one */
@@ -2096,7 +2096,7 @@ static void check_learned_window(bool learn)
 		policy_post(&p, t, &p.busy);
 	}
 	ck_assert_phase(policy_step(&p, t + 50 * MS), 'S');
-	rk_loop_stats(p.loop, &s);
+	rk_loop_stats(p.loop, &s, sizeof(s));
 	ck_assert_uint_ge(s.spin_window_ns, learn ? 80 * MS : 200 * MS);
 	ck_assert_uint_le(s.spin_window_ns, 200 * MS);
 	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);
