@@ -310,7 +310,9 @@ struct rk_loop_stats {
  * rk_loop_create() - create a loop (one io_uring, an eventfd for wakes, a
  * provided-buffer ring for TCP receive when the kernel has it).
  * @cfg: the configuration, copied; NULL = defaults.
- * Return: 0 and *@out, or -errno (-ENOMEM, io_uring_setup's error).
+ * Return: 0 and *@out; -RK_ECONFIG (@cfg breaks a rule between knobs, as
+ * rk_config_from_env() checks them, or no rk_config_init() filled it); or
+ * -errno (-ENOMEM, io_uring_setup's error).
  * Any thread; the loop then belongs to the thread that runs it.
  */
 RK_EXPORT int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out);
