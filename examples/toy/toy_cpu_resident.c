@@ -83,7 +83,7 @@ void toy__resident_init(struct toy_cpu *b, const struct toy_params *p)
 struct rk_epoch *toy__resident_epoch(struct toy_cpu *b, struct rk_sched *s)
 {
 	/* the scheduler's mode is known from its first launch on: decided once */
-	if (!b->res_set) {
+	if (!b->res_set && s) {
 		b->res_set = true;
 		b->res_on = toy_resident_on(rk_sched_resident(s), b->size, b->res_wait);
 	}
