@@ -212,10 +212,13 @@ enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n)
 	return RK_GPU_NOTIFY_AUTO;
 }
 
-void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifier_stats *out)
+size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifier_stats *out,
+			     size_t size)
 {
 	(void)n;
-	memset(out, 0, sizeof(*out));
+	if (size)
+		memset(out, 0, size);
+	return 0;
 }
 
 int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force)

@@ -403,13 +403,16 @@ enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n)
 	return n->mode;
 }
 
-void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifier_stats *out)
+size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifier_stats *out,
+			     size_t size)
 {
-	*out = n->st;
-	out->outstanding = (uint32_t)(n->issued - n->delivered);
-	out->pred_mean_ns = n->pred.mean;
-	out->pred_dev_ns = n->pred.dev;
-	out->pred_q_ns = n->pred.q;
+	struct rk_gpu_notifier_stats st = n->st;
+
+	st.outstanding = (uint32_t)(n->issued - n->delivered);
+	st.pred_mean_ns = n->pred.mean;
+	st.pred_dev_ns = n->pred.dev;
+	st.pred_q_ns = n->pred.q;
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 /* Make @dev current, remembering the previous device in *@old. */

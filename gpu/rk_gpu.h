@@ -216,9 +216,11 @@ RK_EXPORT unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier 
 /** rk_gpu_notifier_mode() - the mode in effect (AUTO may have become WAKE). */
 RK_EXPORT enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n);
 
-/** rk_gpu_notifier_stats() - copy the counters. Loop thread. */
-RK_EXPORT void rk_gpu_notifier_stats(const struct rk_gpu_notifier *n,
-				     struct rk_gpu_notifier_stats *out);
+/** rk_gpu_notifier_stats() - copy the counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written (0 in a build
+ * without CUDA, which zeroes @out). Loop thread. */
+RK_EXPORT size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n,
+				       struct rk_gpu_notifier_stats *out, size_t size);
 
 /**
  * rk_gpu_notifier_destroy() - release the notifier.

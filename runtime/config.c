@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * rankrt configuration: defaults, the RK_* knob table, strict value parsing,
- * the environment and launcher readers, and the address parser.
+ * the environment reader, the rules between knobs and the printer. The
+ * launchers' variables are config_launch.c's, the secret config_secret.c's,
+ * addresses addr.c's.
  *
  * Every knob lives in one designated table (knobs[] below), asserted complete,
  * so setting, printing and the "known variables" list cannot drift apart.
  * Parsing is strict on purpose: a typo in a launch script must fail at start,
  * not run a rank with a silently different wait policy.
  */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -19,19 +20,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <strings.h>
-#include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "config_int.h"
 
 extern char **environ;
 
 #define NS_PER_US	((uint64_t)1000)
 #define NS_PER_MS	((uint64_t)1000000)
-#define FIELD_SIZE(f)	sizeof(((struct rk_config *)0)->f)
-#define U(f)		offsetof(struct rk_config, f), FIELD_SIZE(f)
+/* The tier column and where a knob lives: S() a field of struct rk_config,
+ * T() one of the private struct rk__tuning in its tuning[]. */
+#define S(f)	TIER_STABLE, offsetof(struct rk_config, f), sizeof(((struct rk_config *)0)->f)
+#define T(f)	TIER_TUNING, offsetof(struct rk__tuning, f), sizeof(((struct rk__tuning *)0)->f)
+
+/*
+ * Stable knobs are documented in README "Knobs" and kept from release to
+ * release; tuning knobs (README "Tuning (may change)") may be renamed or go.
+ * Both parse as strictly and are refused by name alike.
+ */
+enum knob_tier {
+	TIER_STABLE,
+	TIER_TUNING,
+};
 
 enum knob_kind {
 	KIND_U64,	/* unsigned integer in the env units, stored times .scale */
@@ -45,7 +56,7 @@ enum knob_kind {
 	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
 	KIND_TRI,	/* auto | on | off */
 	KIND_SECRET,	/* a path: the secret file, read at once into secret[] */
-	KIND_SQPOLL,	/* a boolean into wait.sqpoll, or auto (wait.sqpoll_auto) */
+	KIND_SQPOLL,	/* a boolean into wait.sqpoll, or auto (wait.sqpoll_auto): tuning */
 };
 
 enum knob_id {
@@ -93,7 +104,8 @@ struct knob {
 	const char *env;	/* "RK_SPIN_US" */
 	const char *name;	/* "spin_us" */
 	enum knob_kind kind;
-	size_t off;		/* of the field in struct rk_config */
+	enum knob_tier tier;
+	size_t off;		/* of the field in struct rk_config, or rk__tuning (tuning) */
 	size_t size;		/* of the field (KIND_U64/POW2: 4 or 8) */
 	uint64_t scale;		/* field = value * scale (KIND_U64/POW2) */
 	long long min, max;	/* in the env units (KIND_U64/POW2/INT) */
@@ -101,95 +113,95 @@ struct knob {
 };
 
 static const struct knob knobs[] = {
-	[K_RANK] = { "RK_RANK", "rank", KIND_INT, U(rank), 1, 0, 65535,
+	[K_RANK] = { "RK_RANK", "rank", KIND_INT, S(rank), 1, 0, RK__RANK_MAX,
 		     "this process's rank (0 = leader)" },
-	[K_WORLD_SIZE] = { "RK_WORLD_SIZE", "world_size", KIND_INT, U(world_size), 1, 1, 65536,
-			   "number of ranks" },
-	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, U(leader), 1, 0, 0,
+	[K_WORLD_SIZE] = { "RK_WORLD_SIZE", "world_size", KIND_INT, S(world_size), 1, 1,
+			   RK__WORLD_MAX, "number of ranks" },
+	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, S(leader), 1, 0, 0,
 		       "leader address: host:port, tcp://host:port or roce://host:port?query" },
-	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, U(session_id), 1, 0, 0,
+	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, S(session_id), 1, 0, 0,
 			"job id every rank must agree on (decimal or 0x-hex)" },
-	[K_WAIT] = { "RK_WAIT", "wait", KIND_WAIT, U(wait.mode), 1, 0, 0,
+	[K_WAIT] = { "RK_WAIT", "wait", KIND_WAIT, S(wait.mode), 1, 0, 0,
 		     "wait mode: adaptive, spin or block" },
-	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, U(wait.spin_ns), NS_PER_US,
+	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, S(wait.spin_ns), NS_PER_US,
 			0, 60000000, "busy window after an event, us" },
-	[K_SPIN_YIELD] = { "RK_SPIN_YIELD", "spin_yield", KIND_U64, U(wait.spin_yield), 1,
+	[K_SPIN_YIELD] = { "RK_SPIN_YIELD", "spin_yield", KIND_U64, T(wait.spin_yield), 1,
 			   0, 1000000, "sched_yield() every N empty spin iterations (0 = never)" },
-	[K_PREDICT] = { "RK_PREDICT", "predict", KIND_BOOL, U(wait.predict), 1, 0, 0,
+	[K_PREDICT] = { "RK_PREDICT", "predict", KIND_BOOL, T(wait.predict), 1, 0, 0,
 			"sleep until a source's predicted event less a margin, then spin" },
 	[K_PREDICT_MARGIN_US] = { "RK_PREDICT_MARGIN_US", "predict_margin_us", KIND_U64,
-				  U(wait.predict_margin_ns), NS_PER_US, 0, 1000000,
+				  T(wait.predict_margin_ns), NS_PER_US, 0, 1000000,
 				  "wake this long before a predicted event (plus the measured "
 				  "timer lateness), us" },
 	[K_PREDICT_MIN_US] = { "RK_PREDICT_MIN_US", "predict_min_us", KIND_U64,
-			       U(wait.predict_min_ns), NS_PER_US, 1, 1000000,
+			       T(wait.predict_min_ns), NS_PER_US, 1, 1000000,
 			       "no predictive sleep shorter than this, us" },
-	[K_LEARN] = { "RK_LEARN", "learn", KIND_BOOL, U(wait.learn), 1, 0, 0,
+	[K_LEARN] = { "RK_LEARN", "learn", KIND_BOOL, T(wait.learn), 1, 0, 0,
 		      "links learn their arrival gaps (predictive waits); the spin window "
 		      "shrinks to the gaps seen" },
 	[K_LEARN_SPIN_MIN_US] = { "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", KIND_U64,
-				  U(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
+				  T(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
 				  "floor of the learned spin window, us" },
-	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, U(wait.sqpoll), 1, 0, 0,
+	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, T(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
 		       "holds at least 8 CPUs)" },
-	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, U(wait.sqpoll_cpu), 1,
+	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, T(wait.sqpoll_cpu), 1,
 			   -1, 4095, "CPU of the SQPOLL thread (-1 = not pinned)" },
-	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, U(wait.coop_taskrun),
+	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, T(wait.coop_taskrun),
 			     1, 0, 0, "IORING_SETUP_COOP_TASKRUN|TASKRUN_FLAG" },
 	[K_DEFER_TASKRUN] = { "RK_DEFER_TASKRUN", "defer_taskrun", KIND_BOOL,
-			      U(wait.defer_taskrun), 1, 0, 0,
+			      T(wait.defer_taskrun), 1, 0, 0,
 			      "IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: only the first thread "
 			      "that runs the loop may run it" },
-	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, U(ring_entries), 1,
+	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, T(ring_entries), 1,
 			     8, 32768, "submission queue entries (power of two)" },
-	[K_RX_BUF_SIZE] = { "RK_RX_BUF_SIZE", "rx_buf_size", KIND_U64, U(rx_buf_size), 1,
+	[K_RX_BUF_SIZE] = { "RK_RX_BUF_SIZE", "rx_buf_size", KIND_U64, T(rx_buf_size), 1,
 			    4096, 1 << 20, "provided-buffer size for TCP receive, bytes" },
-	[K_RX_BUF_COUNT] = { "RK_RX_BUF_COUNT", "rx_buf_count", KIND_POW2, U(rx_buf_count), 1,
+	[K_RX_BUF_COUNT] = { "RK_RX_BUF_COUNT", "rx_buf_count", KIND_POW2, T(rx_buf_count), 1,
 			     1, 32768, "provided buffers per loop (power of two)" },
-	[K_MAX_FRAME] = { "RK_MAX_FRAME", "max_frame", KIND_U64, U(max_frame), 1,
+	[K_MAX_FRAME] = { "RK_MAX_FRAME", "max_frame", KIND_U64, S(max_frame), 1,
 			  4096, RK_WIRE_MAX_PAYLOAD, "largest payload accepted, bytes" },
-	[K_TX_LIMIT] = { "RK_TX_LIMIT", "tx_limit", KIND_U64, U(tx_limit), 1,
+	[K_TX_LIMIT] = { "RK_TX_LIMIT", "tx_limit", KIND_U64, S(tx_limit), 1,
 			 64 << 10, 1ll << 40, "unsent bytes per link before RK_ESLOWPEER" },
-	[K_HEARTBEAT_MS] = { "RK_HEARTBEAT_MS", "heartbeat_ms", KIND_U64, U(heartbeat_ns),
+	[K_HEARTBEAT_MS] = { "RK_HEARTBEAT_MS", "heartbeat_ms", KIND_U64, T(heartbeat_ns),
 			     NS_PER_MS, 1, 60000, "heartbeat period, ms" },
 	[K_PEER_TIMEOUT_MS] = { "RK_PEER_TIMEOUT_MS", "peer_timeout_ms", KIND_U64,
-				U(peer_timeout_ns), NS_PER_MS, 10, 3600000,
+				S(peer_timeout_ns), NS_PER_MS, 10, 3600000,
 				"silence that declares a peer dead, ms (> heartbeat)" },
 	[K_CONNECT_TIMEOUT_MS] = { "RK_CONNECT_TIMEOUT_MS", "connect_timeout_ms", KIND_U64,
-				   U(connect_timeout_ns), NS_PER_MS, 1, 3600000,
+				   S(connect_timeout_ns), NS_PER_MS, 1, 3600000,
 				   "bootstrap bound, ms" },
 	[K_HANDSHAKE_MS] = { "RK_HANDSHAKE_MS", "handshake_ms", KIND_U64,
-			     U(handshake_timeout_ns), NS_PER_MS, 1, 600000,
+			     T(handshake_timeout_ns), NS_PER_MS, 1, 600000,
 			     "an accepted socket must HELLO within this, ms" },
-	[K_RESIDENT] = { "RK_RESIDENT", "resident", KIND_TRI, U(resident), 1, 0, 0,
+	[K_RESIDENT] = { "RK_RESIDENT", "resident", KIND_TRI, T(resident), 1, 0, 0,
 			 "resident rounds: auto (where the backend measured better), on, off "
 			 "(the launch path)" },
-	[K_LOG] = { "RK_LOG", "log", KIND_LOG, U(log_level), 1, 0, 0,
+	[K_LOG] = { "RK_LOG", "log", KIND_LOG, S(log_level), 1, 0, 0,
 		    "log threshold: error, warn, info, debug (or 0..3)" },
-	[K_LOG_TIME] = { "RK_LOG_TIME", "log_time", KIND_BOOL, U(log_time), 1, 0, 0,
+	[K_LOG_TIME] = { "RK_LOG_TIME", "log_time", KIND_BOOL, S(log_time), 1, 0, 0,
 			 "start each log line with the UTC time (ISO 8601, microseconds)" },
-	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, U(catch_signals), 1, 0, 0,
+	[K_SIGNALS] = { "RK_SIGNALS", "signals", KIND_BOOL, S(catch_signals), 1, 0, 0,
 			"stop the loop on SIGINT/SIGTERM" },
-	[K_RDMA_DEV] = { "RK_RDMA_DEV", "rdma_dev", KIND_DEVNAME, U(rdma_dev), 1, 0, 0,
+	[K_RDMA_DEV] = { "RK_RDMA_DEV", "rdma_dev", KIND_DEVNAME, S(rdma_dev), 1, 0, 0,
 			 "this rank's RDMA device for roce:// links (default: the address's dev=)" },
-	[K_RDMA_GID] = { "RK_RDMA_GID", "rdma_gid", KIND_INT, U(rdma_gid), 1, 0, 255,
+	[K_RDMA_GID] = { "RK_RDMA_GID", "rdma_gid", KIND_INT, S(rdma_gid), 1, 0, 255,
 			 "this rank's GID index for roce:// links (default: the address's gid=)" },
-	[K_AUTH] = { "RK_AUTH", "auth", KIND_TRI, U(auth), 1, 0, 0,
+	[K_AUTH] = { "RK_AUTH", "auth", KIND_TRI, S(auth), 1, 0, 0,
 		     "peer authentication: auto (with a secret; none allowed on loopback only), "
 		     "on (a secret is required), off (never; warns)" },
-	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, U(secret), 1, 0, 0,
+	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, S(secret), 1, 0, 0,
 			    "file holding the job's shared secret (mode 0600 or stricter, "
 			    ">= 32 bytes)" },
-	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, U(max_pending), 1,
+	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, T(max_pending), 1,
 			    1, 65536, "connections a leader keeps before their handshake" },
 	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
-			       U(refused_log_ns), NS_PER_MS, 1, 3600000,
+			       T(refused_log_ns), NS_PER_MS, 1, 3600000,
 			       "refused connections: at most one log line per this many ms" },
-	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, U(shm), 1, 0, 0,
+	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, S(shm), 1, 0, 0,
 		    "same-host links on shared memory: auto (when both ends share a host), "
 		    "on (required on every link), off (never)" },
-	[K_LANE] = { "RK_LANE", "lane", KIND_BOOL, U(lane), 1, 0, 0,
+	[K_LANE] = { "RK_LANE", "lane", KIND_BOOL, T(lane), 1, 0, 0,
 		     "a same-host follower's threads may send USER frames to the leader "
 		     "without its loop (rk_link_lane_open); 0: every frame goes by the loop" },
 };
@@ -227,8 +239,7 @@ static const char *const level_names[] = {
 	[RK_LOG_DEBUG] = "debug",
 };
 
-static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t errlen,
-							 const char *fmt, ...)
+void rk__seterr(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -241,6 +252,8 @@ static void __attribute__((format(printf, 3, 4))) seterr(char *err, size_t errle
 
 void rk_config_init(struct rk_config *cfg)
 {
+	struct rk__tuning *t = rk__config_tuning(cfg);
+
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->rank = -1;
 	cfg->world_size = 0;
@@ -248,38 +261,59 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->session_id = 0;
 	cfg->wait.mode = RK_WAIT_ADAPTIVE;
 	cfg->wait.spin_ns = RK_DEF_SPIN_US * NS_PER_US;
-	cfg->wait.spin_yield = RK_DEF_SPIN_YIELD;
-	cfg->wait.predict = RK_DEF_PREDICT;
-	cfg->wait.predict_margin_ns = RK_DEF_PREDICT_MARGIN_US * NS_PER_US;
-	cfg->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
-	cfg->wait.learn = RK_DEF_LEARN;
-	cfg->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
-	cfg->wait.sqpoll_auto = false;
-	cfg->wait.sqpoll = false;
-	cfg->wait.sqpoll_cpu = -1;
-	cfg->wait.coop_taskrun = true;
-	cfg->wait.defer_taskrun = false;
-	cfg->ring_entries = RK_DEF_RING_ENTRIES;
-	cfg->rx_buf_size = RK_DEF_RX_BUF_SIZE;
-	cfg->rx_buf_count = RK_DEF_RX_BUF_COUNT;
+	cfg->shm = RK_SHM_AUTO;
 	cfg->max_frame = RK_DEF_MAX_FRAME;
 	cfg->tx_limit = RK_DEF_TX_LIMIT;
-	cfg->heartbeat_ns = RK_DEF_HEARTBEAT_MS * NS_PER_MS;
 	cfg->peer_timeout_ns = RK_DEF_PEER_TIMEOUT_MS * NS_PER_MS;
 	cfg->connect_timeout_ns = RK_DEF_CONNECT_MS * NS_PER_MS;
-	cfg->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
 	cfg->log_level = RK_LOG_WARN;
 	cfg->log_time = false;
 	cfg->catch_signals = false;
 	cfg->rdma_dev[0] = '\0';
 	cfg->rdma_gid = -1;
 	cfg->auth = RK_AUTH_AUTO;
-	cfg->resident = RK_RESIDENT_AUTO;
 	cfg->secret_len = 0;
-	cfg->max_pending = RK_DEF_MAX_PENDING;
-	cfg->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
-	cfg->shm = RK_SHM_AUTO;
-	cfg->lane = true;
+
+	t->magic = RK__TUNING_MAGIC;
+	t->wait.spin_yield = RK_DEF_SPIN_YIELD;
+	t->wait.predict = RK_DEF_PREDICT;
+	t->wait.predict_margin_ns = RK_DEF_PREDICT_MARGIN_US * NS_PER_US;
+	t->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
+	t->wait.learn = RK_DEF_LEARN;
+	t->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
+	t->wait.sqpoll_auto = false;
+	t->wait.sqpoll = false;
+	t->wait.sqpoll_cpu = -1;
+	t->wait.coop_taskrun = true;
+	t->wait.defer_taskrun = false;
+	t->ring_entries = RK_DEF_RING_ENTRIES;
+	t->rx_buf_size = RK_DEF_RX_BUF_SIZE;
+	t->rx_buf_count = RK_DEF_RX_BUF_COUNT;
+	t->heartbeat_ns = RK_DEF_HEARTBEAT_MS * NS_PER_MS;
+	t->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
+	t->max_pending = RK_DEF_MAX_PENDING;
+	t->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
+	t->lane = true;
+	t->resident = RK_RESIDENT_AUTO;
+}
+
+int rk_config_create(struct rk_config **out)
+{
+	struct rk_config *cfg = malloc(sizeof(*cfg));
+
+	if (!cfg)
+		return -ENOMEM;
+	rk_config_init(cfg);
+	*out = cfg;
+	return 0;
+}
+
+void rk_config_destroy(struct rk_config *cfg)
+{
+	if (!cfg)
+		return;
+	rk__secure_zero(cfg, sizeof(*cfg));
+	free(cfg);
 }
 
 const char *rk_wait_mode_name(enum rk_wait_mode mode)
@@ -313,7 +347,7 @@ int rk__parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-static int parse_int(const char *s, long long min, long long max, long long *out)
+int rk__parse_int(const char *s, long long min, long long max, long long *out)
 {
 	bool neg = s && *s == '-';
 	uint64_t mag;
@@ -380,144 +414,6 @@ static bool is_pow2(uint64_t v)
 	return v && !(v & (v - 1));
 }
 
-/* ---- addresses ----------------------------------------------------------- */
-
-/* A host name, an IPv4 address or an IPv6 zone: letters, digits, '-', '.', '_'. */
-static bool name_ok(const char *h, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (!isalnum((unsigned char)h[i]) && h[i] != '-' && h[i] != '.' && h[i] != '_')
-			return false;
-	return n > 0;
-}
-
-/* Between brackets: an IPv6 address with an optional "%zone". */
-static bool host_ok(const char *h, size_t n, bool bracketed)
-{
-	const char *pct = bracketed ? memchr(h, '%', n) : NULL;
-	size_t addr_len = pct ? (size_t)(pct - h) : n;
-	char v6[INET6_ADDRSTRLEN];
-	struct in6_addr a6;
-
-	if (!bracketed)
-		return name_ok(h, n);
-	if (pct && !name_ok(pct + 1, n - addr_len - 1))
-		return false;
-	if (addr_len >= sizeof(v6))
-		return false;
-	memcpy(v6, h, addr_len);
-	v6[addr_len] = '\0';
-	return inet_pton(AF_INET6, v6, &a6) == 1;
-}
-
-int rk__addr_parse(const char *s, struct rk__addr *out)
-{
-	struct rk__addr a;
-	const char *p, *host, *host_end, *port, *q;
-	char portbuf[8];
-	uint64_t v;
-	size_t n, i;
-	bool bracketed;
-
-	if (!s)
-		return -RK_ECONFIG;
-	memset(&a, 0, sizeof(a));
-	p = strstr(s, "://");
-	if (p) {
-		n = (size_t)(p - s);
-		if (n == 0 || n >= sizeof(a.scheme))
-			return -RK_ECONFIG;
-		memcpy(a.scheme, s, n);
-		if (!rk__transport_find(a.scheme))
-			return -RK_ECONFIG;	/* no transport class has this scheme */
-		s = p + 3;
-	} else {
-		strcpy(a.scheme, "tcp");
-	}
-
-	bracketed = *s == '[';
-	if (bracketed) {
-		host = s + 1;
-		host_end = strchr(host, ']');
-		if (!host_end || host_end[1] != ':')
-			return -RK_ECONFIG;
-		port = host_end + 2;
-	} else {
-		host = s;
-		host_end = strchr(host, ':');
-		if (!host_end)
-			return -RK_ECONFIG;
-		port = host_end + 1;
-	}
-	n = (size_t)(host_end - host);
-	if (n == 0 || n >= sizeof(a.host))
-		return -RK_ECONFIG;
-	if (!host_ok(host, n, bracketed))
-		return -RK_ECONFIG;
-	memcpy(a.host, host, n);
-
-	q = strchr(port, '?');
-	n = q ? (size_t)(q - port) : strlen(port);
-	if (n == 0 || n >= sizeof(portbuf))
-		return -RK_ECONFIG;
-	memcpy(portbuf, port, n);
-	portbuf[n] = '\0';
-	if (rk__parse_u64(portbuf, 1, 65535, &v))
-		return -RK_ECONFIG;
-	a.port = (uint16_t)v;
-
-	if (q) {
-		q++;
-		n = strlen(q);
-		if (n == 0 || n >= sizeof(a.query))
-			return -RK_ECONFIG;
-		for (i = 0; i < n; i++)
-			if (!isalnum((unsigned char)q[i]) && !strchr("=&-_.:,", q[i]))
-				return -RK_ECONFIG;
-		memcpy(a.query, q, n);
-	}
-	*out = a;
-	return 0;
-}
-
-int rk__roce_query_parse(const char *query, char *dev, size_t devlen, int *gid)
-{
-	const char *p = query, *amp, *eq;
-	char val[64];
-	uint64_t v;
-	size_t klen, vlen;
-
-	while (p && *p) {
-		amp = strchr(p, '&');
-		eq = strchr(p, '=');
-		if (!eq || (amp && eq > amp))
-			return -RK_ECONFIG;
-		klen = (size_t)(eq - p);
-		vlen = amp ? (size_t)(amp - eq - 1) : strlen(eq + 1);
-		if (vlen == 0 || vlen >= sizeof(val))
-			return -RK_ECONFIG;
-		memcpy(val, eq + 1, vlen);
-		val[vlen] = '\0';
-		if (klen == 3 && !strncmp(p, "dev", 3)) {
-			if (!name_ok(val, vlen) || vlen >= devlen)
-				return -RK_ECONFIG;
-			memcpy(dev, val, vlen + 1);
-		} else if (klen == 3 && !strncmp(p, "gid", 3)) {
-			if (rk__parse_u64(val, 0, 255, &v))
-				return -RK_ECONFIG;
-			*gid = (int)v;
-		} else {
-			return -RK_ECONFIG;
-		}
-		p = amp ? amp + 1 : NULL;
-		if (p && !*p)
-			return -RK_ECONFIG;	/* a trailing '&' */
-	}
-	return 0;
-}
-
 uint64_t rk__fnv1a64(const void *p, size_t n)
 {
 	const unsigned char *b = p;
@@ -528,87 +424,6 @@ uint64_t rk__fnv1a64(const void *p, size_t n)
 		h *= 0x100000001b3ull;
 	}
 	return h;
-}
-
-/* ---- the secret ----------------------------------------------------------- */
-
-int rk_config_set_secret(struct rk_config *cfg, const void *key, size_t len)
-{
-	if (len && (len < RK_SECRET_MIN || len > RK_SECRET_MAX || !key))
-		return -RK_ECONFIG;
-	rk__secure_zero(cfg->secret, sizeof(cfg->secret));
-	if (len)
-		memcpy(cfg->secret, key, len);
-	cfg->secret_len = (uint32_t)len;
-	return 0;
-}
-
-/*
- * Read the secret like ssh reads a private key: a regular file that only its
- * owner may read or write, opened once and checked on the open descriptor (no
- * window between the check and the read). Its bytes are the key, less the
- * line ending an editor or "openssl rand -hex 32 > file" leaves. Errors name
- * the variable and the path, never a byte of the content.
- */
-int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, size_t errlen)
-{
-	uint8_t buf[RK_SECRET_MAX + 3];
-	size_t len = 0;
-	struct stat st;
-	ssize_t n;
-	int fd, ret = -RK_ECONFIG;
-
-	if (!path || !*path) {
-		seterr(err, errlen, "RK_SECRET_FILE='': not a file name");
-		return -RK_ECONFIG;
-	}
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot open it: %s", path,
-		       rk_strerror(-errno));
-		return -RK_ECONFIG;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': not a regular file", path);
-		goto out;
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-		seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': mode %04o lets group or others read or write "
-		       "it: chmod 600 it", path, (unsigned int)(st.st_mode & 07777));
-		goto out;
-	}
-	while (len < sizeof(buf)) {
-		n = read(fd, buf + len, sizeof(buf) - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot read it: %s", path,
-			       rk_strerror(-errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-		len--;
-	if (len > RK_SECRET_MAX) {
-		seterr(err, errlen, "RK_SECRET_FILE='%.200s': longer than %d bytes", path,
-		       RK_SECRET_MAX);
-		goto out;
-	}
-	if (len < RK_SECRET_MIN) {
-		seterr(err, errlen,
-		       "RK_SECRET_FILE='%.200s': holds %zu bytes, a secret needs at least %d "
-		       "(make one with: openssl rand -hex 32)", path, len, RK_SECRET_MIN);
-		goto out;
-	}
-	ret = rk_config_set_secret(cfg, buf, len);
-out:
-	rk__secure_zero(buf, sizeof(buf));
-	close(fd);
-	return ret;
 }
 
 /* ---- the table's accessors ----------------------------------------------- */
@@ -629,11 +444,15 @@ static const struct knob *knob_find(const char *name, size_t len)
 
 static void *field(struct rk_config *cfg, const struct knob *k)
 {
+	if (k->tier == TIER_TUNING)
+		return (char *)rk__config_tuning(cfg) + k->off;
 	return (char *)cfg + k->off;
 }
 
 static const void *cfield(const struct rk_config *cfg, const struct knob *k)
 {
+	if (k->tier == TIER_TUNING)
+		return (const char *)rk__config_ctuning(cfg) + k->off;
 	return (const char *)cfg + k->off;
 }
 
@@ -649,52 +468,55 @@ static void explain(const struct knob *k, const char *value, char *err, size_t e
 {
 	switch (k->kind) {
 	case KIND_U64:
-		seterr(err, errlen, "%s='%.64s': not an unsigned integer in [%lld, %lld]",
-		       k->env, value, k->min, k->max);
+		rk__seterr(err, errlen, "%s='%.64s': not an unsigned integer in [%lld, %lld]",
+			   k->env, value, k->min, k->max);
 		break;
 	case KIND_POW2:
-		seterr(err, errlen, "%s='%.64s': not a power of two in [%lld, %lld]",
-		       k->env, value, k->min, k->max);
+		rk__seterr(err, errlen, "%s='%.64s': not a power of two in [%lld, %lld]",
+			   k->env, value, k->min, k->max);
 		break;
 	case KIND_INT:
-		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]",
-		       k->env, value, k->min, k->max);
+		rk__seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]",
+			   k->env, value, k->min, k->max);
 		break;
 	case KIND_BOOL:
-		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off)",
-		       k->env, value);
+		rk__seterr(err, errlen,
+			   "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off)", k->env,
+			   value);
 		break;
 	case KIND_WAIT:
-		seterr(err, errlen, "%s='%.64s': not one of adaptive, spin, block", k->env, value);
+		rk__seterr(err, errlen, "%s='%.64s': not one of adaptive, spin, block", k->env,
+			   value);
 		break;
 	case KIND_LEADER:
-		seterr(err, errlen,
-		       "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
-		       "shm://host:port, roce://host:port?dev=NAME&gid=N)", k->env, value);
+		rk__seterr(err, errlen,
+			   "%s='%.64s': not an address (host:port, [v6]:port, tcp://host:port, "
+			   "shm://host:port, roce://host:port?dev=NAME&gid=N)", k->env, value);
 		break;
 	case KIND_SESSION:
-		seterr(err, errlen,
-		       "%s='%.64s': not an unsigned 64-bit integer (decimal or 0x-hex)", k->env,
-		       value);
+		rk__seterr(err, errlen,
+			   "%s='%.64s': not an unsigned 64-bit integer (decimal or 0x-hex)", k->env,
+			   value);
 		break;
 	case KIND_LOG:
-		seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
-		       k->env, value);
+		rk__seterr(err, errlen, "%s='%.64s': not one of error, warn, info, debug or 0..3",
+			   k->env, value);
 		break;
 	case KIND_DEVNAME:
-		seterr(err, errlen,
-		       "%s='%.64s': not a device name (letters, digits, '-', '_', '.', < %zu chars)",
-		       k->env, value, k->size);
+		rk__seterr(err, errlen,
+			   "%s='%.64s': not a device name (letters, digits, '-', '_', '.', "
+			   "< %zu chars)", k->env, value, k->size);
 		break;
 	case KIND_TRI:
-		seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
+		rk__seterr(err, errlen, "%s='%.64s': not one of auto, on, off", k->env, value);
 		break;
 	case KIND_SQPOLL:
-		seterr(err, errlen, "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off) "
-		       "or auto", k->env, value);
+		rk__seterr(err, errlen,
+			   "%s='%.64s': not a boolean (1/0, yes/no, true/false, on/off) or auto",
+			   k->env, value);
 		break;
 	case KIND_SECRET:
-		seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
+		rk__seterr(err, errlen, "%s='%.200s': not a readable file", k->env, value);
 		break;
 	}
 }
@@ -721,7 +543,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 			*(uint64_t *)field(cfg, k) = u;
 		return 0;
 	case KIND_INT:
-		if (parse_int(value, k->min, k->max, &i))
+		if (rk__parse_int(value, k->min, k->max, &i))
 			return -RK_ECONFIG;
 		*(int *)field(cfg, k) = (int)i;
 		return 0;
@@ -732,14 +554,14 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		return 0;
 	case KIND_SQPOLL:
 		if (!strcasecmp(value, "auto")) {
-			cfg->wait.sqpoll = false;
-			cfg->wait.sqpoll_auto = true;
+			rk__config_tuning(cfg)->wait.sqpoll = false;
+			rk__config_tuning(cfg)->wait.sqpoll_auto = true;
 			return 0;
 		}
 		if (parse_bool(value, &b))
 			return -RK_ECONFIG;
-		cfg->wait.sqpoll = b;
-		cfg->wait.sqpoll_auto = false;
+		rk__config_tuning(cfg)->wait.sqpoll = b;
+		rk__config_tuning(cfg)->wait.sqpoll_auto = false;
 		return 0;
 	case KIND_WAIT:
 		ret = parse_name(value, wait_names, ARRAY_SIZE(wait_names));
@@ -762,7 +584,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		strcpy(field(cfg, k), value);
 		return 0;
 	case KIND_DEVNAME:
-		if (strlen(value) >= k->size || !name_ok(value, strlen(value)))
+		if (strlen(value) >= k->size || !rk__name_ok(value, strlen(value)))
 			return -RK_ECONFIG;
 		strcpy(field(cfg, k), value);
 		return 0;
@@ -781,7 +603,7 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		return 0;
 	case KIND_LOG:
 		ret = parse_name(value, level_names, ARRAY_SIZE(level_names));
-		if (ret < 0 && !parse_int(value, RK_LOG_ERROR, RK_LOG_DEBUG, &i))
+		if (ret < 0 && !rk__parse_int(value, RK_LOG_ERROR, RK_LOG_DEBUG, &i))
 			ret = (int)i;
 		if (ret < 0)
 			return ret;
@@ -797,7 +619,7 @@ int rk_config_set(struct rk_config *cfg, const char *name, const char *value, ch
 	const struct knob *k = name ? knob_find(name, strlen(name)) : NULL;
 
 	if (!k) {
-		seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
+		rk__seterr(err, errlen, "unknown setting '%.64s'", name ? name : "(null)");
 		return -ENOENT;
 	}
 	if (k->kind == KIND_SECRET)
@@ -813,52 +635,60 @@ int rk_config_set(struct rk_config *cfg, const char *name, const char *value, ch
 
 int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 {
-	uint64_t pool = (uint64_t)c->rx_buf_size * c->rx_buf_count;
+	const struct rk__tuning *t = rk__config_ctuning(c);
+	uint64_t pool = (uint64_t)t->rx_buf_size * t->rx_buf_count;
 	long ncpu;
 
-	if (c->peer_timeout_ns <= c->heartbeat_ns) {
-		seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
-		       ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
-		       c->peer_timeout_ns / NS_PER_MS, c->heartbeat_ns / NS_PER_MS);
+	if (t->magic != RK__TUNING_MAGIC) {
+		rk__seterr(err, errlen, "a config not made by rk_config_init() or "
+			   "rk_config_create() (its tuning knobs are missing)");
+		return -RK_ECONFIG;
+	}
+	if (c->peer_timeout_ns <= t->heartbeat_ns) {
+		rk__seterr(err, errlen, "RK_PEER_TIMEOUT_MS=%" PRIu64
+			   ": must be greater than RK_HEARTBEAT_MS=%" PRIu64,
+			   c->peer_timeout_ns / NS_PER_MS, t->heartbeat_ns / NS_PER_MS);
 		return -RK_ECONFIG;
 	}
 	if (pool > RK_RX_POOL_MAX) {
-		seterr(err, errlen, "RK_RX_BUF_COUNT=%u x RK_RX_BUF_SIZE=%u: a receive pool of %"
-		       PRIu64 " MiB, over the %llu MiB a loop may take", c->rx_buf_count,
-		       c->rx_buf_size, pool >> 20, (unsigned long long)(RK_RX_POOL_MAX >> 20));
+		rk__seterr(err, errlen,
+			   "RK_RX_BUF_COUNT=%u x RK_RX_BUF_SIZE=%u: a receive pool of %" PRIu64
+			   " MiB, over the %llu MiB a loop may take", t->rx_buf_count,
+			   t->rx_buf_size, pool >> 20, (unsigned long long)(RK_RX_POOL_MAX >> 20));
 		return -RK_ECONFIG;
 	}
 	ncpu = sysconf(_SC_NPROCESSORS_CONF);
-	if (c->wait.sqpoll_cpu >= 0 && ncpu > 0 && c->wait.sqpoll_cpu >= ncpu) {
-		seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
-		       c->wait.sqpoll_cpu, ncpu - 1);
+	if (t->wait.sqpoll_cpu >= 0 && ncpu > 0 && t->wait.sqpoll_cpu >= ncpu) {
+		rk__seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
+			   t->wait.sqpoll_cpu, ncpu - 1);
 		return -RK_ECONFIG;
 	}
 	if (c->secret_len && (c->secret_len < RK_SECRET_MIN || c->secret_len > RK_SECRET_MAX)) {
-		seterr(err, errlen, "secret: %u bytes, must be %d to %d", c->secret_len,
-		       RK_SECRET_MIN, RK_SECRET_MAX);
+		rk__seterr(err, errlen, "secret: %u bytes, must be %d to %d", c->secret_len,
+			   RK_SECRET_MIN, RK_SECRET_MAX);
 		return -RK_ECONFIG;
 	}
 	if ((unsigned int)c->auth > RK_AUTH_OFF) {
-		seterr(err, errlen, "RK_AUTH=%d: not one of auto, on, off", (int)c->auth);
+		rk__seterr(err, errlen, "RK_AUTH=%d: not one of auto, on, off", (int)c->auth);
 		return -RK_ECONFIG;
 	}
 	if (c->auth == RK_AUTH_OFF && c->secret_len) {
-		seterr(err, errlen, "RK_AUTH=off, but a secret is set (RK_SECRET_FILE): "
-		       "drop one of them");
+		rk__seterr(err, errlen, "RK_AUTH=off, but a secret is set (RK_SECRET_FILE): "
+			   "drop one of them");
 		return -RK_ECONFIG;
 	}
-	if (c->max_pending < 1) {
-		seterr(err, errlen, "RK_MAX_PENDING=0: a leader must admit at least one connection");
+	if (t->max_pending < 1) {
+		rk__seterr(err, errlen,
+			   "RK_MAX_PENDING=0: a leader must admit at least one connection");
 		return -RK_ECONFIG;
 	}
 	if ((unsigned int)c->shm > RK_SHM_OFF) {
-		seterr(err, errlen, "RK_SHM=%d: not one of auto, on, off", (int)c->shm);
+		rk__seterr(err, errlen, "RK_SHM=%d: not one of auto, on, off", (int)c->shm);
 		return -RK_ECONFIG;
 	}
 	if (c->shm == RK_SHM_OFF && !strncmp(c->leader, "shm://", 6)) {
-		seterr(err, errlen, "RK_SHM=off, but RK_LEADER='%.64s' asks for shared memory: "
-		       "drop one of them", c->leader);
+		rk__seterr(err, errlen, "RK_SHM=off, but RK_LEADER='%.64s' asks for shared memory: "
+			   "drop one of them", c->leader);
 		return -RK_ECONFIG;
 	}
 	return 0;
@@ -866,12 +696,12 @@ int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 
 /* ---- environment --------------------------------------------------------- */
 
-static int check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
-		      size_t errlen)
+int rk__config_check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
+			  size_t errlen)
 {
 	if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
-		seterr(err, errlen, "%s=%d: rank must be below the world size %d", rank_var,
-		       cfg->rank, cfg->world_size);
+		rk__seterr(err, errlen, "%s=%d: rank must be below the world size %d", rank_var,
+			   cfg->rank, cfg->world_size);
 		return -RK_ECONFIG;
 	}
 	return 0;
@@ -883,13 +713,13 @@ static void unknown_var(const char *name, size_t len, char *err, size_t errlen)
 
 	if (!err || !errlen)
 		return;
-	seterr(err, errlen, "unknown variable %.*s (known:", (int)(len > 64 ? 64 : len), name);
-	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
-		n = strlen(err);
-		snprintf(err + n, errlen - n, " %s", knobs[i].env);
-	}
-	n = strlen(err);
-	snprintf(err + n, errlen - n, ")");
+	rk__seterr(err, errlen, "unknown variable %.*s (known:", (int)(len > 64 ? 64 : len), name);
+		   for (i = 0; i < ARRAY_SIZE(knobs); i++) {
+		   n = strlen(err);
+		   snprintf(err + n, errlen - n, " %s", knobs[i].env);
+		   }
+		   n = strlen(err);
+		   snprintf(err + n, errlen - n, ")");
 }
 
 int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
@@ -927,7 +757,7 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 	}
 	if (rk__config_check(&c, err, errlen))
 		goto fail;
-	if (check_rank(&c, "RK_RANK", err, errlen))
+	if (rk__config_check_rank(&c, "RK_RANK", err, errlen))
 		goto fail;
 	*cfg = c;
 	rk__secure_zero(&c, sizeof(c));
@@ -939,162 +769,81 @@ fail:
 	return -RK_ECONFIG;
 }
 
-/* A launcher's integer variable: 0 when absent, 1 when read, -RK_ECONFIG if malformed. */
-static int launcher_int(const char *var, long long min, long long max, int *out, char *err,
-			size_t errlen)
-{
-	const char *s = getenv(var);
-	long long v;
-
-	if (!s)
-		return 0;
-	if (parse_int(s, min, max, &v)) {
-		seterr(err, errlen, "%s='%.64s': not an integer in [%lld, %lld]", var, s, min,
-		       max);
-		return -RK_ECONFIG;
-	}
-	*out = (int)v;
-	return 1;
-}
-
-static int launcher_leader(struct rk_config *c, char *err, size_t errlen)
-{
-	const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-	struct rk__addr addr;
-	uint64_t p;
-	int n;
-
-	if (!host)
-		return 0;
-	if (!port) {
-		seterr(err, errlen, "MASTER_ADDR is set but MASTER_PORT is not");
-		return -RK_ECONFIG;
-	}
-	if (rk__parse_u64(port, 1, 65535, &p)) {
-		seterr(err, errlen, "MASTER_PORT='%.64s': not a port in [1, 65535]", port);
-		return -RK_ECONFIG;
-	}
-	/* a bare IPv6 address needs brackets before the port */
-	if (strchr(host, ':') && host[0] != '[')
-		n = snprintf(c->leader, sizeof(c->leader), "[%s]:%" PRIu64, host, p);
-	else
-		n = snprintf(c->leader, sizeof(c->leader), "%s:%" PRIu64, host, p);
-	if (n < 0 || (size_t)n >= sizeof(c->leader) || rk__addr_parse(c->leader, &addr)) {
-		seterr(err, errlen, "MASTER_ADDR='%.64s': not a host name or address", host);
-		return -RK_ECONFIG;
-	}
-	return 0;
-}
-
-int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen)
-{
-	static const struct {
-		const char *rank, *size;
-	} launchers[] = {
-		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE" },
-		{ "SLURM_PROCID", "SLURM_NTASKS" },
-		{ "RANK", "WORLD_SIZE" },
-	};
-	const struct knob *kr = &knobs[K_RANK], *ks = &knobs[K_WORLD_SIZE];
-	struct rk_config c = *cfg;
-	const char *rank_var = "RK_RANK";
-	size_t i;
-	int ret;
-
-	for (i = 0; i < ARRAY_SIZE(launchers); i++) {
-		if (c.rank < 0) {
-			ret = launcher_int(launchers[i].rank, kr->min, kr->max, &c.rank, err,
-					   errlen);
-			if (ret < 0)
-				return ret;
-			if (ret)
-				rank_var = launchers[i].rank;
-		}
-		if (c.world_size <= 0) {
-			ret = launcher_int(launchers[i].size, ks->min, ks->max, &c.world_size, err,
-					   errlen);
-			if (ret < 0)
-				return ret;
-		}
-	}
-	if (!c.leader[0]) {
-		ret = launcher_leader(&c, err, errlen);
-		if (ret < 0)
-			return ret;
-	}
-	if (check_rank(&c, rank_var, err, errlen))
-		return -RK_ECONFIG;
-	*cfg = c;
-	return 0;
-}
-
 /* ---- printing ------------------------------------------------------------ */
+
+static void knob_print(FILE *out, const struct rk_config *cfg, const struct knob *k)
+{
+	const void *p = cfield(cfg, k);
+	int v;
+
+	switch (k->kind) {
+	case KIND_U64:
+	case KIND_POW2:
+		fprintf(out, "%s=%" PRIu64 "\n", k->env, load_uint(cfg, k) / k->scale);
+		break;
+	case KIND_INT:
+		v = *(const int *)p;
+		if (v < k->min || v > k->max)	/* rank -1, world_size 0: not set */
+			fprintf(out, "# %s unset\n", k->env);
+		else
+			fprintf(out, "%s=%d\n", k->env, v);
+		break;
+	case KIND_BOOL:
+		fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
+		break;
+	case KIND_SQPOLL:
+		if (rk__config_ctuning(cfg)->wait.sqpoll_auto)
+			fprintf(out, "%s=auto\n", k->env);
+		else
+			fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
+		break;
+	case KIND_WAIT:
+		fprintf(out, "%s=%s\n", k->env,
+			rk_wait_mode_name(*(const enum rk_wait_mode *)p));
+		break;
+	case KIND_LEADER:
+	case KIND_DEVNAME:
+		if (*(const char *)p)
+			fprintf(out, "%s=%.*s\n", k->env, (int)k->size, (const char *)p);
+		else
+			fprintf(out, "# %s unset\n", k->env);
+		break;
+	case KIND_SESSION:
+		fprintf(out, "%s=0x%" PRIx64 "\n", k->env, *(const uint64_t *)p);
+		break;
+	case KIND_TRI:
+		v = *(const int *)p;
+		fprintf(out, "%s=%s\n", k->env,
+			v >= 0 && (size_t)v < ARRAY_SIZE(tri_names) ? tri_names[v] : "?");
+		break;
+	case KIND_SECRET:
+		/* the secret itself is never printed, nor where it came from */
+		if (cfg->secret_len)
+			fprintf(out, "# %s: a secret of %u bytes is set\n", k->env,
+				cfg->secret_len);
+		else
+			fprintf(out, "# %s unset\n", k->env);
+		break;
+	case KIND_LOG:
+		v = *(const int *)p;
+		if (v >= 0 && (size_t)v < ARRAY_SIZE(level_names))
+			fprintf(out, "%s=%s\n", k->env, level_names[v]);
+		else
+			fprintf(out, "%s=%d\n", k->env, v);
+		break;
+	}
+}
 
 void rk_config_print(const struct rk_config *cfg, void *f)
 {
 	FILE *out = f;
 	size_t i;
 
-	for (i = 0; i < ARRAY_SIZE(knobs); i++) {
-		const struct knob *k = &knobs[i];
-		const void *p = cfield(cfg, k);
-		int v;
-
-		switch (k->kind) {
-		case KIND_U64:
-		case KIND_POW2:
-			fprintf(out, "%s=%" PRIu64 "\n", k->env, load_uint(cfg, k) / k->scale);
-			break;
-		case KIND_INT:
-			v = *(const int *)p;
-			if (v < k->min || v > k->max)	/* rank -1, world_size 0: not set */
-				fprintf(out, "# %s unset\n", k->env);
-			else
-				fprintf(out, "%s=%d\n", k->env, v);
-			break;
-		case KIND_BOOL:
-			fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
-			break;
-		case KIND_SQPOLL:
-			if (cfg->wait.sqpoll_auto)
-				fprintf(out, "%s=auto\n", k->env);
-			else
-				fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
-			break;
-		case KIND_WAIT:
-			fprintf(out, "%s=%s\n", k->env,
-				rk_wait_mode_name(*(const enum rk_wait_mode *)p));
-			break;
-		case KIND_LEADER:
-		case KIND_DEVNAME:
-			if (*(const char *)p)
-				fprintf(out, "%s=%.*s\n", k->env, (int)k->size, (const char *)p);
-			else
-				fprintf(out, "# %s unset\n", k->env);
-			break;
-		case KIND_SESSION:
-			fprintf(out, "%s=0x%" PRIx64 "\n", k->env, *(const uint64_t *)p);
-			break;
-		case KIND_TRI:
-			v = *(const int *)p;
-			fprintf(out, "%s=%s\n", k->env,
-				v >= 0 && (size_t)v < ARRAY_SIZE(tri_names) ? tri_names[v] : "?");
-			break;
-		case KIND_SECRET:
-			/* the secret itself is never printed, nor where it came from */
-			if (cfg->secret_len)
-				fprintf(out, "# %s: a secret of %u bytes is set\n", k->env,
-					cfg->secret_len);
-			else
-				fprintf(out, "# %s unset\n", k->env);
-			break;
-		case KIND_LOG:
-			v = *(const int *)p;
-			if (v >= 0 && (size_t)v < ARRAY_SIZE(level_names))
-				fprintf(out, "%s=%s\n", k->env, level_names[v]);
-			else
-				fprintf(out, "%s=%d\n", k->env, v);
-			break;
-		}
-	}
+	for (i = 0; i < ARRAY_SIZE(knobs); i++)
+		if (knobs[i].tier == TIER_STABLE)
+			knob_print(out, cfg, &knobs[i]);
+	fprintf(out, "# tuning (may change)\n");
+	for (i = 0; i < ARRAY_SIZE(knobs); i++)
+		if (knobs[i].tier == TIER_TUNING)
+			knob_print(out, cfg, &knobs[i]);
 }

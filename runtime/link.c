@@ -326,9 +326,9 @@ bool rk_link_up(const struct rk_link *l)
 	return l->state == RK_LINK_UP && !l->close_after_flush;
 }
 
-void rk_link_stats(const struct rk_link *l, struct rk_link_stats *out)
+size_t rk_link_stats(const struct rk_link *l, struct rk_link_stats *out, size_t size)
 {
-	*out = l->stats;
+	return rk__stats_copy(out, size, &l->stats, sizeof(l->stats));
 }
 
 const char *rk_link_transport(const struct rk_link *l)

@@ -197,9 +197,10 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		loop->cfg = *cfg;
 	else
 		rk_config_init(&loop->cfg);
-	if (loop->cfg.wait.sqpoll_auto)
-		rk__ring_sqpoll_auto(&loop->cfg.wait, loop->cfg.rank);
-	rk__wait_init(&loop->wait, &loop->cfg.wait, &loop->stats);
+	if (rk__config_tuning(&loop->cfg)->wait.sqpoll_auto)
+		rk__ring_sqpoll_auto(&loop->cfg);
+	rk__wait_init(&loop->wait, &loop->cfg.wait, &rk__config_tuning(&loop->cfg)->wait,
+		      &loop->stats);
 #ifdef RK_WAIT_ABLATION
 	ablate(loop);
 #endif
@@ -215,12 +216,12 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		ret = -errno;
 		goto err_free;
 	}
-	ret = rk__ring_setup(&loop->ring, &loop->cfg.wait, loop->cfg.ring_entries, loop->cfg.rank,
-			     &loop->bind);
+	ret = rk__ring_setup(&loop->ring, &loop->cfg, &loop->bind);
 	if (ret < 0)
 		goto err_close_wake;
-	ret = rk__bufring_setup(&loop->ring, &loop->bufring, loop->cfg.rx_buf_size,
-				loop->cfg.rx_buf_count);
+	ret = rk__bufring_setup(&loop->ring, &loop->bufring,
+				rk__config_tuning(&loop->cfg)->rx_buf_size,
+				rk__config_tuning(&loop->cfg)->rx_buf_count);
 	if (ret < 0 && ret != -EINVAL && ret != -EOPNOTSUPP && ret != -ENOMEM)
 		rk__info(loop->cfg.rank, "io_uring: no provided-buffer ring (%s)", rk_strerror(ret));
 	if (loop->cfg.catch_signals) {
@@ -463,7 +464,7 @@ static void loop_park(struct rk_loop *loop, uint64_t timeout_ns, enum rk__park h
 /* One empty spin iteration: submit, let the kernel post deferred completions, pause. */
 static void loop_spin(struct rk_loop *loop, enum rk__spin_why why)
 {
-	const struct rk_wait_policy *w = &loop->cfg.wait;
+	const struct rk__wait_tuning *w = &rk__config_tuning(&loop->cfg)->wait;
 
 	loop->spin_why = why;
 	if (io_uring_sq_ready(&loop->ring))
@@ -747,11 +748,13 @@ uint64_t rk_loop_now(const struct rk_loop *loop)
 	return loop->now;
 }
 
-void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out)
+size_t rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out, size_t size)
 {
-	*out = loop->stats;
-	out->predict_margin_ns = rk__wait_margin(&loop->wait);
-	out->spin_window_ns = rk__wait_window(&loop->wait, loop->last_busy, loop->busy_src);
+	struct rk_loop_stats st = loop->stats;
+
+	st.predict_margin_ns = rk__wait_margin(&loop->wait);
+	st.spin_window_ns = rk__wait_window(&loop->wait, loop->last_busy, loop->busy_src);
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 void rk_wait_policy_init(struct rk_wait_policy *w)
@@ -766,12 +769,6 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 {
 	loop->cfg.wait.mode = w->mode;
 	loop->cfg.wait.spin_ns = w->spin_ns;
-	loop->cfg.wait.spin_yield = w->spin_yield;
-	loop->cfg.wait.predict = w->predict;
-	loop->cfg.wait.predict_margin_ns = w->predict_margin_ns;
-	loop->cfg.wait.predict_min_ns = w->predict_min_ns ? w->predict_min_ns : 1000;
-	loop->cfg.wait.learn = w->learn;
-	loop->cfg.wait.learn_spin_min_ns = w->learn_spin_min_ns;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

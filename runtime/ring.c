@@ -20,14 +20,16 @@
 /* ---- the ring ------------------------------------------------------------------- */
 
 /*
- * The ring's setup parameters for @w: task work deferred to the one issuer's
+ * The ring's setup parameters for @cfg: task work deferred to the one issuer's
  * waits (@defer), else with or without COOP_TASKRUN (@coop). A deferring ring
  * starts disabled, so that the thread that runs the loop, not the one that
  * creates it, becomes its issuer (rk__ring_enable(), from loop.c's loop_bind()).
  */
-static void ring_params(const struct rk_wait_policy *w, bool defer, bool coop,
+static void ring_params(const struct rk_config *cfg, bool defer, bool coop,
 			struct io_uring_params *p)
 {
+	const struct rk__wait_tuning *w = &rk__config_ctuning(cfg)->wait;
+
 	memset(p, 0, sizeof(*p));
 	if (defer)
 		p->flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
@@ -35,7 +37,7 @@ static void ring_params(const struct rk_wait_policy *w, bool defer, bool coop,
 	else if (coop)
 		p->flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
 	if (w->sqpoll) {
-		uint64_t idle_ms = w->spin_ns / 1000000;
+		uint64_t idle_ms = cfg->wait.spin_ns / 1000000;
 
 		p->flags |= IORING_SETUP_SQPOLL;
 		p->sq_thread_idle = (unsigned int)(idle_ms ? idle_ms : 1);
@@ -46,15 +48,17 @@ static void ring_params(const struct rk_wait_policy *w, bool defer, bool coop,
 	}
 }
 
-int rk__ring_setup(struct io_uring *ring, struct rk_wait_policy *w, unsigned int entries,
-		   int rank, bool *bind)
+int rk__ring_setup(struct io_uring *ring, struct rk_config *cfg, bool *bind)
 {
+	struct rk__wait_tuning *w = &rk__config_tuning(cfg)->wait;
+	unsigned int entries = rk__config_tuning(cfg)->ring_entries;
+	int rank = cfg->rank;
 	struct io_uring_params p;
 	int ret;
 
 	*bind = false;
 	if (w->defer_taskrun) {
-		ring_params(w, true, false, &p);
+		ring_params(cfg, true, false, &p);
 		ret = io_uring_queue_init_params(entries, ring, &p);
 		if (ret != -EINVAL) {
 			*bind = ret == 0;
@@ -66,7 +70,7 @@ int rk__ring_setup(struct io_uring *ring, struct rk_wait_policy *w, unsigned int
 			 w->sqpoll ? " with SQPOLL" : "");
 		w->defer_taskrun = false;
 	}
-	ring_params(w, false, w->coop_taskrun, &p);
+	ring_params(cfg, false, w->coop_taskrun, &p);
 	ret = io_uring_queue_init_params(entries, ring, &p);
 	if (ret == -EINVAL && w->coop_taskrun) {
 		/*
@@ -77,7 +81,7 @@ int rk__ring_setup(struct io_uring *ring, struct rk_wait_policy *w, unsigned int
 		 */
 		rk__info(rank, "io_uring: COOP_TASKRUN refused%s, continuing without",
 			 w->sqpoll ? " with SQPOLL" : "");
-		ring_params(w, false, false, &p);
+		ring_params(cfg, false, false, &p);
 		ret = io_uring_queue_init_params(entries, ring, &p);
 	}
 	return ret;
@@ -88,15 +92,16 @@ int rk__ring_setup(struct io_uring *ring, struct rk_wait_policy *w, unsigned int
  * are cores to spare (ARCHITECTURE.md): on with RK_SQPOLL_AUTO_CPUS or more
  * CPUs in this thread's affinity mask, off below (2 vCPUs: it starves the ranks).
  */
-void rk__ring_sqpoll_auto(struct rk_wait_policy *w, int rank)
+void rk__ring_sqpoll_auto(struct rk_config *cfg)
 {
+	struct rk__wait_tuning *w = &rk__config_tuning(cfg)->wait;
 	cpu_set_t set;
 	int n = 0;
 
 	if (!sched_getaffinity(0, sizeof(set), &set))
 		n = CPU_COUNT(&set);
 	w->sqpoll = n >= RK_SQPOLL_AUTO_CPUS;
-	rk__info(rank, "RK_SQPOLL=auto: %d CPUs in the affinity mask: SQPOLL %s", n,
+	rk__info(cfg->rank, "RK_SQPOLL=auto: %d CPUs in the affinity mask: SQPOLL %s", n,
 		 w->sqpoll ? "on" : "off");
 }
 

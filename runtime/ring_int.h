@@ -10,18 +10,17 @@
 #include "runtime_int.h"
 
 /*
- * RK_SQPOLL=auto: decide @w->sqpoll from this thread's affinity mask (one
- * log line as rank @rank).
+ * RK_SQPOLL=auto: decide @cfg's RK_SQPOLL from this thread's affinity mask
+ * (one log line as @cfg's rank).
  */
-void rk__ring_sqpoll_auto(struct rk_wait_policy *w, int rank);
+void rk__ring_sqpoll_auto(struct rk_config *cfg);
 /*
- * Make @ring of @entries with the flags @w asks for, the ones this kernel
- * refuses left out (one log line each, and @w says what was made).
- * *@bind: a SINGLE_ISSUER ring, created disabled (rk__ring_enable()).
- * Return: 0 or io_uring_setup's -errno.
+ * Make @ring of RK_RING_ENTRIES with the flags @cfg's tuning asks for, the
+ * ones this kernel refuses left out (one log line each, and @cfg then says
+ * what was made). *@bind: a SINGLE_ISSUER ring, created disabled
+ * (rk__ring_enable()). Return: 0 or io_uring_setup's -errno.
  */
-int rk__ring_setup(struct io_uring *ring, struct rk_wait_policy *w, unsigned int entries,
-		   int rank, bool *bind);
+int rk__ring_setup(struct io_uring *ring, struct rk_config *cfg, bool *bind);
 /* Enable a ring rk__ring_setup() made disabled, for the calling thread. 0 or -errno. */
 int rk__ring_enable(struct io_uring *ring);
 /*

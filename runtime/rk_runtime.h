@@ -37,7 +37,10 @@
  * A zeroed struct is not a default one: initialise every struct the caller
  * fills with its init function (rk_config_init(), rk_wait_policy_init(),
  * rk_timer_init(), rk_post_init(), rk_source_init(), rk_fd_watch_init()).
- * Each struct says what a zeroed one gets wrong. Stats structs are output only;
+ * Each struct says what a zeroed one gets wrong. Stats structs are output only,
+ * and every stats getter takes the caller's sizeof(*out): a later release
+ * adds counters at a struct's end only, and a caller built against either
+ * gets the counters both know (the rest zeroed), so no binding guesses a size;
  * ops tables (rk_source_ops, rk_world_ops) are const tables in which a NULL
  * member means "none", so a zeroed member is right.
  */
@@ -69,18 +72,6 @@ enum rk_auth_mode {
 	RK_AUTH_OFF = 2,	/* never (anyone who reaches the port can join; logs a warning) */
 };
 
-/*
- * Resident rounds (RK_RESIDENT): the scheduler publishes each round in a
- * mapped epoch region and a backend's pre-armed consumer takes it from there
- * (rk_sched.h, "Round epochs"), instead of being launched.
- */
-enum rk_resident_mode {
-	RK_RESIDENT_AUTO = 0,	/* the region is published; each backend uses it where it
-				 * measured better (README "Knobs") */
-	RK_RESIDENT_ON = 1,	/* every backend that can uses it */
-	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
-};
-
 /* Whether links between ranks of one host use shared memory (README "Same-host links"). */
 enum rk_shm_mode {
 	RK_SHM_AUTO = 0,	/* a link whose ends share a host moves to shared memory */
@@ -95,59 +86,39 @@ enum rk_wait_mode {
 };
 
 /*
- * The wait policy. After every busy event the loop spins for spin_ns (peeking
- * at the completion queue and polling every source, with a pause instruction),
- * then blocks until the next event or timer. See ARCHITECTURE.md for
- * the measurements behind the defaults. Zeroed, it gets spin_ns (no busy
- * window), spin_yield, predict, the margins and coop_taskrun wrong, and
- * sqpoll_cpu 0 pins the SQPOLL thread to CPU 0: start from rk_wait_policy_init()
- * (or a loop's rk_loop_config()->wait).
+ * The wait policy's stable part. After every busy event the loop spins for
+ * spin_ns (peeking at the completion queue and polling every source, with a
+ * pause instruction), then blocks until the next event or timer; adaptive
+ * mode also sleeps until shortly before an event a source predicts. How it
+ * predicts and learns is the tuning tier's (README "Tuning (may change)"),
+ * set by name with rk_config_set(), not here. Zeroed, spin_ns is 0 (no busy
+ * window): start from rk_wait_policy_init() (or a loop's
+ * rk_loop_config()->wait).
  */
 struct rk_wait_policy {
 	enum rk_wait_mode mode;		/* RK_WAIT */
 	uint64_t spin_ns;		/* RK_SPIN_US: busy window */
-	uint32_t spin_yield;		/* RK_SPIN_YIELD: sched_yield() every N empty spin
-					 * iterations, 0 = never (for more threads than cores) */
-	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread, idle = spin window */
-	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
-	bool coop_taskrun;		/* RK_COOP_TASKRUN: COOP_TASKRUN|TASKRUN_FLAG ring flags */
-	/*
-	 * Predictive waits (adaptive mode): when a source's expect()
-	 * names the time of its next event, the loop sleeps until that time less
-	 * a margin (a timed wait: any other event still wakes it at once), then
-	 * spins for the rest instead of spinning all the way. The margin in use is
-	 * predict_margin_ns plus the measured lateness of the loop's timed wakes.
-	 */
-	bool predict;			/* RK_PREDICT: honour sources' expect() */
-	uint64_t predict_margin_ns;	/* RK_PREDICT_MARGIN_US: base wake margin */
-	uint64_t predict_min_ns;	/* RK_PREDICT_MIN_US: no predictive sleep shorter */
-	/*
-	 * Learned waits (adaptive mode, with predict): every link learns the
-	 * gaps between its bursts of busy frames and predicts the next one like
-	 * a source's expect(); and once the loop has seen enough gaps between
-	 * busy events, the spin window after the last one is cut to 4 times a
-	 * high quantile (~99th percentile) of them, but never below
-	 * learn_spin_min_ns (nor above spin_ns): an idle episode after traffic
-	 * whose gaps were short costs that floor of spinning, not spin_ns.
-	 * After a predictive sleep that ended early as meant, while a link reads
-	 * its TCP socket directly, the loop runs the kernel's TCP path once on a
-	 * loopback pair of its own (two descriptors), so that path is in the
-	 * caches again when the predicted frame comes (rk_loop_stats.prewarms).
-	 */
-	bool learn;			/* RK_LEARN */
-	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
-	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create()
-					 * from the affinity mask (rk_loop_config() shows it) */
-	bool defer_taskrun;		/* RK_DEFER_TASKRUN: SINGLE_ISSUER|DEFER_TASKRUN ring
-					 * bound to the first thread that runs the loop
-					 * (rk_loop_run()); false in rk_loop_config() when
-					 * the kernel refused it */
 };
 
+/* Words of struct rk_config's private tuning storage. */
+#define RK_CONFIG_TUNING_WORDS	64
+
 /*
- * Zeroed, nearly every field is wrong (rank 0 instead of "not set", no ring
- * entries, no receive buffers, max_frame 0, no heartbeat or timeouts, rdma_gid
- * 0 instead of "not set"): always start from rk_config_init().
+ * The stable knobs (README "Knobs"), one field each, and the tuning tier's
+ * storage. Copy a config by assignment; it holds no pointer and needs no
+ * fini (rk_config_destroy() is for one from rk_config_create()).
+ *
+ * The tuning tier (README "Tuning (may change)": RK_SPIN_YIELD, RK_PREDICT,
+ * RK_RING_ENTRIES, RK_HEARTBEAT_MS, ...) has no fields: set and read those
+ * knobs by name (rk_config_set(), rk_config_from_env(), rk_config_print()).
+ * tuning[] holds them in a layout of the library's own, which may change in
+ * any release; never read or write it.
+ *
+ * Zeroed, nearly every field is wrong (rank 0 instead of "not set",
+ * max_frame 0, no timeouts, rdma_gid 0 instead of "not set") and the tuning
+ * tier is missing (rk_loop_create() refuses such a config): always start
+ * from rk_config_init(). A binding that cannot see this layout takes one
+ * from rk_config_create() and sets every knob by name.
  */
 struct rk_config {
 	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
@@ -158,22 +129,18 @@ struct rk_config {
 					 * or "roce://host:port?dev=rxe0&gid=1" */
 	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
-	struct rk_wait_policy wait;
+	struct rk_wait_policy wait;	/* RK_WAIT, RK_SPIN_US */
 
-	/* the loop */
-	unsigned int ring_entries;	/* RK_RING_ENTRIES */
-	unsigned int rx_buf_size;	/* RK_RX_BUF_SIZE: provided-buffer size for TCP receive */
-	unsigned int rx_buf_count;	/* RK_RX_BUF_COUNT: provided buffers per loop */
+	/* same-host links: after the handshake, two ranks that find they share a
+	 * host (boot id, network and pid namespace) move their tcp:// link to
+	 * shared-memory rings; the socket stays to notice a dead peer */
+	enum rk_shm_mode shm;		/* RK_SHM */
 
 	/* links */
 	uint32_t max_frame;		/* RK_MAX_FRAME: largest payload accepted */
 	uint64_t tx_limit;		/* RK_TX_LIMIT: unsent bytes per link before RK_ESLOWPEER */
-	uint64_t heartbeat_ns;		/* RK_HEARTBEAT_MS */
 	uint64_t peer_timeout_ns;	/* RK_PEER_TIMEOUT_MS: silence that declares a peer dead */
 	uint64_t connect_timeout_ns;	/* RK_CONNECT_TIMEOUT_MS: bootstrap bound */
-	uint64_t handshake_timeout_ns;	/* RK_HANDSHAKE_MS: an accepted socket must HELLO by then */
-
-	enum rk_resident_mode resident;	/* RK_RESIDENT: round epochs for resident consumers */
 
 	int log_level;			/* RK_LOG: error=0 warn=1 info=2 debug=3 */
 	bool log_time;			/* RK_LOG_TIME: each line starts with the UTC time */
@@ -196,31 +163,35 @@ struct rk_config {
 	uint32_t secret_len;		/* bytes of secret[] in use, 0 = none */
 	uint8_t secret[RK_SECRET_MAX];
 
-	/* strangers on the leader's port */
-	unsigned int max_pending;	/* RK_MAX_PENDING: accepted, not yet handshaken; when
-					 * full, the oldest is dropped for a new connection */
-	uint64_t refused_log_ns;	/* RK_REFUSED_LOG_MS: refused connections log one line,
-					 * then one summary of counts per this interval */
-
-	/* same-host links: after the handshake, two ranks that find they share a
-	 * host (boot id, network and pid namespace) move their tcp:// link to
-	 * shared-memory rings; the socket stays to notice a dead peer */
-	enum rk_shm_mode shm;		/* RK_SHM */
-	/* a follower's lane on such a link (rk_link_lane_open()): its worker
-	 * threads send USER frames to the leader without the loop */
-	bool lane;			/* RK_LANE */
+	/* private: the tuning tier, by name only (above) */
+	uint64_t tuning[RK_CONFIG_TUNING_WORDS];
 };
 
 /**
- * rk_config_init() - fill @cfg with the defaults (no environment read).
- * Any thread; never fails.
+ * rk_config_init() - fill @cfg with the defaults, the tuning tier's too (no
+ * environment read). Any thread; never fails.
  */
 RK_EXPORT void rk_config_init(struct rk_config *cfg);
 
 /**
- * rk_config_set() - set one knob by its environment name ("RK_SPIN_US") or
- * its short name ("spin_us"), parsing @value strictly (whole string, range
- * checked, units as the name says).
+ * rk_config_create() - allocate a config filled with the defaults (as
+ * rk_config_init()), for a caller that does not know sizeof(struct
+ * rk_config) (a binding through a foreign-function interface): set its knobs
+ * with rk_config_set(), pass it to rk_loop_create(), free it with
+ * rk_config_destroy(). Return: 0 and *@out, or -ENOMEM. Any thread.
+ */
+RK_EXPORT int rk_config_create(struct rk_config **out);
+
+/**
+ * rk_config_destroy() - wipe the secret @cfg holds and free it; @cfg must
+ * come from rk_config_create(). NULL is a no-op. Any thread.
+ */
+RK_EXPORT void rk_config_destroy(struct rk_config *cfg);
+
+/**
+ * rk_config_set() - set one knob, stable or tuning tier, by its environment
+ * name ("RK_SPIN_US") or its short name ("spin_us"), parsing @value strictly
+ * (whole string, range checked, units as the name says).
  * @err: optional buffer that receives "RK_SPIN_US='abc': not a number" on error.
  * Return: 0, -RK_ECONFIG for a malformed value, -ENOENT for an unknown name.
  */
@@ -262,8 +233,9 @@ RK_EXPORT int rk_config_set_secret(struct rk_config *cfg, const void *key, size_
 RK_EXPORT int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err,
 				    size_t errlen);
 
-/** rk_config_print() - write every knob with its value to @f (a FILE *); the secret
- * is shown only as "set, N bytes". */
+/** rk_config_print() - write every knob with its value to @f (a FILE *), the
+ * stable ones first, then the tuning tier after a "# tuning (may change)"
+ * line; the secret is shown only as "set, N bytes". */
 RK_EXPORT void rk_config_print(const struct rk_config *cfg, void *f);
 
 /** rk_wait_mode_name() - "adaptive", "spin", "block". */
@@ -315,7 +287,7 @@ struct rk_loop_stats {
 	uint64_t predict_cut;		/* ...ended earlier by another event */
 	uint64_t ns_oversleep;		/* sum of how late the timed wakes came */
 	uint64_t predict_margin_ns;	/* the margin in use now (base + measured) */
-	/* learned waits (rk_wait_policy.learn) */
+	/* learned waits (RK_LEARN) */
 	uint64_t learn_waits;		/* predictive sleeps for a link's learned gaps */
 	uint64_t learn_holds;		/* ...cut by other busy work: that link held off */
 	uint64_t window_cuts;		/* spin windows ended early by the learned window */
@@ -338,7 +310,9 @@ struct rk_loop_stats {
  * rk_loop_create() - create a loop (one io_uring, an eventfd for wakes, a
  * provided-buffer ring for TCP receive when the kernel has it).
  * @cfg: the configuration, copied; NULL = defaults.
- * Return: 0 and *@out, or -errno (-ENOMEM, io_uring_setup's error).
+ * Return: 0 and *@out; -RK_ECONFIG (@cfg breaks a rule between knobs, as
+ * rk_config_from_env() checks them, or no rk_config_init() filled it); or
+ * -errno (-ENOMEM, io_uring_setup's error).
  * Any thread; the loop then belongs to the thread that runs it.
  */
 RK_EXPORT int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out);
@@ -366,7 +340,7 @@ enum rk_run_mode {
  * it too, after its iteration), -EBUSY (nothing run) when called from
  * inside one of this loop's callbacks: it does not nest, or -EEXIST (nothing
  * run) on a thread other than the first that ran a loop created with
- * wait.defer_taskrun (RK_DEFER_TASKRUN=1: its ring takes one thread's
+ * RK_DEFER_TASKRUN=1 (its ring takes one thread's
  * submissions and waits only; tear its links and world down there too). A
  * failed ring wait is not returned: it is logged, counts as an empty wait, and
  * the next iteration decides again. Loop thread.
@@ -391,16 +365,22 @@ RK_EXPORT void rk_loop_wake(struct rk_loop *loop);
  * spinning empty, every fourth: rk_loop_now.3). */
 RK_EXPORT uint64_t rk_loop_now(const struct rk_loop *loop);
 
-/** rk_loop_stats() - copy the counters. Loop thread (or after the loop thread joined). */
-RK_EXPORT void rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out);
+/**
+ * rk_loop_stats() - copy the counters into @out, a struct rk_loop_stats of
+ * @size bytes (pass sizeof(*out)): the library writes min(@size, its own
+ * size) bytes of counters and zeroes the rest of @out. Return: the bytes of
+ * counters written. Loop thread (or after the loop thread joined).
+ */
+RK_EXPORT size_t rk_loop_stats(const struct rk_loop *loop, struct rk_loop_stats *out,
+			       size_t size);
 
 /** rk_wait_policy_init() - fill @w with the defaults (rk_config_init()'s). Any thread. */
 RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 
 /**
- * rk_loop_set_wait() - change the wait mode and windows of a running loop
- * (mode, spin_ns, spin_yield, the predictive and learned waits; ring flags such as sqpoll and
- * coop_taskrun and defer_taskrun are fixed at creation and are ignored here). Loop thread.
+ * rk_loop_set_wait() - change the wait mode and the busy window of a running
+ * loop (@w's mode and spin_ns). The tuning tier (RK_PREDICT, RK_LEARN, ring
+ * flags such as RK_SQPOLL) stays as the loop was created with. Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
 
@@ -518,7 +498,7 @@ enum rk_verdict {
  *   source's arm() may return 0 without arming anything; once the prediction
  *   is overdue it must return 0 from expect() and really arm (or answer > 0).
  *   Rely on that only while rk_loop_predicts() is true (RK_PREDICT may be off,
- *   or switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
+ *   or the mode switched by rk_loop_set_wait()). Cheap and syscall-free like poll().
  * - verdict(): optional: how a predictive sleep ended (adaptive mode, with
  *   RK_PREDICT), told after the first iteration that follows it polled the
  *   sources: RK_VERDICT_EARLY, _CUT or _LATE to the source whose expect()
@@ -669,8 +649,10 @@ RK_EXPORT int rk_link_commit(struct rk_link *link, unsigned int type, unsigned i
 RK_EXPORT int rk_link_peer(const struct rk_link *link);
 /** rk_link_up() - true once the handshake completed and until the link fails. */
 RK_EXPORT bool rk_link_up(const struct rk_link *link);
-/** rk_link_stats() - copy the link's counters. Loop thread. */
-RK_EXPORT void rk_link_stats(const struct rk_link *link, struct rk_link_stats *out);
+/** rk_link_stats() - copy the link's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. Loop thread. */
+RK_EXPORT size_t rk_link_stats(const struct rk_link *link, struct rk_link_stats *out,
+			       size_t size);
 /** rk_link_transport() - "tcp", "shm" (a link on shared memory) or "roce". */
 RK_EXPORT const char *rk_link_transport(const struct rk_link *link);
 
@@ -730,8 +712,10 @@ RK_EXPORT int rk_lane_commit(struct rk_lane *lane, unsigned int type, unsigned i
 			     uint32_t len);
 /** rk_lane_max() - the largest payload a lane frame may have, bytes. Any thread. */
 RK_EXPORT uint32_t rk_lane_max(const struct rk_lane *lane);
-/** rk_lane_stats() - copy the lane's counters. The lane's thread. */
-RK_EXPORT void rk_lane_stats(const struct rk_lane *lane, struct rk_lane_stats *out);
+/** rk_lane_stats() - copy the lane's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. The lane's thread. */
+RK_EXPORT size_t rk_lane_stats(const struct rk_lane *lane, struct rk_lane_stats *out,
+			       size_t size);
 /**
  * rk_lane_close() - let the lane go (NULL: nothing). Any thread, once no
  * other call on the lane runs; the link may be gone already. Its frames
@@ -867,8 +851,10 @@ struct rk_world_stats {
 					 * the link stayed on TCP (logged once per world) */
 };
 
-/** rk_world_stats() - copy the world's counters. Loop thread. */
-RK_EXPORT void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out);
+/** rk_world_stats() - copy the world's counters into @out of @size bytes (sizeof(*out)), as
+ * rk_loop_stats() does. Return: the bytes of counters written. Loop thread. */
+RK_EXPORT size_t rk_world_stats(const struct rk_world *w, struct rk_world_stats *out,
+				size_t size);
 
 /**
  * rk_world_destroy() - send BYE on every link, flush briefly (bounded by

@@ -162,9 +162,20 @@ struct rk_backend_ops {
  * consumer already ran (and not run it again), and the backend takes
  * rk_sched_epoch() no earlier than its first launch(). Without the flag a
  * follower keeps a region of its own, published as its loop receives each
- * ROUND (what a GPU consumer registered at creation needs).
+ * ROUND (what a GPU consumer registered at creation needs). Implies
+ * RK_BACKEND_RESIDENT.
  */
 #define RK_BACKEND_SHARED_EPOCH	0x1u
+
+/*
+ * The backend has resident consumers: something of its own (a worker thread,
+ * a GPU stream pre-armed with a wait) may take a round from rk_sched_epoch()'s
+ * region instead of being launched. Only for such a backend does the
+ * scheduler keep a region and publish its rounds, as RK_RESIDENT chooses
+ * (rk_sched_config.resident); for any other, whatever RK_RESIDENT says, it
+ * makes no region, publishes nothing and rk_sched_epoch() is NULL.
+ */
+#define RK_BACKEND_RESIDENT	0x2u
 
 /*
  * A follower's launch() may return this instead of 0: the round runs without
@@ -214,6 +225,19 @@ typedef void (*rk_sched_trace_fn)(void *arg, uint64_t round_id, enum rk_sched_ev
 				  uint64_t t_ns);
 
 /*
+ * Resident rounds (RK_RESIDENT): the scheduler publishes each round in a
+ * mapped epoch region and a backend's pre-armed consumer takes it from there
+ * ("Round epochs" below), instead of being launched.
+ */
+enum rk_resident_mode {
+	RK_RESIDENT_AUTO = 0,	/* the region is published; each backend uses it where it
+				 * measured better (README "Tuning (may change)") */
+	RK_RESIDENT_ON = 1,	/* every backend that can uses it */
+	RK_RESIDENT_OFF = 2,	/* no region: the launch path only */
+};
+/* Only a backend flagged RK_BACKEND_RESIDENT has resident rounds (none: off). */
+
+/*
  * Scheduler settings. Every field's "none" or default is 0, so a zeroed config
  * is the defaults; rk_sched_config_init() writes them out all the same.
  */
@@ -227,6 +251,13 @@ struct rk_sched_config {
 	void *trace_arg;
 	uint32_t vocab;			/* tokens are < vocab: rk_sched_submit() checks the
 					 * prompt and stop_token (0: not checked) */
+	/*
+	 * Resident rounds, for a backend flagged RK_BACKEND_RESIDENT: on or
+	 * off here decide; auto (0) takes the loop's RK_RESIDENT, a tuning
+	 * knob of the environment (README "Tuning (may change)"), itself auto
+	 * by default. rk_sched_resident() says what the scheduler runs.
+	 */
+	enum rk_resident_mode resident;
 };
 
 /** rk_sched_config_init() - the defaults (max_batch 8, plain decoding, no tracer). */
@@ -332,9 +363,9 @@ RK_EXPORT void rk_request_init(struct rk_request *req);
  * rk_world_wait_ready() on a follower; a frame of its kind that comes
  * while no scheduler exists goes to the world's frame callback.
  * Return: 0 and *@out, -ENOMEM, -EINVAL (no launch, a leader without token,
- * draft_k above RK_SCHED_MAX_DRAFT, a frame op without tags or tags without
- * one, tags past UINT32_MAX), -EBUSY (another scheduler on @world, or
- * another module takes one of the backend's tags).
+ * draft_k above RK_SCHED_MAX_DRAFT, resident not one of the modes, a frame op
+ * without tags or tags without one, tags past UINT32_MAX), -EBUSY (another
+ * scheduler on @world, or another module takes one of the backend's tags).
  */
 RK_EXPORT int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 			      const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out);
@@ -391,7 +422,22 @@ RK_EXPORT bool rk_sched_busy(const struct rk_sched *s);
  */
 RK_EXPORT void rk_sched_stop(struct rk_sched *s);
 
-RK_EXPORT void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out);
+/**
+ * rk_sched_stats() - copy the counters and gauges into @out of @size bytes
+ * (sizeof(*out)), as rk_loop_stats() does. Return: the bytes written.
+ */
+RK_EXPORT size_t rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out,
+				size_t size);
+
+/**
+ * rk_sched_resident() - the resident mode @s runs under: its config's
+ * resident, or for auto the loop's RK_RESIDENT; RK_RESIDENT_OFF for a backend
+ * not flagged RK_BACKEND_RESIDENT. Under auto or on the scheduler publishes
+ * its rounds in rk_sched_epoch()'s region (when it could be made); a
+ * backend's launch() reads the mode to choose: under auto by its own measured
+ * rule, under on whenever it can. NULL @s gives RK_RESIDENT_OFF.
+ */
+RK_EXPORT enum rk_resident_mode rk_sched_resident(const struct rk_sched *s);
 
 /**
  * rk_sched_destroy() - stop (as rk_sched_stop()), close the epoch region
@@ -411,9 +457,11 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
 /*
  * Round epochs (resident consumers).
  *
- * A scheduler whose loop has RK_RESIDENT on or auto (struct rk_config.resident)
- * publishes every round it launches into a region of its own, the moment the
- * leader has sent the ROUND or a follower has received it, before launch():
+ * A scheduler whose backend has resident consumers (RK_BACKEND_RESIDENT) and
+ * whose mode is on or auto (rk_sched_config.resident, else the loop's
+ * RK_RESIDENT; rk_sched_resident()) publishes every round it launches into a
+ * region of its own, the moment the leader has sent the ROUND or a follower
+ * has received it, before launch():
  * the round id as a monotonically increasing epoch, and the ROUND payload
  * itself as the descriptor (streams, positions, inputs, drafts; decode it with
  * rk_wire_decode_round()). A consumer that is already waiting (a worker
@@ -427,7 +475,11 @@ RK_EXPORT int rk_sched_destroy(struct rk_sched *s);
  * maps read-only; the leader publishes each round there before it sends the
  * ROUND, and a follower's consumers start on that store, without its loop;
  * the follower publishes nothing (rk_sched_stats.shared_rounds). A follower
- * on TCP, or whose backend does not opt in, keeps a region of its own.
+ * on TCP, or whose backend does not opt in, keeps a region of its own. The
+ * shared region is made with the world's same-host links, before any
+ * scheduler, where the loop's RK_RESIDENT is not off; every rank's backend
+ * should say the same (a leader whose backend has no resident consumers
+ * publishes nothing, there either).
  *
  * The region is one page-aligned anonymous mapping (mmap) with this layout,
  * little-endian, offsets in bytes (the epoch, the futex words, the seqlock
@@ -543,8 +595,8 @@ RK_EXPORT void rk_epoch_kick(struct rk_epoch *e);
 
 /**
  * rk_sched_epoch() - the region @s publishes its rounds in, or NULL
- * (RK_RESIDENT=off, or it could not be made: the launch path then, with one
- * log line and rk_sched_stats.resident_fallbacks). With same-host links and
+ * (rk_sched_resident() is off, or it could not be made: the launch path
+ * then, with one log line and rk_sched_stats.resident_fallbacks). With same-host links and
  * a backend flagged RK_BACKEND_SHARED_EPOCH it is the leader's region, mapped
  * read-only by each follower, whose consumers then see a round as the leader
  * publishes it, without the follower's loop (rk_epoch_publish() on it fails

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include "rk_runtime.h"
 #include "util_int.h"
+#include "config_int.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -51,7 +52,7 @@ int rk__log_level(void);
 			rk__log(RK_LOG_DEBUG, rank, __VA_ARGS__);	\
 	} while (0)
 
-/* ---- config parsing helpers (config.c) ---- */
+/* ---- config parsing helpers (config.c; addresses: addr.c) ---- */
 /* The rules between knobs (timeouts, the receive pool's size, SQPOLL_CPU against
  * this machine, the secret and RK_AUTH). 0 or -RK_ECONFIG with @err naming the
  * variables. rk_config_from_env() and rk_loop_create() apply it. */

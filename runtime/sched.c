@@ -83,6 +83,16 @@ void rk_sched_config_init(struct rk_sched_config *cfg)
 	cfg->max_batch = 8;
 }
 
+/* The config's mode, auto taking the loop's RK_RESIDENT; off without resident consumers. */
+static enum rk_resident_mode resident_mode(const struct rk_sched *s, const struct rk_config *lc)
+{
+	if (!(s->ops->flags & (RK_BACKEND_RESIDENT | RK_BACKEND_SHARED_EPOCH)))
+		return RK_RESIDENT_OFF;
+	if (s->cfg.resident != RK_RESIDENT_AUTO)
+		return s->cfg.resident;
+	return rk__config_ctuning(lc)->resident;
+}
+
 int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 		    const struct rk_backend_ops *ops, void *ctx, struct rk_sched **out)
 {
@@ -93,7 +103,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 
 	if (!world || !out || !ops || !ops->launch || (!ops->token && rk_world_rank(world) == 0))
 		return -EINVAL;
-	if (cfg && cfg->draft_k > RK_SCHED_MAX_DRAFT)
+	if (cfg && (cfg->draft_k > RK_SCHED_MAX_DRAFT ||
+		    (unsigned int)cfg->resident > RK_RESIDENT_OFF))
 		return -EINVAL;
 	/* a backend's messages: an op and its tags, or neither */
 	if (!ops->frame != !ops->user_tags ||
@@ -135,7 +146,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	ret = rk__world_claim(world, &s->claim);
 	if (ret)
 		goto err_free;
-	if (lc->resident != RK_RESIDENT_OFF) {
+	s->resident = resident_mode(s, lc);
+	if (s->resident != RK_RESIDENT_OFF) {
 		ret = rk_epoch_create(rk__epoch_desc_bound(lc->max_frame), &s->ep);
 		if (ret) {
 			/* the launch path still runs every round */
@@ -223,15 +235,16 @@ bool rk_sched_idle(const struct rk_sched *s)
 	return !s->qhead && !s->nbatch && !s->in_flight;
 }
 
-void rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out)
+size_t rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out, size_t size)
 {
+	struct rk_sched_stats st = s->stats;
 	const struct rk_request *r;
 
-	*out = s->stats;
-	out->queued = 0;
+	st.queued = 0;
 	for (r = s->qhead; r; r = r->next)	/* bounded by what was submitted */
-		out->queued++;
-	out->running = s->nbatch;
+		st.queued++;
+	st.running = s->nbatch;
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 /* ---- completion reports ------------------------------------------------------------ */

@@ -19,14 +19,13 @@
  */
 void rk__sched_choose_region(struct rk_sched *s)
 {
-	const struct rk_config *lc = rk_loop_config(s->loop);
 	bool opt_in = (s->ops->flags & RK_BACKEND_SHARED_EPOCH) != 0;
 	struct rk_epoch *sh;
 
 	if (s->ep_fixed)
 		return;
 	s->ep_fixed = true;
-	if (lc->resident == RK_RESIDENT_OFF || rk_world_size(s->world) < 2)
+	if (s->resident == RK_RESIDENT_OFF || rk_world_size(s->world) < 2)
 		return;
 	sh = rk__world_epoch(s->world);
 	if (sh && rk_epoch_current(sh) == RK_EPOCH_CLOSED)
@@ -130,4 +129,9 @@ void rk__sched_publish_shared(struct rk_sched *s, uint64_t id, uint32_t flags, c
 struct rk_epoch *rk_sched_epoch(const struct rk_sched *s)
 {
 	return s ? s->ep : NULL;
+}
+
+enum rk_resident_mode rk_sched_resident(const struct rk_sched *s)
+{
+	return s ? s->resident : RK_RESIDENT_OFF;
 }

@@ -70,8 +70,9 @@ struct rk_sched {
 	 */
 	bool off_loop;
 
-	/* round epochs (rk_sched.h): NULL with RK_RESIDENT=off or when the
-	 * region could not be made */
+	/* round epochs (rk_sched.h): NULL when resident is off or the region
+	 * could not be made */
+	enum rk_resident_mode resident;	/* rk_sched_resident() */
 	struct rk_epoch *ep;
 	struct rk_epoch *ep_pub;	/* leader: the shared region, when not ep */
 	bool ep_view;			/* follower: ep is the leader's, read-only */

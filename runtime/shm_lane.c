@@ -220,9 +220,9 @@ uint32_t rk_lane_max(const struct rk_lane *ln)
 	return ln->max;
 }
 
-void rk_lane_stats(const struct rk_lane *ln, struct rk_lane_stats *out)
+size_t rk_lane_stats(const struct rk_lane *ln, struct rk_lane_stats *out, size_t size)
 {
-	*out = ln->stats;
+	return rk__stats_copy(out, size, &ln->stats, sizeof(ln->stats));
 }
 
 void rk_lane_close(struct rk_lane *ln)

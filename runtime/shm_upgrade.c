@@ -930,8 +930,8 @@ static int shm_prepare(struct rk_loop *loop, const struct rk__addr *a, void **ct
 	c->max_frame = cfg->max_frame;
 	c->bfd = -1;
 	c->epfd = -1;
-	c->resident = cfg->resident != RK_RESIDENT_OFF;
-	c->lane = cfg->lane;
+	c->resident = rk__config_ctuning(cfg)->resident != RK_RESIDENT_OFF;
+	c->lane = rk__config_ctuning(cfg)->lane;
 	c->loopback = !rk__sock_resolve(a, cfg->rank == 0, &ss, &len) && rk__sock_loopback(&ss);
 	identity(&c->me);
 	if (c->mode != RK_SHM_OFF)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Two small helpers every module of the library shares: container_of and the
- * monotonic clock. runtime_int.h includes this header, so runtime/, rdma/ and
- * gpu/ (and the unit tests) have it; wire/, below runtime/, needs neither.
+ * Small helpers every module of the library shares: container_of, the stats
+ * getters' sized copy and the monotonic clock. runtime_int.h includes this
+ * header, so runtime/, rdma/ and gpu/ (and the unit tests) have it; wire/,
+ * below runtime/, needs none of them.
  * Never installed.
  */
 #ifndef RK_UTIL_INT_H
@@ -10,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 /*
@@ -24,6 +26,23 @@
 			       "rk__container_of: *" #ptr " is not " #type "." #member);   \
 		(type *)(void *)((char *)(ptr) - offsetof(type, member));                  \
 	})
+
+/*
+ * A stats getter's copy into the caller's @out of @size bytes, which may be
+ * another release's struct: the library's @n bytes at @src as far as both
+ * reach, the rest of @out zeroed (a counter this library does not have
+ * reads 0). Return: the bytes copied, min(@size, @n).
+ */
+static inline size_t rk__stats_copy(void *out, size_t size, const void *src, size_t n)
+{
+	size_t c = size < n ? size : n;
+
+	if (!size)
+		return 0;
+	memcpy(out, src, c);
+	memset((char *)out + c, 0, size - c);
+	return c;
+}
 
 /* CLOCK_MONOTONIC in ns: the clock of every time the library takes or compares. */
 static inline uint64_t rk__now_ns(void)

@@ -97,7 +97,7 @@ static uint64_t gaps_expect(struct rk_source *src, uint64_t now)
 	struct rk__gaps *g = rk__container_of(src, struct rk__gaps, src);
 	const struct rk__wait *w = g->w;
 
-	if (!w->pol->learn || (w->off & RK__WAIT_OFF_GAPS) || !gaps_trusted(g))
+	if (!w->tun->learn || (w->off & RK__WAIT_OFF_GAPS) || !gaps_trusted(g))
 		return 0;
 	if (now < g->last + RK__GAPS_BURST_NS)	/* the burst may go on: spin for it */
 		return 0;
@@ -189,7 +189,7 @@ bool rk__gaps_seen(struct rk__gaps *g, uint64_t now, bool late)
 	}
 	if (g->first && now > g->first) {
 		d = now - g->first;
-		if (w->pol->learn && rk__wait_predicts(w) && gaps_trusted(g) &&
+		if (w->tun->learn && rk__wait_predicts(w) && gaps_trusted(g) &&
 		    now > gaps_until(g, w->off))
 			w->stats->learn_overdue++;	/* what the window had given up on */
 		if (g->n)
@@ -217,10 +217,11 @@ bool rk__gaps_seen(struct rk__gaps *g, uint64_t now, bool late)
 /* ---- the state -------------------------------------------------------------------- */
 
 void rk__wait_init(struct rk__wait *w, const struct rk_wait_policy *pol,
-		   struct rk_loop_stats *stats)
+		   const struct rk__wait_tuning *tun, struct rk_loop_stats *stats)
 {
 	memset(w, 0, sizeof(*w));
 	w->pol = pol;
+	w->tun = tun;
 	w->stats = stats;
 }
 
@@ -255,7 +256,7 @@ int rk__wait_off_parse(const char *list, unsigned int *off)
  */
 uint64_t rk__wait_margin(const struct rk__wait *w)
 {
-	uint64_t m = w->pol->predict_margin_ns;
+	uint64_t m = w->tun->predict_margin_ns;
 
 	if (!(w->off & RK__WAIT_OFF_OHI))
 		m += w->oversleep_hi;
@@ -285,16 +286,17 @@ uint64_t rk__wait_window(const struct rk__wait *w, uint64_t last_busy,
 			 const struct rk_source *busy)
 {
 	const struct rk_wait_policy *pol = w->pol;
+	const struct rk__wait_tuning *tun = w->tun;
 	const struct rk__gaps *g = gaps_of(busy);
 	uint64_t win, until, far;
 
-	if (!pol->learn || !pol->predict)
+	if (!tun->learn || !tun->predict)
 		return pol->spin_ns;
 	win = pol->spin_ns;
 	if (w->gap_n >= RK__GAP_WARM && !(w->off & RK__WAIT_OFF_WINQ)) {
 		win = w->gap_hi * RK__GAP_WIN;
-		if (win < pol->learn_spin_min_ns)
-			win = pol->learn_spin_min_ns;
+		if (win < tun->learn_spin_min_ns)
+			win = tun->learn_spin_min_ns;
 		if (win > pol->spin_ns)
 			win = pol->spin_ns;
 	}
@@ -309,12 +311,12 @@ uint64_t rk__wait_window(const struct rk__wait *w, uint64_t last_busy,
 		if (until < win)
 			win = until;
 	} else if (!(w->off & RK__WAIT_OFF_COLD) && g->n && !g->hold &&
-		   pol->learn_spin_min_ns < win &&
-		   (far >= win || (g->n < RK__GAPS_WARM && far >= pol->learn_spin_min_ns))) {
+		   tun->learn_spin_min_ns < win &&
+		   (far >= win || (g->n < RK__GAPS_WARM && far >= tun->learn_spin_min_ns))) {
 		/* no gap of its ever came within twice the window, or it is
 		 * still cold and none came within twice the short one: the
 		 * next is unlikely to (a block's latency if so) */
-		win = pol->learn_spin_min_ns;
+		win = tun->learn_spin_min_ns;
 	}
 	return win;
 }
@@ -362,10 +364,10 @@ static void park(struct rk__wait_plan *p, enum rk__park how, uint64_t timeout,
  */
 static void predicted(struct rk__wait *w, const struct rk__wait_in *in, struct rk__wait_plan *p)
 {
-	const struct rk_wait_policy *pol = w->pol;
+	const struct rk__wait_tuning *tun = w->tun;
 	uint64_t margin = rk__wait_margin(w), expect = in->expect, now = in->now, tmo = in->tmo;
 	uint64_t wake = expect > margin ? expect - margin : 0;
-	uint64_t min = pol->predict_min_ns;
+	uint64_t min = tun->predict_min_ns;
 
 	/* a learned arrival this close is most likely the answer to what this
 	 * loop just sent: a sleep would save little and wake late for it */
@@ -380,7 +382,7 @@ static void predicted(struct rk__wait *w, const struct rk__wait_in *in, struct r
 		 * one bad stretch stops every later sleep, and with them the
 		 * samples that could narrow it again.
 		 */
-		if (!(w->off & RK__WAIT_OFF_FADE) && expect > now + pol->predict_margin_ns + min &&
+		if (!(w->off & RK__WAIT_OFF_FADE) && expect > now + tun->predict_margin_ns + min &&
 		    expect != w->skip_expect) {
 			w->skip_expect = expect;
 			w->late_boost -= w->late_boost / RK__FADE_BOOST;
@@ -400,7 +402,7 @@ static void predicted(struct rk__wait *w, const struct rk__wait_in *in, struct r
 		 * just woke). A sleep for the timer, no source's: its lateness
 		 * teaches the margin, and no source is judged early or late by it.
 		 */
-		if (tmo <= margin + pol->predict_min_ns)
+		if (tmo <= margin + tun->predict_min_ns)
 			spin(p, RK__SPIN_PREDICT);
 		else
 			park(p, RK__PARK_PREDICT, tmo - margin, NULL);
@@ -415,13 +417,14 @@ static void predicted(struct rk__wait *w, const struct rk__wait_in *in, struct r
 void rk__wait_decide(struct rk__wait *w, const struct rk__wait_in *in, struct rk__wait_plan *plan)
 {
 	const struct rk_wait_policy *pol = w->pol;
+	const struct rk__wait_tuning *tun = w->tun;
 	uint64_t since = in->now - in->last_busy;
 
 	if (pol->mode == RK_WAIT_SPIN) {
 		spin(plan, RK__SPIN_OTHER);
 		return;
 	}
-	if (pol->mode == RK_WAIT_ADAPTIVE && pol->predict && in->expect) {
+	if (pol->mode == RK_WAIT_ADAPTIVE && tun->predict && in->expect) {
 		predicted(w, in, plan);
 		return;
 	}
@@ -449,7 +452,7 @@ void rk__wait_slept(struct rk__wait *w, const struct rk__wait_plan *plan)
 
 static uint64_t late_step(const struct rk__wait *w)
 {
-	uint64_t step = w->pol->predict_margin_ns / RK__LATE_STEP;
+	uint64_t step = w->tun->predict_margin_ns / RK__LATE_STEP;
 
 	return step > RK__LATE_STEP_MIN_NS ? step : RK__LATE_STEP_MIN_NS;
 }
@@ -472,7 +475,7 @@ static void late(struct rk__wait *w, uint64_t sleep_ns, bool overslept)
 	w->stats->predict_late++;
 	if (overslept)
 		w->stats->predict_overslept++;
-	if (w->pol->learn && sleep_ns / RK__LATE_SHARE < cap)
+	if (w->tun->learn && sleep_ns / RK__LATE_SHARE < cap)
 		cap = sleep_ns / RK__LATE_SHARE;
 	if (w->late_boost >= cap)
 		return;		/* a boost learned for longer sleeps is not cut */
@@ -488,7 +491,7 @@ static void early(struct rk__wait *w, uint64_t sleep_ns)
 {
 	uint64_t down = w->late_boost / RK__LATE_FADE, cap;
 
-	if (w->pol->learn) {
+	if (w->tun->learn) {
 		down = late_step(w) / RK__LATE_RATE;
 		if (down > w->late_boost)
 			down = w->late_boost;

@@ -113,6 +113,7 @@ enum {
 /* What a loop keeps for its wait decisions. rk__wait_init() it. */
 struct rk__wait {
 	const struct rk_wait_policy *pol;	/* the loop's (rk_loop_set_wait() changes it) */
+	const struct rk__wait_tuning *tun;	/* the loop's tuning of it (fixed) */
 	struct rk_loop_stats *stats;		/* the loop's counters these decisions keep */
 	unsigned int off;			/* RK__WAIT_OFF_* */
 	uint64_t oversleep_hi;		/* a high quantile of timed wakes' lateness */
@@ -157,11 +158,11 @@ struct rk__wait_wake {
 };
 
 void rk__wait_init(struct rk__wait *w, const struct rk_wait_policy *pol,
-		   struct rk_loop_stats *stats);
+		   const struct rk__wait_tuning *tun, struct rk_loop_stats *stats);
 /* Adaptive mode with RK_PREDICT: sources' expect() count (rk_loop_predicts()). */
 static inline bool rk__wait_predicts(const struct rk__wait *w)
 {
-	return w->pol->predict && w->pol->mode == RK_WAIT_ADAPTIVE;
+	return w->tun->predict && w->pol->mode == RK_WAIT_ADAPTIVE;
 }
 /* The margin a predictive sleep wakes this much before its event by. */
 uint64_t rk__wait_margin(const struct rk__wait *w);

@@ -235,7 +235,7 @@ static void refused(struct rk_world *w, struct rk_link *l, int err)
 	(*refusal_counter(&w->stats, r))++;
 	if (w->destroying)
 		return;
-	if (w->log_at && now - w->log_at < cfg->refused_log_ns) {
+	if (w->log_at && now - w->log_at < rk__config_ctuning(cfg)->refused_log_ns) {
 		w->folded[r]++;
 		w->nr_folded++;
 		w->stats.log_suppressed++;
@@ -449,7 +449,7 @@ static struct rk_link *pending_victim(struct rk_world *w)
 
 void rk__world_accept(struct rk_world *w, int fd)
 {
-	unsigned int max = rk_loop_config(w->loop)->max_pending;
+	unsigned int max = rk__config_ctuning(rk_loop_config(w->loop))->max_pending;
 	struct rk_link *l;
 	int ret;
 
@@ -535,7 +535,7 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 			rk__link_fail(l, -RK_EPEERDEAD, true);
 			continue;
 		}
-		if (rk__heartbeat_due(now, l->last_tx, cfg->heartbeat_ns)) {
+		if (rk__heartbeat_due(now, l->last_tx, rk__config_ctuning(cfg)->heartbeat_ns)) {
 			struct rk_wire_heartbeat hb = { .time_ns = now };
 
 			n = rk_wire_encode_heartbeat(buf, sizeof(buf), &hb);
@@ -545,10 +545,10 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 	}
 	for (l = w->pending; l; l = next) {
 		next = l->next;
-		if (now - l->created >= cfg->handshake_timeout_ns)
+		if (now - l->created >= rk__config_ctuning(cfg)->handshake_timeout_ns)
 			rk__link_fail(l, -RK_ETIMEOUT, false);
 	}
-	if (w->nr_folded && now - w->log_at >= cfg->refused_log_ns)
+	if (w->nr_folded && now - w->log_at >= rk__config_ctuning(cfg)->refused_log_ns)
 		refusals_flush(w, now);
 	if (!w->ready && !w->failed && now >= w->deadline) {
 		rk__err(w->rank, "world not ready after %llu ms (%d of %d ranks)",
@@ -667,9 +667,9 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 			}
 		}
 	}
-	period = cfg->heartbeat_ns;
-	if (cfg->handshake_timeout_ns < period)
-		period = cfg->handshake_timeout_ns;
+	period = rk__config_ctuning(cfg)->heartbeat_ns;
+	if (rk__config_ctuning(cfg)->handshake_timeout_ns < period)
+		period = rk__config_ctuning(cfg)->handshake_timeout_ns;
 	rk_timer_start(loop, &w->hb_timer, period, period);
 	rk__loop_ref(loop);
 	if (w->size == 1)
@@ -806,11 +806,13 @@ int rk_world_failed(const struct rk_world *w)
 	return w->failed;
 }
 
-void rk_world_stats(const struct rk_world *w, struct rk_world_stats *out)
+size_t rk_world_stats(const struct rk_world *w, struct rk_world_stats *out, size_t size)
 {
-	*out = w->stats;
-	out->pending = w->nr_pending;
-	rk__transport_stats(&w->tr, out);
+	struct rk_world_stats st = w->stats;
+
+	st.pending = w->nr_pending;
+	rk__transport_stats(&w->tr, &st);
+	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
 int rk_world_port(const struct rk_world *w)

@@ -20,6 +20,8 @@
 #include "runtime_int.h"
 
 #define TIMEOUT_S 30
+/* a config's tuning tier, for the asserts (a program sets it by name) */
+#define T(c) rk__config_tuning(c)
 
 extern char **environ;
 
@@ -117,21 +119,21 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(c.wait.mode, RK_WAIT_ADAPTIVE);
 	ck_assert_uint_eq(c.wait.spin_ns, 20000000ull);
 	ck_assert_uint_eq(c.wait.spin_ns, RK_DEF_SPIN_US * 1000ull);
-	ck_assert(!c.wait.sqpoll);
-	ck_assert(!c.wait.sqpoll_auto);
-	ck_assert(c.wait.learn);
-	ck_assert_uint_eq(c.wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
-	ck_assert_int_eq(c.wait.sqpoll_cpu, -1);
-	ck_assert(c.wait.coop_taskrun);
-	ck_assert_uint_eq(c.ring_entries, RK_DEF_RING_ENTRIES);
-	ck_assert_uint_eq(c.rx_buf_size, RK_DEF_RX_BUF_SIZE);
-	ck_assert_uint_eq(c.rx_buf_count, RK_DEF_RX_BUF_COUNT);
+	ck_assert(!T(&c)->wait.sqpoll);
+	ck_assert(!T(&c)->wait.sqpoll_auto);
+	ck_assert(T(&c)->wait.learn);
+	ck_assert_uint_eq(T(&c)->wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
+	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, -1);
+	ck_assert(T(&c)->wait.coop_taskrun);
+	ck_assert_uint_eq(T(&c)->ring_entries, RK_DEF_RING_ENTRIES);
+	ck_assert_uint_eq(T(&c)->rx_buf_size, RK_DEF_RX_BUF_SIZE);
+	ck_assert_uint_eq(T(&c)->rx_buf_count, RK_DEF_RX_BUF_COUNT);
 	ck_assert_uint_eq(c.max_frame, RK_DEF_MAX_FRAME);
 	ck_assert_uint_eq(c.tx_limit, RK_DEF_TX_LIMIT);
-	ck_assert_uint_eq(c.heartbeat_ns, RK_DEF_HEARTBEAT_MS * 1000000ull);
+	ck_assert_uint_eq(T(&c)->heartbeat_ns, RK_DEF_HEARTBEAT_MS * 1000000ull);
 	ck_assert_uint_eq(c.peer_timeout_ns, RK_DEF_PEER_TIMEOUT_MS * 1000000ull);
 	ck_assert_uint_eq(c.connect_timeout_ns, RK_DEF_CONNECT_MS * 1000000ull);
-	ck_assert_uint_eq(c.handshake_timeout_ns, RK_DEF_HANDSHAKE_MS * 1000000ull);
+	ck_assert_uint_eq(T(&c)->handshake_timeout_ns, RK_DEF_HANDSHAKE_MS * 1000000ull);
 	ck_assert_int_eq(c.log_level, RK_LOG_WARN);
 	ck_assert(!c.log_time);
 	ck_assert(!c.catch_signals);
@@ -156,6 +158,19 @@ START_TEST(test_print_defaults)
 		"RK_SESSION=0x0\n"
 		"RK_WAIT=adaptive\n"
 		"RK_SPIN_US=20000\n"
+		"RK_MAX_FRAME=4194304\n"
+		"RK_TX_LIMIT=67108864\n"
+		"RK_PEER_TIMEOUT_MS=5000\n"
+		"RK_CONNECT_TIMEOUT_MS=30000\n"
+		"RK_LOG=warn\n"
+		"RK_LOG_TIME=0\n"
+		"RK_SIGNALS=0\n"
+		"# RK_RDMA_DEV unset\n"
+		"# RK_RDMA_GID unset\n"
+		"RK_AUTH=auto\n"
+		"# RK_SECRET_FILE unset\n"
+		"RK_SHM=auto\n"
+		"# tuning (may change)\n"
 		"RK_SPIN_YIELD=64\n"
 		"RK_PREDICT=1\n"
 		"RK_PREDICT_MARGIN_US=20\n"
@@ -169,23 +184,11 @@ START_TEST(test_print_defaults)
 		"RK_RING_ENTRIES=256\n"
 		"RK_RX_BUF_SIZE=16384\n"
 		"RK_RX_BUF_COUNT=64\n"
-		"RK_MAX_FRAME=4194304\n"
-		"RK_TX_LIMIT=67108864\n"
 		"RK_HEARTBEAT_MS=1000\n"
-		"RK_PEER_TIMEOUT_MS=5000\n"
-		"RK_CONNECT_TIMEOUT_MS=30000\n"
 		"RK_HANDSHAKE_MS=2000\n"
 		"RK_RESIDENT=auto\n"
-		"RK_LOG=warn\n"
-		"RK_LOG_TIME=0\n"
-		"RK_SIGNALS=0\n"
-		"# RK_RDMA_DEV unset\n"
-		"# RK_RDMA_GID unset\n"
-		"RK_AUTH=auto\n"
-		"# RK_SECRET_FILE unset\n"
 		"RK_MAX_PENDING=64\n"
 		"RK_REFUSED_LOG_MS=10000\n"
-		"RK_SHM=auto\n"
 		"RK_LANE=1\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);
@@ -226,6 +229,8 @@ START_TEST(test_print_roundtrip)
 
 		if (!strcmp(line, "# RK_SECRET_FILE unset"))
 			continue;	/* a secret is never printed, so it cannot round-trip */
+		if (!strcmp(line, "# tuning (may change)"))
+			continue;	/* the tuning tier's block starts */
 		ck_assert_msg(eq && line[0] != '#', "line '%s'", line);
 		*eq = '\0';
 		ck_assert_msg(rk_config_set(&b, line, eq + 1, err, sizeof(err)) == 0, "%s", err);
@@ -448,19 +453,19 @@ START_TEST(test_set_units)
 	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", "7", NULL, 0), 0);
 	ck_assert_uint_eq(c.wait.spin_ns, 7000);
 	ck_assert_int_eq(rk_config_set(&c, "learn_spin_min_us", "60000000", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.learn_spin_min_ns, 60000000000ull);
+	ck_assert_uint_eq(T(&c)->wait.learn_spin_min_ns, 60000000000ull);
 	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MIN_US", "3", NULL, 0), 0);
-	ck_assert_uint_eq(c.wait.predict_min_ns, 3000);
+	ck_assert_uint_eq(T(&c)->wait.predict_min_ns, 3000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_HEARTBEAT_MS", "3", NULL, 0), 0);
-	ck_assert_uint_eq(c.heartbeat_ns, 3000000);
+	ck_assert_uint_eq(T(&c)->heartbeat_ns, 3000000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_PEER_TIMEOUT_MS", "3600000", NULL, 0), 0);
 	ck_assert_uint_eq(c.peer_timeout_ns, 3600000000000ull);
 	ck_assert_int_eq(rk_config_set(&c, "connect_timeout_ms", "12", NULL, 0), 0);
 	ck_assert_uint_eq(c.connect_timeout_ns, 12000000);
 	ck_assert_int_eq(rk_config_set(&c, "handshake_ms", "13", NULL, 0), 0);
-	ck_assert_uint_eq(c.handshake_timeout_ns, 13000000);
+	ck_assert_uint_eq(T(&c)->handshake_timeout_ns, 13000000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_RING_ENTRIES", "64", NULL, 0), 0);
-	ck_assert_uint_eq(c.ring_entries, 64);
+	ck_assert_uint_eq(T(&c)->ring_entries, 64);
 	ck_assert_int_eq(rk_config_set(&c, "RK_MAX_FRAME", "16777216", NULL, 0), 0);
 	ck_assert_uint_eq(c.max_frame, RK_WIRE_MAX_PAYLOAD);
 	ck_assert_int_eq(rk_config_set(&c, "RK_TX_LIMIT", "1099511627776", NULL, 0), 0);
@@ -476,7 +481,7 @@ START_TEST(test_set_units)
 	ck_assert_int_eq(rk_config_set(&c, "RK_SIGNALS", "on", NULL, 0), 0);
 	ck_assert(c.catch_signals);
 	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL_CPU", "-0", NULL, 0), 0);
-	ck_assert_int_eq(c.wait.sqpoll_cpu, 0);
+	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, 0);
 	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", "[fe80::1%eth0]:5", NULL, 0), 0);
 	ck_assert_str_eq(c.leader, "[fe80::1%eth0]:5");
 }
@@ -517,6 +522,157 @@ START_TEST(test_set_messages)
 	ck_assert_int_eq(rk_config_set(&c, "RK_SPIN_US", NULL, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_int_eq(rk_config_set(&c, "RK_NOPE", "1", NULL, 0), -ENOENT);
 	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
+/* ---- the two tiers ---------------------------------------------------------------- */
+
+/*
+ * Every knob by tier, with both its names and a value it takes (NULL: the
+ * secret file, which the secret tests cover). A stable knob is a field of
+ * struct rk_config; a tuning knob only a name, held in the private tuning[].
+ */
+static const struct tier_knob {
+	const char *env, *name, *value;
+} stable_knobs[] = {
+	{ "RK_RANK", "rank", "1" }, { "RK_WORLD_SIZE", "world_size", "2" },
+	{ "RK_LEADER", "leader", "127.0.0.1:9" }, { "RK_SESSION", "session", "7" },
+	{ "RK_SECRET_FILE", "secret_file", NULL }, { "RK_AUTH", "auth", "on" },
+	{ "RK_WAIT", "wait", "block" }, { "RK_SPIN_US", "spin_us", "5" },
+	{ "RK_SHM", "shm", "off" }, { "RK_MAX_FRAME", "max_frame", "8192" },
+	{ "RK_TX_LIMIT", "tx_limit", "1048576" },
+	{ "RK_PEER_TIMEOUT_MS", "peer_timeout_ms", "6000" },
+	{ "RK_CONNECT_TIMEOUT_MS", "connect_timeout_ms", "100" }, { "RK_LOG", "log", "error" },
+	{ "RK_LOG_TIME", "log_time", "1" }, { "RK_SIGNALS", "signals", "1" },
+	{ "RK_RDMA_DEV", "rdma_dev", "rxe0" }, { "RK_RDMA_GID", "rdma_gid", "1" },
+}, tuning_knobs[] = {
+	{ "RK_SPIN_YIELD", "spin_yield", "0" }, { "RK_PREDICT", "predict", "0" },
+	{ "RK_PREDICT_MARGIN_US", "predict_margin_us", "30" },
+	{ "RK_PREDICT_MIN_US", "predict_min_us", "30" }, { "RK_LEARN", "learn", "0" },
+	{ "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", "500" }, { "RK_SQPOLL", "sqpoll", "auto" },
+	{ "RK_SQPOLL_CPU", "sqpoll_cpu", "0" }, { "RK_COOP_TASKRUN", "coop_taskrun", "0" },
+	{ "RK_DEFER_TASKRUN", "defer_taskrun", "1" },
+	{ "RK_RING_ENTRIES", "ring_entries", "512" }, { "RK_RX_BUF_SIZE", "rx_buf_size", "8192" },
+	{ "RK_RX_BUF_COUNT", "rx_buf_count", "32" }, { "RK_HEARTBEAT_MS", "heartbeat_ms", "500" },
+	{ "RK_HANDSHAKE_MS", "handshake_ms", "700" }, { "RK_RESIDENT", "resident", "off" },
+	{ "RK_MAX_PENDING", "max_pending", "8" },
+	{ "RK_REFUSED_LOG_MS", "refused_log_ms", "100" }, { "RK_LANE", "lane", "0" },
+};
+#define N_STABLE ARRAY_SIZE(stable_knobs)
+#define N_TUNING ARRAY_SIZE(tuning_knobs)
+
+static const struct tier_knob *tier_knob(size_t i, bool *tuning)
+{
+	*tuning = i >= N_STABLE;
+	return *tuning ? &tuning_knobs[i - N_STABLE] : &stable_knobs[i];
+}
+
+/*
+ * Each knob of either tier: both names set it, and rk_config_print() shows
+ * it in its tier's block (the stable knobs before "# tuning (may change)",
+ * the tuning tier after); a malformed value is refused by name and changes
+ * nothing; a tuning knob leaves every public field as it was.
+ */
+START_TEST(test_tier_knob)
+{
+	bool tuning;
+	const struct tier_knob *k = tier_knob((size_t)_i, &tuning);
+	struct rk_config c = defaults(), d = defaults();
+	char err[512] = "", want[128], *out, *at, *sep;
+
+	assert_refused(k->env, "a b");
+	/* by its short name too, and the message names the variable */
+	ck_assert_int_eq(rk_config_set(&c, k->name, "a b", err, sizeof(err)), -RK_ECONFIG);
+	snprintf(want, sizeof(want), "%s='a b': ", k->env);
+	ck_assert_msg(!strncmp(err, want, strlen(want)), "'%s' does not start with '%s'", err,
+		      want);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	if (!k->value)
+		return;
+	ck_assert_msg(rk_config_set(&c, k->env, k->value, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(rk_config_set(&d, k->name, k->value, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+	d = defaults();
+	ck_assert_msg(memcmp(&c, &d, sizeof(c)) != 0, "%s=%s changed nothing", k->env, k->value);
+	ck_assert_msg(memcmp(&c, &d, offsetof(struct rk_config, tuning)) == 0 || !tuning,
+		      "tuning knob %s changed a public field", k->env);
+	ck_assert_msg(memcmp(c.tuning, d.tuning, sizeof(c.tuning)) == 0 || tuning,
+		      "stable knob %s changed the tuning tier", k->env);
+	out = print_cfg(&c);
+	snprintf(want, sizeof(want), "\n%s=", k->env);
+	at = strstr(out, want);
+	sep = strstr(out, "\n# tuning (may change)\n");
+	ck_assert_ptr_nonnull(sep);
+	if (!at && !strncmp(out, want + 1, strlen(want) - 1))
+		at = out;
+	ck_assert_msg(at, "%s not printed:\n%s", k->env, out);
+	ck_assert_msg(tuning ? at > sep : at < sep, "%s printed in the wrong block:\n%s", k->env,
+		      out);
+	free(out);
+}
+END_TEST
+
+/* The tiers hold every knob the table has, each once, and no other. */
+START_TEST(test_tier_count)
+{
+	struct rk_config c = defaults();
+	char *out = print_cfg(&c), *line, *save = NULL;
+	size_t n = 0, i;
+
+	for (line = strtok_r(out, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		bool found = false;
+
+		if (!strcmp(line, "# tuning (may change)"))
+			continue;
+		for (i = 0; i < N_STABLE + N_TUNING; i++) {
+			bool tuning;
+			const struct tier_knob *k = tier_knob(i, &tuning);
+			size_t len = strlen(k->env);
+
+			if (!strncmp(line, k->env, len) && line[len] == '=')
+				found = true;
+			if (!strncmp(line, "# ", 2) && !strncmp(line + 2, k->env, len) &&
+			    line[2 + len] == ' ')
+				found = true;
+		}
+		ck_assert_msg(found, "printed knob not in the tier lists: %s", line);
+		n++;
+	}
+	free(out);
+	ck_assert_uint_eq(n, N_STABLE + N_TUNING);
+	ck_assert_uint_eq(N_STABLE, 18);
+}
+END_TEST
+
+/*
+ * rk_config_create() gives what rk_config_init() gives, without the caller
+ * knowing sizeof(struct rk_config); rk_config_destroy() takes NULL. A config
+ * that no init filled (zeroed, or only its public fields copied) is refused
+ * by rk_loop_create() and rk_config_from_env(), by what is missing.
+ */
+START_TEST(test_create_destroy)
+{
+	struct rk_config *c = NULL, d = defaults(), z;
+	struct rk_loop *loop;
+	char err[256] = "";
+
+	ck_assert_int_eq(rk_config_create(&c), 0);
+	ck_assert_ptr_nonnull(c);
+	ck_assert(memcmp(c, &d, sizeof(d)) == 0);
+	ck_assert_int_eq(rk_config_set(c, "RK_HEARTBEAT_MS", "250", err, sizeof(err)), 0);
+	ck_assert_int_eq(rk_config_set_secret(c, "0123456789abcdef0123456789abcdef", 32), 0);
+	rk_config_destroy(c);
+	rk_config_destroy(NULL);
+
+	memset(&z, 0, sizeof(z));
+	z.peer_timeout_ns = d.peer_timeout_ns;
+	z.connect_timeout_ns = d.connect_timeout_ns;
+	z.max_frame = d.max_frame;
+	z.tx_limit = d.tx_limit;
+	ck_assert_int_eq(rk__config_check(&z, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(strstr(err, "rk_config_init()"), "%s", err);
+	ck_assert_int_eq(rk_config_from_env(&z, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_int_eq(rk_loop_create(&z, &loop), -RK_ECONFIG);
 }
 END_TEST
 
@@ -630,6 +786,45 @@ START_TEST(test_env_bad_value)
 }
 END_TEST
 
+/* Every knob of both tiers from the environment: applied as rk_config_set() applies it. */
+START_TEST(test_env_tiers)
+{
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "";
+	size_t i;
+
+	for (i = 0; i < N_STABLE + N_TUNING; i++) {
+		bool tuning;
+		const struct tier_knob *k = tier_knob(i, &tuning);
+
+		if (!k->value)
+			continue;
+		setenv(k->env, k->value, 1);
+		ck_assert_msg(rk_config_set(&d, k->env, k->value, err, sizeof(err)) == 0, "%s",
+			      err);
+	}
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
+/* A malformed tuning knob in the environment is refused by name, as a stable one. */
+START_TEST(test_env_tuning_bad)
+{
+	const struct tier_knob *k = &tuning_knobs[_i];
+	struct rk_config c = defaults(), d = defaults();
+	char err[1024] = "", want[128];
+
+	setenv("RK_SPIN_US", "5", 1);
+	setenv(k->env, "a b", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	snprintf(want, sizeof(want), "%s='a b': ", k->env);
+	ck_assert_msg(!strncmp(err, want, strlen(want)), "'%s' does not start with '%s'", err,
+		      want);
+	ck_assert(memcmp(&c, &d, sizeof(c)) == 0);
+}
+END_TEST
+
 START_TEST(test_env_cross_heartbeat)
 {
 	struct rk_config c = defaults(), d = defaults();
@@ -649,7 +844,7 @@ START_TEST(test_env_cross_heartbeat)
 
 	setenv("RK_PEER_TIMEOUT_MS", "6001", 1);
 	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_eq(c.heartbeat_ns, 6000000000ull);
+	ck_assert_uint_eq(T(&c)->heartbeat_ns, 6000000000ull);
 	ck_assert_uint_eq(c.peer_timeout_ns, 6001000000ull);
 }
 END_TEST
@@ -1406,18 +1601,18 @@ START_TEST(test_resident_knob)
 	struct rk_config c = defaults();
 	char err[512] = "";
 
-	ck_assert_int_eq(c.resident, RK_RESIDENT_AUTO);
+	ck_assert_int_eq(T(&c)->resident, RK_RESIDENT_AUTO);
 	ck_assert_int_eq(rk_config_set(&c, "RK_RESIDENT", "off", err, sizeof(err)), 0);
-	ck_assert_int_eq(c.resident, RK_RESIDENT_OFF);
+	ck_assert_int_eq(T(&c)->resident, RK_RESIDENT_OFF);
 	ck_assert_int_eq(rk_config_set(&c, "resident", "on", err, sizeof(err)), 0);
-	ck_assert_int_eq(c.resident, RK_RESIDENT_ON);
+	ck_assert_int_eq(T(&c)->resident, RK_RESIDENT_ON);
 	ck_assert_int_eq(rk_config_set(&c, "RK_RESIDENT", "1", err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_str_eq(err, "RK_RESIDENT='1': not one of auto, on, off");
-	ck_assert_int_eq(c.resident, RK_RESIDENT_ON);
+	ck_assert_int_eq(T(&c)->resident, RK_RESIDENT_ON);
 	setenv("RK_RESIDENT", "off", 1);
 	c = defaults();
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), 0);
-	ck_assert_int_eq(c.resident, RK_RESIDENT_OFF);
+	ck_assert_int_eq(T(&c)->resident, RK_RESIDENT_OFF);
 	unsetenv("RK_RESIDENT");
 }
 END_TEST
@@ -1464,10 +1659,10 @@ START_TEST(test_bounds_between_knobs)
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(strstr(err, "RK_RX_BUF_COUNT=32768 x RK_RX_BUF_SIZE=1048576") &&
 		      strstr(err, "32768 MiB"), "%s", err);
-	c.rx_buf_count = 32768;
-	c.rx_buf_size = 1u << 20;
+	T(&c)->rx_buf_count = 32768;
+	T(&c)->rx_buf_size = 1u << 20;
 	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
-	c.rx_buf_count = 1024;		/* 1 GiB: the most a loop may take */
+	T(&c)->rx_buf_count = 1024;		/* 1 GiB: the most a loop may take */
 	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), 0);
 	unsetenv("RK_RX_BUF_COUNT");
 	unsetenv("RK_RX_BUF_SIZE");
@@ -1482,13 +1677,13 @@ START_TEST(test_bounds_between_knobs)
 	snprintf(cpu, sizeof(cpu), "%ld", ncpu - 1);
 	setenv("RK_SQPOLL_CPU", cpu, 1);
 	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(c.wait.sqpoll_cpu, ncpu - 1);
+	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, ncpu - 1);
 	unsetenv("RK_SQPOLL_CPU");
 
 	/* a hand-filled config is held to the same rules at rk_loop_create() */
 	c = defaults();
-	c.rx_buf_count = 32768;
-	c.rx_buf_size = 1u << 20;
+	T(&c)->rx_buf_count = 32768;
+	T(&c)->rx_buf_size = 1u << 20;
 	{
 		struct rk_loop *loop;
 
@@ -1498,7 +1693,7 @@ START_TEST(test_bounds_between_knobs)
 	c.secret_len = 5;
 	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
 	c = defaults();
-	c.max_pending = 0;
+	T(&c)->max_pending = 0;
 	ck_assert_int_eq(rk__config_check(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_str_eq(err, "RK_MAX_PENDING=0: a leader must admit at least one connection");
 }
@@ -1534,6 +1729,9 @@ static Suite *config_suite(void)
 	tcase_add_loop_test(tc, test_set_bad_query, 0, ARRAY_SIZE(bad_query));
 	tcase_add_test(tc, test_set_units);
 	tcase_add_test(tc, test_set_messages);
+	tcase_add_loop_test(tc, test_tier_knob, 0, N_STABLE + N_TUNING);
+	tcase_add_test(tc, test_tier_count);
+	tcase_add_test(tc, test_create_destroy);
 
 	tc = tcase(s, "env");
 	tcase_add_checked_fixture(tc, env_setup, env_teardown);
@@ -1542,6 +1740,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_env_unknown);
 	tcase_add_test(tc, test_env_ignored_prefixes);
 	tcase_add_test(tc, test_env_bad_value);
+	tcase_add_test(tc, test_env_tiers);
+	tcase_add_loop_test(tc, test_env_tuning_bad, 0, N_TUNING);
 	tcase_add_test(tc, test_env_cross_heartbeat);
 	tcase_add_test(tc, test_env_cross_rank);
 

@@ -24,6 +24,7 @@
 /* A loop's decision state and what it decides about, with a known policy. */
 struct fix {
 	struct rk_wait_policy pol;
+	struct rk__wait_tuning tun;
 	struct rk_loop_stats st;
 	struct rk__wait w;
 	struct rk__gaps g;		/* a link's learner */
@@ -37,12 +38,12 @@ static void fix_init(struct fix *f)
 	memset(f, 0, sizeof(*f));
 	f->pol.mode = RK_WAIT_ADAPTIVE;
 	f->pol.spin_ns = 20 * MS;
-	f->pol.predict = true;
-	f->pol.predict_margin_ns = 20 * US;
-	f->pol.predict_min_ns = 20 * US;
-	f->pol.learn = true;
-	f->pol.learn_spin_min_ns = 1 * MS;
-	rk__wait_init(&f->w, &f->pol, &f->st);
+	f->tun.predict = true;
+	f->tun.predict_margin_ns = 20 * US;
+	f->tun.predict_min_ns = 20 * US;
+	f->tun.learn = true;
+	f->tun.learn_spin_min_ns = 1 * MS;
+	rk__wait_init(&f->w, &f->pol, &f->tun, &f->st);
 	f->g.src.ops = &rk__gaps_ops;
 	rk__gaps_init(&f->g, &f->w);
 	f->plain.ops = &plain_ops;
@@ -200,8 +201,8 @@ START_TEST(test_decide)
 
 	fix_init(&f);
 	f.pol.mode = c->mode;
-	f.pol.predict = !c->no_predict;
-	f.pol.learn = !c->no_learn;
+	f.tun.predict = !c->no_predict;
+	f.tun.learn = !c->no_learn;
 	f.w.off = c->off;
 	f.w.oversleep_hi = c->over_hi;
 	f.w.late_boost = c->boost;
@@ -333,7 +334,7 @@ START_TEST(test_woke)
 	bool warm = !c->warm;
 
 	fix_init(&f);
-	f.pol.learn = !c->no_learn;
+	f.tun.learn = !c->no_learn;
 	f.w.off = c->off;
 	f.w.oversleep_hi = c->hi;
 	f.w.late_boost = c->boost;
@@ -387,9 +388,9 @@ START_TEST(test_gaps_learn)
 	/* overdue past the mean + 4 deviations + mean/16 */
 	ck_assert_uint_ne(expect(&f.g.src, t + 1 * MS + 4 * dev + 1 * MS / 16), 0);
 	ck_assert_uint_eq(expect(&f.g.src, t + 1 * MS + 4 * dev + 1 * MS / 16 + 1), 0);
-	f.pol.learn = false;
+	f.tun.learn = false;
 	ck_assert_uint_eq(expect(&f.g.src, t + 100 * US), 0);
-	f.pol.learn = true;
+	f.tun.learn = true;
 	f.w.off = RK__WAIT_OFF_GAPS;
 	ck_assert_uint_eq(expect(&f.g.src, t + 100 * US), 0);
 	f.w.off = 0;

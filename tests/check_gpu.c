@@ -186,7 +186,7 @@ START_TEST(test_notify_order)
 	ck_assert_uint_eq(t.last_cookie, cookie_of(NMARKS - 1));
 	ck_assert_uint_eq(rk_gpu_notifier_outstanding(n), 0);
 
-	rk_gpu_notifier_stats(n, &st);
+	rk_gpu_notifier_stats(n, &st, sizeof(st));
 	ck_assert_uint_eq(st.marks, NMARKS);
 	ck_assert_uint_eq(st.via_poll + st.via_wake, NMARKS);
 	ck_assert_uint_gt(st.max_outstanding, 1);
@@ -194,7 +194,7 @@ START_TEST(test_notify_order)
 		ck_assert_uint_eq(st.via_wake, 0);
 	if (mode == RK_GPU_NOTIFY_WAKE)
 		ck_assert_uint_eq(st.via_poll, 0);
-	rk_loop_stats(loop, &ls);
+	rk_loop_stats(loop, &ls, sizeof(ls));
 	if (wmode == RK_WAIT_BLOCK && mode == RK_GPU_NOTIFY_WAKE)
 		ck_assert_uint_gt(ls.blocks, 0);	/* it slept and the host functions woke it */
 	if (getenv("CHECK_GPU_VERBOSE"))
@@ -277,7 +277,7 @@ START_TEST(test_notify_errors)
 	for (i = 0; i < RK_GPU_NOTIFY_SLOTS; i++)
 		ck_assert_int_eq(rk_gpu_notifier_mark(n, i), 0);
 	ck_assert_int_eq(rk_gpu_notifier_mark(n, i), -EAGAIN);
-	rk_gpu_notifier_stats(n, &st);
+	rk_gpu_notifier_stats(n, &st, sizeof(st));
 	ck_assert_uint_eq(st.refused, 1);
 	ck_assert_uint_eq(st.outstanding, RK_GPU_NOTIFY_SLOTS);
 	ck_assert_int_eq(rk_gpu_notifier_destroy(n, false), -EBUSY);
@@ -365,7 +365,7 @@ START_TEST(test_notify_lazy)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction keeps it from blocking */
-	ck_assert(c.wait.predict);
+	ck_assert(rk__config_tuning(&c)->wait.predict);
 	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
 	CK_CUDA(cudaSetDevice(0));
 	CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -392,7 +392,7 @@ START_TEST(test_notify_lazy)
 	ck_assert(run_until(loop, deadline, &got, 1));
 	slept = rk_test_now_ns() - t0;
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	rk_gpu_notifier_stats(n, &st);
+	rk_gpu_notifier_stats(n, &st, sizeof(st));
 	ck_assert_msg(slept >= 20 * MS, "delivered after %llu us: the lazy mark woke the loop",
 		      (unsigned long long)(slept / 1000));
 	ck_assert_uint_ge(st.lazy_sleeps, 1);
@@ -408,7 +408,7 @@ START_TEST(test_notify_lazy)
 	ck_assert_int_eq(pthread_create(&th, NULL, gate_opener_5ms, NULL), 0);
 	ck_assert(run_until(loop, deadline, &got, 2));
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	rk_gpu_notifier_stats(n, &st);
+	rk_gpu_notifier_stats(n, &st, sizeof(st));
 	ck_assert_uint_eq(st.wake_armed_late, 1);
 	if (getenv("CHECK_GPU_VERBOSE"))
 		printf("notify lazy: a 5 ms mark delivered after %llu us; lazy sleeps %llu, poll %llu "
@@ -461,13 +461,13 @@ START_TEST(test_notify_set_mode)
 	/* WAKE: a blocked loop learns of the mark through the host function only */
 	ck_assert_int_eq(rk_gpu_notifier_set_mode(n, RK_GPU_NOTIFY_WAKE), 0);
 	ck_assert_int_eq(rk_gpu_notifier_mode(n), RK_GPU_NOTIFY_WAKE);
-	rk_gpu_notifier_stats(n, &st);
+	rk_gpu_notifier_stats(n, &st, sizeof(st));
 	ck_assert_int_eq(rk_gpu_notifier_mark(n, 2), 0);
 	ck_assert(run_until(loop, deadline, &got, 2));
 	{
 		struct rk_gpu_notifier_stats st2;
 
-		rk_gpu_notifier_stats(n, &st2);
+		rk_gpu_notifier_stats(n, &st2, sizeof(st2));
 		ck_assert_uint_eq(st2.via_wake, st.via_wake + 1);
 		ck_assert_uint_eq(st2.via_poll, st.via_poll);
 		st = st2;
@@ -481,7 +481,7 @@ START_TEST(test_notify_set_mode)
 	{
 		struct rk_gpu_notifier_stats st2;
 
-		rk_gpu_notifier_stats(n, &st2);
+		rk_gpu_notifier_stats(n, &st2, sizeof(st2));
 		ck_assert_uint_eq(st2.via_poll, st.via_poll + 1);
 		ck_assert_uint_eq(st2.via_wake, st.via_wake);
 	}
@@ -891,7 +891,7 @@ static int bench(void)
 		       lat[m][cnt[m] - 1] / 1e3);
 	}
 	for (m = M_POLL_SPIN; m < M__COUNT; m++) {
-		rk_gpu_notifier_stats(nt[m], &ns);
+		rk_gpu_notifier_stats(nt[m], &ns, sizeof(ns));
 		printf("  %s: via poll %llu, via wake %llu, late wakes %llu\n", m_name[m],
 		       (unsigned long long)ns.via_poll, (unsigned long long)ns.via_wake,
 		       (unsigned long long)ns.wake_late);

@@ -249,7 +249,7 @@ static void *ring_thread(void *arg)
 		rk_timer_init(&m->tick, ring_tick_cb, m);
 		rk_timer_start(m->loop, &m->tick, MS, MS);
 		m->run_ret = rk_loop_run(m->loop, RK_RUN_DEFAULT);
-		rk_loop_stats(m->loop, &s);
+		rk_loop_stats(m->loop, &s, sizeof(s));
 		m->posts_stat = s.posts;
 	}
 	/* A neighbour may still be inside rk_loop_post() on this loop. */
@@ -1699,7 +1699,7 @@ START_TEST(test_sqpoll)
 	int i, ret, efd;
 
 	test_config(&c);
-	c.wait.sqpoll = true;
+	rk__config_tuning(&c)->wait.sqpoll = true;
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -1707,7 +1707,7 @@ START_TEST(test_sqpoll)
 		return;
 	}
 	ck_assert_msg(ret == 0, "rk_loop_create(sqpoll): %s", rk_strerror(ret));
-	ck_assert(rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 
 	/* Timers. */
 	probe_init(&tick, loop, 0);
@@ -1805,9 +1805,9 @@ START_TEST(test_sqpoll_cpu)
 	for (cpu = CPU_SETSIZE - 1; cpu > 0 && !CPU_ISSET(cpu, &set); cpu--)
 		;
 	test_config(&c);
-	ck_assert(c.wait.coop_taskrun);		/* the default */
-	c.wait.sqpoll = true;
-	c.wait.sqpoll_cpu = cpu;		/* the last CPU this process may use */
+	ck_assert(rk__config_tuning(&c)->wait.coop_taskrun);		/* the default */
+	rk__config_tuning(&c)->wait.sqpoll = true;
+	rk__config_tuning(&c)->wait.sqpoll_cpu = cpu;	/* the last CPU this process may use */
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -1843,15 +1843,15 @@ START_TEST(test_sqpoll_auto)
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
 	test_config(&c);
 	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL", "auto", err, sizeof(err)), 0);
-	ck_assert(c.wait.sqpoll_auto);
-	ck_assert(!c.wait.sqpoll);
+	ck_assert(rk__config_tuning(&c)->wait.sqpoll_auto);
+	ck_assert(!rk__config_tuning(&c)->wait.sqpoll);
 	CPU_ZERO(&set);
 	for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all); cpu++)
 		;
 	CPU_SET(cpu, &set);
 	ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
 	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
-	ck_assert(!rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(!rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 	free_loop(loop);
 
 	CPU_ZERO(&set);
@@ -1872,7 +1872,7 @@ START_TEST(test_sqpoll_auto)
 		return;
 	}
 	ck_assert_int_eq(ret, 0);
-	ck_assert(rk_loop_config(loop)->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
 	free_loop(loop);
 }
 END_TEST
@@ -1969,7 +1969,7 @@ START_TEST(test_init_functions)
 	rk_wait_policy_init(&w);
 	rk_config_init(&c);
 	ck_assert_mem_eq(&w, &c.wait, sizeof(w));
-	ck_assert_int_eq(w.sqpoll_cpu, -1);
+	ck_assert_int_eq(rk__config_tuning(&c)->wait.sqpoll_cpu, -1);
 	memset(&p, 0xa5, sizeof(p));
 	rk_post_init(&p, count_post, &x);
 	ck_assert(p.cb == count_post);
@@ -1981,6 +1981,64 @@ START_TEST(test_init_functions)
 	ck_assert_ptr_eq(src.data, &x);
 	ck_assert_ptr_null(src.loop);	/* rk_loop_add_source() would say -EALREADY */
 	ck_assert_ptr_null(src.next);
+}
+END_TEST
+
+/* ---- what a binding sees: no struct layout ------------------------------------------ */
+
+/*
+ * A caller that knows no struct size (a binding through ctypes or cffi):
+ * a config from rk_config_create(), knobs of both tiers set by name, a
+ * loop, counters read into a buffer of a size it chose. Stats of a larger
+ * struct than the library's (a newer caller) come back with the library's
+ * counters and zeroes after them; of a smaller one (an older caller) with
+ * the counters that fit, and nothing written past its size.
+ */
+START_TEST(test_binding)
+{
+	const size_t lib = sizeof(struct rk_loop_stats);
+	struct rk_config *cfg;
+	struct rk_loop *loop;
+	struct rk_loop_stats ref;
+	unsigned char buf[sizeof(struct rk_loop_stats) + 64];
+	char err[128] = "", *out = NULL;
+	size_t len = 0, i;
+	FILE *f;
+
+	ck_assert_int_eq(rk_config_create(&cfg), 0);
+	ck_assert_msg(rk_config_set(cfg, "RK_WAIT", "block", err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(rk_config_set(cfg, "spin_yield", "0", err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(rk_config_set(cfg, "RK_RING_ENTRIES", "64", err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_int_eq(rk_loop_create(cfg, &loop), 0);
+	rk_config_destroy(cfg);		/* the loop holds its own copy */
+	f = open_memstream(&out, &len);
+	ck_assert_ptr_nonnull(f);
+	rk_config_print(rk_loop_config(loop), f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_msg(strstr(out, "\nRK_WAIT=block\n") && strstr(out, "\nRK_SPIN_YIELD=0\n") &&
+		      strstr(out, "\nRK_RING_ENTRIES=64\n"), "%s", out);
+	free(out);
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+
+	/* larger: the library's counters, then zeroes */
+	memset(buf, 0xa5, sizeof(buf));
+	ck_assert_uint_eq(rk_loop_stats(loop, (struct rk_loop_stats *)(void *)buf, sizeof(buf)),
+			  lib);
+	ck_assert_uint_eq(rk_loop_stats(loop, &ref, sizeof(ref)), lib);
+	ck_assert_uint_gt(ref.iterations, 0);
+	ck_assert_mem_eq(buf, &ref, lib);
+	for (i = lib; i < sizeof(buf); i++)
+		ck_assert_uint_eq(buf[i], 0);
+	/* smaller: the first two counters, nothing after them */
+	memset(buf, 0xa5, sizeof(buf));
+	ck_assert_uint_eq(rk_loop_stats(loop, (struct rk_loop_stats *)(void *)buf, 16), 16);
+	ck_assert_mem_eq(buf, &ref, 16);
+	for (i = 16; i < sizeof(buf); i++)
+		ck_assert_uint_eq(buf[i], 0xa5);
+	ck_assert_uint_eq(rk_loop_stats(loop, (struct rk_loop_stats *)(void *)buf, 0), 0);
+	ck_assert_uint_eq(buf[0], ref.iterations & 0xff);
+	free_loop(loop);
 }
 END_TEST
 
@@ -2035,6 +2093,7 @@ static Suite *loop_suite(void)
 	tc = tcase(s, "stats", TIMEOUT_S);
 	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_stats_accounts);
+	tcase_add_test(tc, test_binding);
 
 	tc = tcase(s, "sqpoll", TIMEOUT_S);
 	tcase_add_test(tc, test_sqpoll);

@@ -315,7 +315,7 @@ START_TEST(test_drafts_are_accepted)
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		rk_loop_run(f.loop, RK_RUN_DEFAULT);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.tokens, 200);
 	ck_assert_uint_gt(st.drafted, 0);
 	ck_assert_uint_gt(st.accepted, 0);
@@ -334,7 +334,7 @@ static void on_tokens_gauges(struct rk_request *req, const uint32_t *t, uint32_t
 	struct out *o = req->data;
 
 	if (n && !g_gauge_calls++)
-		rk_sched_stats(o->f->sched, &g_gauges);
+		rk_sched_stats(o->f->sched, &g_gauges, sizeof(g_gauges));
 	on_tokens(req, t, n, done, err);
 }
 
@@ -353,14 +353,14 @@ START_TEST(test_stats_gauges)
 		g_a[i].req.cb = on_tokens_gauges;
 		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
 	}
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.queued, 3);
 	ck_assert_uint_eq(st.running, 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
 	ck_assert_uint_eq(g_gauges.queued, 1);
 	ck_assert_uint_eq(g_gauges.running, 2);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.queued, 0);
 	ck_assert_uint_eq(st.running, 0);
 	fake_teardown(&f);
@@ -469,7 +469,7 @@ START_TEST(test_cancel)
 	/* the backend retired both streams it had seen, and saw the right positions */
 	ck_assert_int_eq(f.retires, 2);
 	ck_assert_int_eq(f.bad, 0);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.tokens, 30 + 5);
 	ck_assert(rk_sched_idle(f.sched));
 	fake_teardown(&f);
@@ -536,7 +536,7 @@ START_TEST(test_trace)
 	ck_assert_int_eq(rk_sched_submit(f.sched, &o->req), 0);
 	while (pending)
 		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
-	rk_sched_stats(f.sched, &st);
+	rk_sched_stats(f.sched, &st, sizeof(st));
 	ck_assert_uint_eq(st.rounds, 20);
 	ck_assert_int_eq(tr.n, 40);	/* TP1: nothing is sent */
 	for (i = 0; i < tr.n; i++) {
@@ -1137,9 +1137,9 @@ static void tr_pump(struct trank *r)
 	for (i = 0; i < 2; i++) {
 		if (!r[i].loop)
 			continue;
-		rk_loop_stats(r[i].loop, &a);
+		rk_loop_stats(r[i].loop, &a, sizeof(a));
 		ck_assert_int_ge(rk_loop_run(r[i].loop, RK_RUN_NOWAIT), 0);
-		rk_loop_stats(r[i].loop, &b);
+		rk_loop_stats(r[i].loop, &b, sizeof(b));
 		ev += b.events - a.events;
 	}
 	if (!ev)
@@ -1231,7 +1231,7 @@ static uint64_t tr_rounds(struct trank *t)
 {
 	struct rk_sched_stats st;
 
-	rk_sched_stats(t->s, &st);
+	rk_sched_stats(t->s, &st, sizeof(st));
 	return st.rounds;
 }
 
@@ -1370,7 +1370,7 @@ START_TEST(test_frames_claimed)
 	ck_assert_int_eq(g_b[0].err, -RK_ESTOPPED);
 	r[0].b->abort = true;	/* the follower's share will never come */
 	for (i = 0; i < 2; i++) {
-		rk_sched_stats(r[i].s, &st[i]);
+		rk_sched_stats(r[i].s, &st[i], sizeof(st[i]));
 		ck_assert_uint_eq(r[i].offered[RK_FRAME_ROUND], 0);
 		ck_assert_uint_eq(r[i].offered[RK_FRAME_ROUND_DONE], 0);
 		ck_assert_uint_eq(r[i].offered_tb, 0);
@@ -1611,6 +1611,74 @@ START_TEST(test_epoch_publish_read)
 }
 END_TEST
 
+/*
+ * Resident rounds only for a backend with resident consumers: one without
+ * RK_BACKEND_RESIDENT gets no region and no publication, whatever the mode
+ * (the loop's RK_RESIDENT auto or on, the config's on); one with it (or with
+ * RK_BACKEND_SHARED_EPOCH, which implies it) has every round published under
+ * auto and on and none under off; the config's on or off wins over the
+ * loop's RK_RESIDENT, its auto takes it.
+ */
+static const struct rcase {
+	unsigned int flags;
+	const char *loop;		/* RK_RESIDENT */
+	enum rk_resident_mode cfg;	/* rk_sched_config.resident */
+	enum rk_resident_mode want;	/* rk_sched_resident() */
+} rcases[] = {
+	{ 0, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ 0, "on", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ 0, "auto", RK_RESIDENT_ON, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_AUTO },
+	{ RK_BACKEND_RESIDENT, "on", RK_RESIDENT_AUTO, RK_RESIDENT_ON },
+	{ RK_BACKEND_RESIDENT, "off", RK_RESIDENT_AUTO, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "on", RK_RESIDENT_OFF, RK_RESIDENT_OFF },
+	{ RK_BACKEND_RESIDENT, "off", RK_RESIDENT_ON, RK_RESIDENT_ON },
+	{ RK_BACKEND_SHARED_EPOCH, "auto", RK_RESIDENT_AUTO, RK_RESIDENT_AUTO },
+};
+
+START_TEST(test_resident_needs_consumers)
+{
+	const struct rcase *c = &rcases[_i];
+	struct rk_backend_ops ops = fake_ops;
+	struct rk_sched_config sc = { .max_batch = 1, .vocab = VOC, .resident = c->cfg };
+	struct rk_sched_stats st;
+	struct rk_config cfg;
+	struct fake f;
+	int pending = 1;
+
+	memset(&f, 0, sizeof(f));
+	rk_config_init(&cfg);
+	cfg.rank = 0;
+	cfg.world_size = 1;
+	ck_assert_int_eq(rk_config_set(&cfg, "RK_RESIDENT", c->loop, NULL, 0), 0);
+	ops.flags = c->flags;
+	ck_assert_int_eq(rk_loop_create(&cfg, &f.loop), 0);
+	ck_assert_int_eq(rk_world_create(f.loop, NULL, NULL, &f.world), 0);
+	sc.resident = (enum rk_resident_mode)3;
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &ops, &f, &f.sched), -EINVAL);
+	sc.resident = c->cfg;
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &ops, &f, &f.sched), 0);
+	ck_assert_int_eq(rk_sched_resident(f.sched), c->want);
+	g_pending = &pending;
+	out_init(&g_a[0], &f, prompts[0], 8);
+	ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[0].req), 0);
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	rk_sched_stats(f.sched, &st, sizeof(st));
+	ck_assert_uint_eq(st.rounds, 8);
+	ck_assert_uint_eq(st.resident_fallbacks, 0);
+	if (c->want == RK_RESIDENT_OFF) {
+		ck_assert_ptr_null(rk_sched_epoch(f.sched));
+		ck_assert_uint_eq(st.published, 0);
+	} else {
+		ck_assert_ptr_nonnull(rk_sched_epoch(f.sched));
+		ck_assert_uint_eq(st.published, st.rounds);
+		ck_assert_uint_eq(rk_epoch_current(rk_sched_epoch(f.sched)), st.rounds);
+	}
+	fake_teardown(&f);
+}
+END_TEST
+
 #define EP_ROUNDS	2000
 #define EP_LEN		256
 
@@ -1727,6 +1795,7 @@ static Suite *sched_suite(void)
 	tcase_add_loop_test(tc, test_epoch_view_wakes, 0, 4);
 	tcase_add_test(tc, test_epoch_view_quiet);
 	tcase_add_loop_test(tc, test_epoch_consumer, 0, 3);
+	tcase_add_loop_test(tc, test_resident_needs_consumers, 0, ARRAY_SIZE(rcases));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("teardown");

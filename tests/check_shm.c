@@ -197,14 +197,14 @@ static void cfg_base(struct rk_config *c, int rank, int size)
 	c->world_size = size;
 	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:0");
 	c->session_id = SESSION;
-	c->heartbeat_ns = 100 * MS;
+	rk__config_tuning(c)->heartbeat_ns = 100 * MS;
 	c->peer_timeout_ns = 10000 * MS;	/* a stalled test thread is not a death */
 	c->connect_timeout_ns = 10000 * MS;
-	c->handshake_timeout_ns = 10000 * MS;
+	rk__config_tuning(c)->handshake_timeout_ns = 10000 * MS;
 	c->wait.spin_ns = 1 * MS;		/* the machine is shared: block soon */
 	c->log_level = RK_LOG_INFO;
 	c->shm = RK_SHM_AUTO;
-	c->lane = !g_lane_off;
+	rk__config_tuning(c)->lane = !g_lane_off;
 	if (g_tx_limit)
 		c->tx_limit = g_tx_limit;
 	if (rk__auth_available())
@@ -262,9 +262,9 @@ static void pump(struct rank **rs, size_t n)
 	for (i = 0; i < n; i++) {
 		if (!rs[i] || !rs[i]->loop)
 			continue;
-		rk_loop_stats(rs[i]->loop, &a);
+		rk_loop_stats(rs[i]->loop, &a, sizeof(a));
 		rk_loop_run(rs[i]->loop, RK_RUN_NOWAIT);
-		rk_loop_stats(rs[i]->loop, &b);
+		rk_loop_stats(rs[i]->loop, &b, sizeof(b));
 		ev += b.events - a.events;
 	}
 	if (!ev)
@@ -362,7 +362,7 @@ static int send_seq(struct rank *r, int to, uint32_t tag, uint32_t seq, size_t l
 
 static void world_stats(struct rank *r, struct rk_world_stats *st)
 {
-	rk_world_stats(r->w, st);
+	rk_world_stats(r->w, st, sizeof(*st));
 }
 
 static void link_stats(struct rank *r, int peer, struct rk_link_stats *st)
@@ -370,7 +370,7 @@ static void link_stats(struct rank *r, int peer, struct rk_link_stats *st)
 	struct rk_link *l = rk_world_link(r->w, peer);
 
 	ck_assert_ptr_nonnull(l);
-	rk_link_stats(l, st);
+	rk_link_stats(l, st, sizeof(*st));
 }
 
 /* ---- the upgrade --------------------------------------------------------------- */
@@ -1138,7 +1138,7 @@ START_TEST(test_lane_open)
 	ck_assert_int_eq(rk_lane_commit(a, RK_FRAME_USER, 0, 17), -EINVAL);	/* past it */
 	for (i = 0; i < 10; i++)
 		ck_assert_int_eq(lane_seq(a, (uint32_t)i, 16 + (size_t)i * 40), 0);
-	rk_lane_stats(a, &ls);
+	rk_lane_stats(a, &ls, sizeof(ls));
 	ck_assert_uint_eq(ls.frames, 10);
 	rk_lane_close(a);
 	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &b), 0);
@@ -1167,7 +1167,7 @@ START_TEST(test_lane_open)
 
 		rk_config_init(&c);
 		ck_assert_int_eq(rk_config_from_env(&c, NULL, 0), 0);
-		ck_assert(!c.lane);
+		ck_assert(!rk__config_tuning(&c)->lane);
 	}
 	unsetenv("RK_LANE");
 	g_lane_off = true;
@@ -1197,7 +1197,7 @@ START_TEST(test_lane_full)
 		sent++;
 	ck_assert_int_eq(ret, -EAGAIN);
 	ck_assert_uint_gt(sent, 100);
-	rk_lane_stats(ln, &ls);
+	rk_lane_stats(ln, &ls, sizeof(ls));
 	ck_assert_uint_eq(ls.full, 1);
 	ck_assert_uint_eq(ls.frames, sent);
 	ck_assert(PUMP_UNTIL(5000, r[0].nseq == sent, &r[0], &r[1]));
@@ -1232,7 +1232,7 @@ START_TEST(test_lane_wake)
 	ck_assert_int_eq(rk_link_lane_open(rk_world_link(r[1].w, 0), &ln), 0);
 
 	ck_assert_int_eq(lane_seq(ln, 0, 8), 0);	/* the leader is awake */
-	rk_lane_stats(ln, &ls);
+	rk_lane_stats(ln, &ls, sizeof(ls));
 	ck_assert_uint_eq(ls.wakes, 0);
 	ck_assert_int_eq(rk__shm_test_arm(l0), 1);	/* it looks again and finds it */
 	ck_assert(PUMP_UNTIL(5000, r[0].nseq == 1, &r[0]));
@@ -1241,7 +1241,7 @@ START_TEST(test_lane_wake)
 	ck_assert_int_eq(rk__shm_test_arm(l0), 0);	/* asleep */
 	ck_assert_int_eq(lane_seq(ln, 1, 8), 0);
 	ck_assert_int_eq(lane_seq(ln, 2, 8), 0);
-	rk_lane_stats(ln, &ls);
+	rk_lane_stats(ln, &ls, sizeof(ls));
 	ck_assert_uint_eq(ls.wakes, 1);			/* the bell was taken */
 	ck_assert(PUMP_UNTIL(5000, r[0].nseq == 3, &r[0], &r[1]));
 	ck_assert_uint_eq(r[0].disorder, 0);
@@ -1335,7 +1335,7 @@ static void *ping_thread(void *arg)
 	c.wait.mode = t->mode;
 	/* no timer for a minute: a blocked rank wakes only when the other rings
 	 * its bell, so a lost wake-up hangs the test (its timeout fails it) */
-	c.heartbeat_ns = 60000 * MS;
+	rk__config_tuning(&c)->heartbeat_ns = 60000 * MS;
 	c.peer_timeout_ns = 120000 * MS;
 	r->echo = t->rank == 1;
 	r->rank = t->rank;
@@ -1539,15 +1539,15 @@ START_TEST(test_idle_heartbeats)
 
 	start(r, 2, NULL);
 	PUMP_UNTIL(20, false, &r[0], &r[1]);	/* the upgrade's own frames are done */
-	rk_loop_stats(r[0].loop, &a0);
-	rk_loop_stats(r[1].loop, &a1);
+	rk_loop_stats(r[0].loop, &a0, sizeof(a0));
+	rk_loop_stats(r[1].loop, &a1, sizeof(a1));
 	link_stats(&r[0], 1, &h0);
 	link_stats(&r[1], 0, &h1);
 	ck_assert(PUMP_UNTIL(10000, (link_stats(&r[0], 1, &l0), link_stats(&r[1], 0, &l1),
 				     l0.heartbeats_rx >= h0.heartbeats_rx + 3 &&
 				     l1.heartbeats_rx >= h1.heartbeats_rx + 3), &r[0], &r[1]));
-	rk_loop_stats(r[0].loop, &b0);
-	rk_loop_stats(r[1].loop, &b1);
+	rk_loop_stats(r[0].loop, &b0, sizeof(b0));
+	rk_loop_stats(r[1].loop, &b1, sizeof(b1));
 	ck_assert_uint_eq(b0.busy_events, a0.busy_events);
 	ck_assert_uint_eq(b1.busy_events, a1.busy_events);
 	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);

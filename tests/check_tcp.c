@@ -151,7 +151,7 @@ static void flip_wait(struct side *s)
 	if (s->fixed)
 		return;
 	rk_wait_policy_init(&w);
-	w.predict = false;
+	rk_test_wait_tuning(s->loop)->predict = false;
 	switch (s->flips++ % 4) {
 	case 0:
 		w.mode = RK_WAIT_SPIN;
@@ -272,9 +272,9 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.world_size = 2;
 	c.catch_signals = false;
 	c.wait.mode = mode;
-	c.wait.predict = false;
+	rk__config_tuning(&c)->wait.predict = false;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
-	c.wait.defer_taskrun = g_defer;
+	rk__config_tuning(&c)->wait.defer_taskrun = g_defer;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -433,7 +433,7 @@ static void path_run_n(enum rk_wait_mode mode, bool wait_sleep, unsigned int ech
 	pthread_join(th, NULL);
 	ck_assert_int_eq(s.failed, 0);
 	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
-	rk_link_stats(s.link, st);
+	rk_link_stats(s.link, st, sizeof(*st));
 	close(fds[0]);
 	side_fini(&s);
 }
@@ -594,7 +594,7 @@ START_TEST(test_defer_block_path)
 	g_defer = true;
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
 	g_defer = false;
-	if (!rk_loop_config(s.loop)->wait.defer_taskrun) {
+	if (!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun) {
 		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
 		close(fds[0]);
 		side_fini(&s);
@@ -616,13 +616,13 @@ START_TEST(test_defer_block_path)
 	ck_assert_int_eq(r.ok, PATH_FRAMES);
 	ck_assert_int_eq(s.failed, 0);
 	ck_assert_uint_eq(s.rx_count, PATH_FRAMES);
-	rk_link_stats(s.link, &st);
+	rk_link_stats(s.link, &st, sizeof(st));
 	ck_assert_uint_eq(st.tcp_rx_ring, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_rx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_commit, PATH_FRAMES);
 	ck_assert_uint_eq(st.tcp_tx_direct, 0);
 	ck_assert_uint_eq(st.tcp_tx_ring, 0);
-	rk_loop_stats(s.loop, &ls);
+	rk_loop_stats(s.loop, &ls, sizeof(ls));
 	ck_assert_uint_ge(ls.blocks, 1);
 	close(fds[0]);
 	side_fini(&s);
@@ -639,7 +639,7 @@ START_TEST(test_no_defer_any_thread)
 
 	tcp_pair(fds);
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
-	ck_assert(!rk_loop_config(s.loop)->wait.defer_taskrun);
+	ck_assert(!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun);
 	r.loop = s.loop;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);
@@ -716,8 +716,8 @@ static void stress_run(int run, bool fixed, enum rk_wait_mode mode, struct rk_li
 	ck_assert_int_eq(b.bad, 0);
 	ck_assert_uint_eq(a.rx_count, STRESS_FRAMES);
 	ck_assert_uint_eq(b.rx_count, STRESS_FRAMES);
-	rk_link_stats(a.link, sa);
-	rk_link_stats(b.link, sb);
+	rk_link_stats(a.link, sa, sizeof(*sa));
+	rk_link_stats(b.link, sb, sizeof(*sb));
 	ck_assert_uint_eq(sa->rx_frames, STRESS_FRAMES);
 	ck_assert_uint_eq(sb->rx_frames, STRESS_FRAMES);
 	side_fini(&a);
@@ -824,30 +824,30 @@ START_TEST(test_prewarm_after_predictive_sleep)
 	side_init(&s, 0, fds[1], RK_WAIT_ADAPTIVE);
 	w = rk_loop_config(s.loop)->wait;
 	w.spin_ns = 200 * MS;
-	w.predict = true;
 	rk_loop_set_wait(s.loop, &w);
+	rk_test_wait_tuning(s.loop)->predict = true;
 	if (!on)
 		rk__loop_wait(s.loop)->off |= RK__WAIT_OFF_PREWARM;
 	rk_loop_set_clock(s.loop, pw_clock, &t);
 	ps.src.data = &ps;
 	ck_assert_int_eq(rk_loop_add_source(s.loop, &ps.src), 0);
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	margin = st.predict_margin_ns;
 	ps.expect = t + 10 * MS;
 
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* the sleep */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_waits, 1);
 	ck_assert_uint_eq(st.prewarms, 0);
 	t = ps.expect - margin;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* woken early */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_early, 1);
 	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
 	t = ps.expect - 1;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_ONCE), 0);	/* spinning to it */
-	rk_loop_stats(s.loop, &st);
+	rk_loop_stats(s.loop, &st, sizeof(st));
 	ck_assert_uint_eq(st.predict_waits, 1);
 	ck_assert_uint_eq(st.prewarms, (on ? 1 : 0));
 

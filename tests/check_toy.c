@@ -879,7 +879,7 @@ struct tstream {
 struct tworld {
 	int size;
 	bool use_sched;
-	enum rk_resident_mode resident;	/* RK_RESIDENT of every rank */
+	enum rk_resident_mode resident;	/* every rank's rk_sched_config.resident */
 	int tcp_rank;			/* a follower with RK_SHM=off (0: none) */
 	bool race;			/* follower 1 runs race_hook() */
 	atomic_uint_fast64_t race_round;	/* the round it holds (0: none yet) */
@@ -1003,7 +1003,6 @@ static int node_create(struct trank *t, uint64_t deadline)
 	c.world_size = t->tw->size;
 	c.session_id = SESSION;
 	c.wait.mode = RK_WAIT_BLOCK;	/* 2 cores, up to 8 threads: never spin */
-	c.resident = t->tw->resident;
 	if (t->tw->tcp_rank && t->rank == t->tw->tcp_rank)
 		c.shm = RK_SHM_OFF;	/* a mixed world: this follower stays on TCP */
 	c.peer_timeout_ns = 5000 * MS;
@@ -1226,7 +1225,8 @@ static void *rank_thread(void *arg)
 	struct trank *t = arg;
 	struct tworld *tw = t->tw;
 	struct toy_params p;
-	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K };
+	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K,
+				      .resident = tw->resident };
 	uint64_t deadline = rk_test_deadline_ms(40000);
 	uint8_t quit[8];
 	int ret;
@@ -1276,8 +1276,8 @@ static void *rank_thread(void *arg)
 	} else {
 		if (!RUN_UNTIL(t, deadline, t->quit))
 			T_FAIL(t, -ETIMEDOUT);
-		rk_link_stats(rk_world_link(t->w, 0), &t->link);
-		rk_loop_stats(t->loop, &t->lstats);
+		rk_link_stats(rk_world_link(t->w, 0), &t->link, sizeof(t->link));
+		rk_loop_stats(t->loop, &t->lstats, sizeof(t->lstats));
 		t->on_shm = !strcmp(rk_link_transport(rk_world_link(t->w, 0)), "shm");
 	}
 out:
@@ -1291,7 +1291,7 @@ out:
 		}
 	}
 	if (t->sched) {
-		rk_sched_stats(t->sched, &t->sstats);
+		rk_sched_stats(t->sched, &t->sstats, sizeof(t->sstats));
 		rk_sched_destroy(t->sched);
 	}
 	if (t->w)
@@ -1628,7 +1628,7 @@ START_TEST(test_backend_resident_mismatch)
 {
 	struct tworld *tw = calloc(1, sizeof(*tw));
 	struct trank *t = &tw->r[0];
-	struct rk_sched_config sc = { .max_batch = 8 };
+	struct rk_sched_config sc = { .max_batch = 8, .resident = RK_RESIDENT_ON };
 	struct mm *m = calloc(1, sizeof(*m));
 	uint64_t deadline = rk_test_deadline_ms(30000);
 	struct toy_params p;
@@ -1659,7 +1659,7 @@ START_TEST(test_backend_resident_mismatch)
 	ck_assert_mem_eq(m->a.got, m->a.ref, m->a.n_gen * 4);
 	ck_assert_mem_eq(m->b.got, m->b.ref, m->b.n_gen * 4);
 	toy_cpu_stats(t->b, &t->stats);
-	rk_sched_stats(t->sched, &t->sstats);
+	rk_sched_stats(t->sched, &t->sstats, sizeof(t->sstats));
 	/* round 1 (nothing armed) and the round that brought the long prompt */
 	ck_assert_uint_eq(t->stats.resident_mismatch, 1);
 	ck_assert_uint_eq(t->stats.posted, 2);

@@ -128,7 +128,7 @@ static void snap_stats(struct node *n)
 	struct rk_link *l = rk_world_link(n->w, n->rank ? 0 : 1);
 
 	if (l) {
-		rk_link_stats(l, &n->st);
+		rk_link_stats(l, &n->st, sizeof(n->st));
 		n->transport = rk_link_transport(l);
 		n->stats_ok = true;
 	}
@@ -195,7 +195,7 @@ static void node_config(struct node *n, struct rk_config *c)
 	c->wait.mode = n->mode;
 	c->connect_timeout_ns = 60000000000ull;
 	c->peer_timeout_ns = 20000000000ull; /* TCG guests stall: only real failures */
-	c->heartbeat_ns = 1000000000ull;
+	rk__config_tuning(c)->heartbeat_ns = 1000000000ull;
 	c->log_level = g_verbose ? RK_LOG_DEBUG : RK_LOG_WARN;
 	/* the guests' addresses are not loopback: authenticate, as such worlds must */
 	if (rk__auth_available())
@@ -253,7 +253,7 @@ static void node_send_some(struct node *n)
 static void node_finish(struct node *n)
 {
 	snap_stats(n);
-	rk_loop_stats(n->loop, &n->lst);
+	rk_loop_stats(n->loop, &n->lst, sizeof(n->lst));
 	if (g_verbose)
 		fprintf(stderr, "r%d: destroying the world\n", n->rank);
 	rk_world_destroy(n->w);

@@ -66,9 +66,9 @@ static struct rk_loop_stats policy_run(struct policy *p, uint64_t t, struct rk_p
 			 0);
 	if (post)
 		rk_loop_post(p->loop, post);
-	rk_loop_stats(p->loop, &p->before);
+	rk_loop_stats(p->loop, &p->before, sizeof(p->before));
 	ck_assert_int_eq(rk_loop_run(p->loop, RK_RUN_ONCE), 0);
-	rk_loop_stats(p->loop, &p->after);
+	rk_loop_stats(p->loop, &p->after, sizeof(p->after));
 	ck_assert_int_eq(p->bound_fired, 0);
 	ck_assert_uint_eq(rk_loop_now(p->loop), t);
 	d.iterations = p->after.iterations - p->before.iterations;
@@ -251,6 +251,7 @@ START_TEST(test_policy_switch)
 {
 	struct policy p;
 	struct rk_wait_policy w;
+	uint64_t tun[RK_CONFIG_TUNING_WORDS];
 	uint64_t b;
 
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
@@ -269,10 +270,12 @@ START_TEST(test_policy_switch)
 	ck_assert_phase(policy_step(&p, b + 20 * SEC), 'S');
 	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS - 1), 'S');
 	ck_assert_phase(policy_step(&p, b + 20 * SEC + 5 * MS), 'B');
-	/* sqpoll and coop_taskrun are fixed at creation. */
-	w.sqpoll = true;
+	/* the tuning tier (sqpoll and coop_taskrun among it) stays as created */
+	memcpy(tun, rk_loop_config(p.loop)->tuning, sizeof(tun));
+	w.mode = RK_WAIT_SPIN;
 	rk_loop_set_wait(p.loop, &w);
-	ck_assert(!rk_loop_config(p.loop)->wait.sqpoll);
+	ck_assert(!rk__config_ctuning(rk_loop_config(p.loop))->wait.sqpoll);
+	ck_assert_mem_eq(tun, rk_loop_config(p.loop)->tuning, sizeof(tun));
 	policy_teardown(&p);
 }
 END_TEST
@@ -296,9 +299,9 @@ START_TEST(test_run_once_returns_after_work)
 	ck_assert_int_eq(fired, 0);
 	rk_timer_stop(&p.bound);
 	p.fc.t += 10 * MS;
-	rk_loop_stats(p.loop, &p.before);
+	rk_loop_stats(p.loop, &p.before, sizeof(p.before));
 	ck_assert_int_eq(rk_loop_run(p.loop, RK_RUN_ONCE), 0);	/* the timer is due */
-	rk_loop_stats(p.loop, &p.after);
+	rk_loop_stats(p.loop, &p.after, sizeof(p.after));
 	ck_assert_int_eq(fired, 1);
 	ck_assert_uint_eq(p.after.blocks, p.before.blocks);
 	/* A post, in every mode. */
@@ -348,7 +351,7 @@ static int csrc_arm(struct rk_source *src)
 	struct rk_loop_stats s;
 
 	c->arms++;
-	rk_loop_stats(c->loop, &s);
+	rk_loop_stats(c->loop, &s, sizeof(s));
 	c->blocks_at_arm = s.blocks;
 	if (c->arm_pending > 0) {
 		c->arm_pending--;
@@ -689,14 +692,14 @@ START_TEST(test_predict_sleeps)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 200 * MS;
-	ck_assert(c.wait.predict);		/* the default */
+	ck_assert(rk__config_tuning(&c)->wait.predict);		/* the default */
 	loop = fpred_loop(&c, &fc, &p);
 	ck_assert(rk_loop_predicts(loop));
 	for (i = 0; i < n; i++) {
 		busy_kick(loop);
 		s0 = stats_of(loop);
 		margin = s0.predict_margin_ns;
-		ck_assert_uint_ge(margin, c.wait.predict_margin_ns);
+		ck_assert_uint_ge(margin, rk__config_tuning(&c)->wait.predict_margin_ns);
 		ck_assert_uint_lt(margin, wait);
 		p.expect = fc.t + wait;
 
@@ -890,8 +893,8 @@ START_TEST(test_predict_margin_fades)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	ck_assert(c.wait.predict);
-	base = c.wait.predict_margin_ns;
+	ck_assert(rk__config_tuning(&c)->wait.predict);
+	base = rk__config_tuning(&c)->wait.predict_margin_ns;
 	loop = new_loop(&c);
 	rk_loop_set_clock(loop, fake_now, &fc);
 	p.src.data = &p;
@@ -918,7 +921,8 @@ START_TEST(test_predict_margin_fades)
 
 	/* 2: waits the grown margin says to spin through, but the base would sleep in */
 	for (i = 0; i < 100; i++) {
-		p.expect = fc.t + base + c.wait.predict_min_ns + (grown - base) / 2;
+		p.expect = fc.t + base + rk__config_tuning(&c)->wait.predict_min_ns +
+			   (grown - base) / 2;
 		ck_assert_int_eq(rk_loop_run(loop, RK_RUN_ONCE), 0);
 		fc.t = p.expect;
 		p.ready = true;
@@ -995,8 +999,8 @@ START_TEST(test_predict_late_rare_covered)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;		/* only the prediction decides */
-	ck_assert(c.wait.learn);
-	base = c.wait.predict_margin_ns;
+	ck_assert(rk__config_tuning(&c)->wait.learn);
+	base = rk__config_tuning(&c)->wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
 	for (i = 0; i < 50; i++)	/* on time: the margin is the base */
 		late_cycle(loop, &fc, &p, 0);
@@ -1049,7 +1053,7 @@ START_TEST(test_predict_boost_short_sleeps)
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 0;
-	base = c.wait.predict_margin_ns;
+	base = rk__config_tuning(&c)->wait.predict_margin_ns;
 	loop = fpred_loop(&c, &fc, &p);
 	for (i = 0; i < 25; i++) {
 		p.expect = fc.t + 10 * MS;
@@ -1439,8 +1443,8 @@ static struct rk_loop *learn_loop(bool learn, struct fake_clock *fc, struct fpre
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 200 * MS;
-	ck_assert(c.wait.learn);	/* the default */
-	c.wait.learn = learn;
+	ck_assert(rk__config_tuning(&c)->wait.learn);	/* the default */
+	rk__config_tuning(&c)->wait.learn = learn;
 	loop = fpred_loop(&c, fc, rec);
 	memset(a, 0, sizeof(*a));
 	a->loop = loop;
@@ -1891,7 +1895,8 @@ static struct rk_loop_stats cold_window_blocks(struct fake_clock *fc, struct rk_
 	s1 = learn_step(fc, loop, t + 2 * MS);
 	ck_assert_uint_eq(s1.blocks, s0.blocks + 1);
 	ck_assert_uint_eq(s1.spin_iters, s0.spin_iters);
-	ck_assert_uint_eq(s1.spin_window_ns, rk_loop_config(loop)->wait.learn_spin_min_ns);
+	ck_assert_uint_eq(s1.spin_window_ns,
+			  rk__config_ctuning(rk_loop_config(loop))->wait.learn_spin_min_ns);
 	rk_timer_stop(&bound);
 	ck_assert_int_eq(fired, 0);
 	return s1;
@@ -2070,9 +2075,9 @@ static void check_learned_window(bool learn)
 	policy_setup(&p, RK_WAIT_ADAPTIVE);
 	w = rk_loop_config(p.loop)->wait;
 	w.spin_ns = 200 * MS;
-	w.learn = learn;
-	w.learn_spin_min_ns = 1 * MS;
 	rk_loop_set_wait(p.loop, &w);
+	rk_test_wait_tuning(p.loop)->learn = learn;
+	rk_test_wait_tuning(p.loop)->learn_spin_min_ns = 1 * MS;
 	t = p.fc.t;
 	for (i = 0; i < 100; i++) {
 		t += 10 * US;
@@ -2081,7 +2086,7 @@ static void check_learned_window(bool learn)
 	ck_assert_phase(policy_step(&p, t + 500 * US), 'S');
 	ck_assert_phase(policy_step(&p, t + 2 * MS), learn ? 'B' : 'S');
 	ck_assert_phase(policy_step(&p, t + 3 * MS), learn ? 'B' : 'S');
-	rk_loop_stats(p.loop, &s);
+	rk_loop_stats(p.loop, &s, sizeof(s));
 	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);
 	ck_assert_uint_eq(s.spin_window_ns, learn ? 1 * MS : 200 * MS);
 	/* gaps of 20 ms: the window grows back to the configured one */
@@ -2091,7 +2096,7 @@ static void check_learned_window(bool learn)
 		policy_post(&p, t, &p.busy);
 	}
 	ck_assert_phase(policy_step(&p, t + 50 * MS), 'S');
-	rk_loop_stats(p.loop, &s);
+	rk_loop_stats(p.loop, &s, sizeof(s));
 	ck_assert_uint_ge(s.spin_window_ns, learn ? 80 * MS : 200 * MS);
 	ck_assert_uint_le(s.spin_window_ns, 200 * MS);
 	ck_assert_uint_eq(s.window_cuts, learn ? 1 : 0);

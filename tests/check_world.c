@@ -269,9 +269,9 @@ static void cfg_base(struct rk_config *c, int rank, int size, int port)
 	c->world_size = size;
 	snprintf(c->leader, sizeof(c->leader), "127.0.0.1:%d", port);
 	c->session_id = SESSION;
-	c->heartbeat_ns = 20 * MS;
+	rk__config_tuning(c)->heartbeat_ns = 20 * MS;
 	c->peer_timeout_ns = 200 * MS * rk_test_slow();
-	c->handshake_timeout_ns = 300 * MS * rk_test_slow();
+	rk__config_tuning(c)->handshake_timeout_ns = 300 * MS * rk_test_slow();
 	c->connect_timeout_ns = 5000 * MS;
 	c->max_frame = 4u << 20;
 	c->wait.spin_ns = 1 * MS;	/* the machine is shared: block soon */
@@ -400,9 +400,9 @@ static void pump_once(struct node **ns, size_t nn)
 	size_t i;
 
 	for (i = 0; i < nn; i++) {
-		rk_loop_stats(ns[i]->loop, &a);
+		rk_loop_stats(ns[i]->loop, &a, sizeof(a));
 		ck_assert_int_eq(rk_loop_run(ns[i]->loop, RK_RUN_NOWAIT), 0);
-		rk_loop_stats(ns[i]->loop, &b);
+		rk_loop_stats(ns[i]->loop, &b, sizeof(b));
 		ev += b.events - a.events;
 	}
 	if (!ev)
@@ -921,8 +921,8 @@ START_TEST(test_frames_both_ways)
 	check_received(&n[0], 1, s1, k1, 1);
 
 	/* counters: one handshake frame each way, heartbeats, and ours */
-	rk_link_stats(l0, &ls0);
-	rk_link_stats(l1, &ls1);
+	rk_link_stats(l0, &ls0, sizeof(ls0));
+	rk_link_stats(l1, &ls1, sizeof(ls1));
 	ck_assert_uint_eq(ls0.tx_frames - ls0.heartbeats_tx, hs_frames() + shm_frames(1, moved) + k0);
 	ck_assert_uint_eq(ls1.tx_frames - ls1.heartbeats_tx, hs_frames() + shm_frames(0, moved) + k1);
 	ck_assert_uint_eq(ls0.rx_frames - ls0.heartbeats_rx, hs_frames() + shm_frames(0, moved) + k1);
@@ -1123,15 +1123,15 @@ START_TEST(test_flush_now)
 	 * pump held the frame back on a loaded machine.) Nor may rank 1 miss
 	 * heartbeats while only it runs.
 	 */
-	c.heartbeat_ns = 60000 * MS;
+	rk__config_tuning(&c)->heartbeat_ns = 60000 * MS;
 	c.peer_timeout_ns = 120000 * MS;
 	start_world(n, 2, &c);
 	deadline = rk_test_deadline_ms(5000);
 	do {
 		ck_assert_msg(rk_test_now_ns() < deadline, "rank 0's loop never went idle");
-		rk_loop_stats(n[0].loop, &a);
+		rk_loop_stats(n[0].loop, &a, sizeof(a));
 		pump_once(NODES(&n[0], &n[1]));
-		rk_loop_stats(n[0].loop, &b);
+		rk_loop_stats(n[0].loop, &b, sizeof(b));
 	} while (b.events != a.events);
 	before = count_tag(&n[1], TAG_PLAIN);
 	ck_assert_int_eq(send_user(&n[0], 1, TAG_PLAIN, "now", 3), 0);
@@ -1176,12 +1176,12 @@ START_TEST(test_burst)
 	c.peer_timeout_ns = 2000 * MS;
 	start_world(n, 2, &c);
 	n[0].hook = burst_hook;
-	rk_link_stats(rk_world_link(n[0].w, 1), &a);
+	rk_link_stats(rk_world_link(n[0].w, 1), &a, sizeof(a));
 	base = n[1].nrx;
 	ck_assert_int_eq(send_user(&n[1], 0, TAG_BURST, NULL, 0), 0);
 	ck_assert(PUMP_UNTIL(10000, n[1].nrx >= base + BURST_FRAMES, &n[0], &n[1]));
 	ck_assert_int_eq(n[0].hook_err, 0);
-	rk_link_stats(rk_world_link(n[0].w, 1), &b);
+	rk_link_stats(rk_world_link(n[0].w, 1), &b, sizeof(b));
 	for (i = 0; i < BURST_FRAMES; i++) {
 		const struct rxframe *f = &n[1].rx[base + i];
 
@@ -1359,8 +1359,8 @@ static void *rank_thread(void *arg)
 	c.peer_timeout_ns = 2000 * MS;
 	if (t->tw->heartbeat_ns) {
 		/* no timer for a minute: every wake must come from the events waited for */
-		c.heartbeat_ns = t->tw->heartbeat_ns;
-		c.handshake_timeout_ns = t->tw->heartbeat_ns;
+		rk__config_tuning(&c)->heartbeat_ns = t->tw->heartbeat_ns;
+		rk__config_tuning(&c)->handshake_timeout_ns = t->tw->heartbeat_ns;
 		c.peer_timeout_ns = 2 * t->tw->heartbeat_ns;
 	}
 	if (t->rank) {
@@ -1724,7 +1724,7 @@ static void pump_track_rx(struct node *n, int peer, uint64_t *rx, uint64_t *t_la
 	l = n->nerr ? NULL : rk_world_link(n->w, peer);
 	if (!l)
 		return;
-	rk_link_stats(l, &ls);
+	rk_link_stats(l, &ls, sizeof(ls));
 	if (ls.rx_frames != *rx) {
 		*rx = ls.rx_frames;
 		*t_last = t;
@@ -1829,7 +1829,7 @@ START_TEST(test_garbage)
 	l = rk_world_link(n[0].w, 1);
 	ping_pong(&n[0], &n[1]);
 	dropped = log_dropped();
-	rk_world_stats(n[0].w, &ws0);
+	rk_world_stats(n[0].w, &ws0, sizeof(ws0));
 
 	raw_connect(&r, port, 0);
 	t_conn = rk_test_now_ns();
@@ -1871,12 +1871,12 @@ START_TEST(test_garbage)
 		ck_assert_uint_eq(r.discarded, 0);	/* closed without a word */
 	}
 	el = rk_test_now_ns() - t_conn;
-	rk_world_stats(n[0].w, &ws1);
+	rk_world_stats(n[0].w, &ws1, sizeof(ws1));
 	ck_assert_uint_eq(ws1.refused_timeout - ws0.refused_timeout, g->kind == G_SILENT);
 	/* no earlier than the timeout: the leader took the connection in after
 	 * t_conn, so load can only make this later */
 	if (g->kind == G_SILENT)
-		ck_assert_msg(el >= c.handshake_timeout_ns,
+		ck_assert_msg(el >= rk__config_tuning(&c)->handshake_timeout_ns,
 			      "a silent socket was dropped after %llu ms", (unsigned long long)(el / MS));
 	/* the leader logged it */
 	ck_assert(PUMP_UNTIL(1000, log_dropped() > dropped, &n[0], &n[1]));
@@ -1905,7 +1905,7 @@ START_TEST(test_pending_flood)
 
 	cfg_base(&c, 0, 2, 0);
 	c.peer_timeout_ns = 2000 * MS;
-	c.handshake_timeout_ns = 2000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 2000 * MS;
 	port = start_world(n, 2, &c);
 	r = calloc(FLOOD, sizeof(*r));
 	ck_assert_ptr_nonnull(r);
@@ -1922,7 +1922,7 @@ START_TEST(test_pending_flood)
 	})
 	/* the surplus is refused at once, for newer connections, not by the handshake timeout */
 	ck_assert(PUMP_UNTIL(5000, COUNT_CLOSED() >= FLOOD - 64, &n[0], &n[1]));
-	rk_world_stats(n[0].w, &ws);
+	rk_world_stats(n[0].w, &ws, sizeof(ws));
 	ck_assert_uint_eq(ws.refused_evicted, FLOOD - 64);
 	ck_assert_uint_eq(ws.refused_timeout, 0);
 	ck_assert_int_lt(closed, FLOOD);
@@ -2073,7 +2073,7 @@ START_TEST(test_slow_peer)
 	ck_assert_ptr_nonnull(payload);
 	payload[0] = TAG_PLAIN;
 	while ((l = rk_world_link(n.w, 1))) {
-		rk_link_stats(l, &st);
+		rk_link_stats(l, &st, sizeof(st));
 		ret = rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, len);
 		if (ret)
 			break;
@@ -2177,17 +2177,18 @@ START_TEST(test_no_leader)
 {
 	struct node n = { 0 };
 	struct rk_config c;
+	struct rk__tuning *t = rk__config_tuning(&c);
 	uint64_t t0, el;
 	int port = rk_test_free_port(), ret;
 
 	ck_assert_int_gt(port, 0);
 	cfg_base(&c, 1, 2, port);
 	c.connect_timeout_ns = 300 * MS;
-	c.heartbeat_ns = no_leader_hb_ms[_i] * MS;
-	if (c.handshake_timeout_ns < c.heartbeat_ns)
-		c.handshake_timeout_ns = c.heartbeat_ns;
-	if (c.peer_timeout_ns <= c.heartbeat_ns)
-		c.peer_timeout_ns = 2 * c.heartbeat_ns;	/* rk_loop_create() insists */
+	t->heartbeat_ns = no_leader_hb_ms[_i] * MS;
+	if (t->handshake_timeout_ns < t->heartbeat_ns)
+		t->handshake_timeout_ns = t->heartbeat_ns;
+	if (c.peer_timeout_ns <= t->heartbeat_ns)
+		c.peer_timeout_ns = 2 * t->heartbeat_ns;	/* rk_loop_create() insists */
 	t0 = rk_test_now_ns();	/* before the world's deadline is set: load only adds */
 	node_start(&n, &c);
 	ret = rk_world_wait_ready(n.w);
@@ -2356,7 +2357,7 @@ START_TEST(test_stranger)
 	c.peer_timeout_ns = 5000 * MS;	/* raw peers send no heartbeats */
 	port = start_world(n, 2, &c);
 	ck_assert_int_eq(n[0].ready, 0);
-	rk_world_stats(n[0].w, &st0);
+	rk_world_stats(n[0].w, &st0, sizeof(st0));
 
 	if (g->kind == S_REPLAY) {
 		/* first a real handshake as rank 2, recorded; then rank 2 goes away */
@@ -2365,7 +2366,7 @@ START_TEST(test_stranger)
 		ck_assert(PUMP_UNTIL(3000, n[0].ready, &n[0], &n[1]));
 		raw_close(&rec);
 		ck_assert(PUMP_UNTIL(3000, saw_error_for(&n[0], 2), &n[0], &n[1]));
-		rk_world_stats(n[0].w, &st0);
+		rk_world_stats(n[0].w, &st0, sizeof(st0));
 	}
 	raw_connect(&r, port, 0);
 	switch (g->kind) {
@@ -2410,7 +2411,7 @@ START_TEST(test_stranger)
 	}
 	raw_close(&r);
 
-	rk_world_stats(n[0].w, &st);
+	rk_world_stats(n[0].w, &st, sizeof(st));
 	if (g->want == -RK_EAUTH)
 		ck_assert_uint_eq(st.refused_auth, st0.refused_auth + 1);
 	else if (g->want == -RK_ERANK)
@@ -2446,7 +2447,7 @@ START_TEST(test_stranger_holds_no_rank)
 	int port;
 
 	cfg_base(&c, 0, 3, 0);
-	c.handshake_timeout_ns = 5000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 5000 * MS;
 	port = start_world(n, 2, &c);
 	raw_connect(&r, port, 0);
 	raw_hello(hello, 2, 3, g_auth, 0x99);
@@ -2620,7 +2621,8 @@ START_TEST(test_stranger_big_frame)
 	int port;
 
 	cfg_base(&c, 0, 2, 0);
-	c.handshake_timeout_ns = 20000 * MS;	/* far: the answer must not wait for it */
+	/* far: the answer must not wait for it */
+	rk__config_tuning(&c)->handshake_timeout_ns = 20000 * MS;
 	port = start_world(n, 2, &c);
 	raw_connect(&r, port, 0);
 	memset(f, 0, sizeof(f));
@@ -2632,7 +2634,7 @@ START_TEST(test_stranger_big_frame)
 	reseal_hdr(f);
 	raw_send(&r, f, sizeof(f));
 	raw_expect_error(&r, NODES(&n[0], &n[1]), b->want);
-	rk_world_stats(n[0].w, &ws);
+	rk_world_stats(n[0].w, &ws, sizeof(ws));
 	ck_assert_uint_eq(ws.refused_timeout, 0);	/* the header's answer, not the timeout's */
 	raw_close(&r);
 	ping_pong(&n[0], &n[1]);
@@ -2656,8 +2658,9 @@ START_TEST(test_pending_evict)
 	int port, i, closed;
 
 	cfg_base(&c, 0, 2, 0);
-	c.handshake_timeout_ns = 30000 * MS;	/* only eviction may close them */
-	c.max_pending = 16;
+	/* only eviction may close them */
+	rk__config_tuning(&c)->handshake_timeout_ns = 30000 * MS;
+	rk__config_tuning(&c)->max_pending = 16;
 	node_start(&n[0], (c.rank = 0, &c));
 	port = rk_world_port(n[0].w);
 	r = calloc(IDLE, sizeof(*r));
@@ -2677,7 +2680,7 @@ START_TEST(test_pending_evict)
 		closed;								\
 	})
 	ck_assert(PUMP_UNTIL(5000, COUNT_CLOSED() >= IDLE - 16, &n[0]));
-	rk_world_stats(n[0].w, &st);
+	rk_world_stats(n[0].w, &st, sizeof(st));
 	ck_assert_uint_eq(st.accepted, IDLE);
 	ck_assert_uint_le(st.pending, 16);
 	ck_assert_uint_le(st.pending_max, 16);
@@ -2699,7 +2702,7 @@ START_TEST(test_pending_evict)
 	node_start(&n[1], &c);
 	ck_assert(PUMP_UNTIL(5000, n[0].ready && n[1].ready, &n[0], &n[1]));
 	ping_pong(&n[0], &n[1]);
-	rk_world_stats(n[0].w, &st);
+	rk_world_stats(n[0].w, &st, sizeof(st));
 	ck_assert_uint_le(st.pending_max, 16);
 	ck_assert_uint_eq(st.joined, 1);
 	ck_assert_uint_ge(st.accepted, IDLE + RAPID + 1);
@@ -2730,7 +2733,7 @@ START_TEST(test_refusal_log_rate)
 	int port, i;
 
 	cfg_base(&c, 0, 2, 0);
-	c.refused_log_ns = 300 * MS;
+	rk__config_tuning(&c)->refused_log_ns = 300 * MS;
 	node_start(&n, &c);
 	port = rk_world_port(n.w);
 	lines0 = log_dropped();
@@ -2742,13 +2745,13 @@ START_TEST(test_refusal_log_rate)
 		raw_close(&r);
 	}
 	el = rk_test_now_ns() - t0;
-	rk_world_stats(n.w, &st);
+	rk_world_stats(n.w, &st, sizeof(st));
 	ck_assert_uint_eq(st.refused_magic, FLOOD);
 	ck_assert_uint_ge(st.log_suppressed, 1);
 	/* lines: one at the start of each interval, whatever the flood's pace
 	 * (the intervals it spanned, however slowly the machine ran it) */
 	ck_assert_uint_eq(log_dropped() - lines0 + st.log_suppressed, FLOOD);
-	ck_assert_msg(log_dropped() - lines0 <= 1 + el / c.refused_log_ns,
+	ck_assert_msg(log_dropped() - lines0 <= 1 + el / rk__config_tuning(&c)->refused_log_ns,
 		      "%u lines for %llu ms of refusals", log_dropped() - lines0,
 		      (unsigned long long)(el / MS));
 	ck_assert(PUMP_UNTIL(3000, log_summaries() >= 1, &n));

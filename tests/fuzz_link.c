@@ -500,7 +500,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		follower(data, size);
 		return 0;
 	}
-	rk_world_stats(g_world, &before);
+	rk_world_stats(g_world, &before, sizeof(before));
 	accept_one();
 	if (data[0] & 1)
 		feed_raw(g_loop, data + 1, size - 1, 1 + data[0] % 61);
@@ -510,7 +510,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(!rk_world_link(g_world, 1) && !rk_world_link(g_world, 2));
 	CHECK(g_frames_ok == 0);
 	finish(g_loop);
-	rk_world_stats(g_world, &after);
+	rk_world_stats(g_world, &after, sizeof(after));
 	CHECK(after.joined == before.joined);
 	CHECK(after.accepted == before.accepted + 1);
 	return 0;

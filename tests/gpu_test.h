@@ -230,7 +230,7 @@ static inline int node_create(struct grank *t, uint64_t deadline)
 	c.rank = t->rank;
 	c.world_size = t->gw->size;
 	c.session_id = SESSION;
-	c.resident = t->gw->resident;
+	rk__config_tuning(&c)->resident = t->gw->resident;
 	c.peer_timeout_ns = 5000 * MS;
 	c.connect_timeout_ns = 20000 * MS;
 	return rk_test_join(&c, &t->gw->port, deadline, &world_ops, t, &t->loop, &t->w);

@@ -34,6 +34,9 @@ wire/error.c		wire		wire
 wire/version.c		wire		wire
 runtime/log.c		base		base
 runtime/config.c	base		base
+runtime/config_launch.c	base		base
+runtime/config_secret.c	base		base
+runtime/addr.c		base		base
 runtime/auth.c		base		base
 runtime/transport.c	base		base
 runtime/loop.c		loop		loop

@@ -114,7 +114,7 @@ static inline struct rk_loop_stats stats_of(const struct rk_loop *loop)
 {
 	struct rk_loop_stats s;
 
-	rk_loop_stats(loop, &s);
+	rk_loop_stats(loop, &s, sizeof(s));
 	return s;
 }
 

@@ -16,6 +16,17 @@
 
 #include "rk_runtime.h"
 #include "util_int.h"
+#include "config_int.h"	/* rk__config_tuning(): tests set tuning knobs directly */
+
+/*
+ * The wait policy's tuning of a live loop, for a test that changes a tuning
+ * knob while the loop runs (a program sets them by name before
+ * rk_loop_create(); rk_loop_set_wait() changes the stable part only).
+ */
+static inline struct rk__wait_tuning *rk_test_wait_tuning(struct rk_loop *loop)
+{
+	return &rk__config_tuning((struct rk_config *)rk_loop_config(loop))->wait;
+}
 
 static inline uint64_t rk_test_now_ns(void)
 {

@@ -394,7 +394,7 @@ static void print_stats(const struct pp *p)
 {
 	struct rk_loop_stats st;
 
-	rk_loop_stats(p->loop, &st);
+	rk_loop_stats(p->loop, &st, sizeof(st));
 	fprintf(stderr,
 		"rk-pingpong[r%d] stats: spin_ms %.1f blocked_ms %.1f blocks %llu predict_waits %llu "
 		"early %llu late %llu cut %llu oversleep_us_avg %.1f margin_us %.1f learn_waits %llu "

@@ -102,7 +102,7 @@ void print_notify(const struct server *srv)
 		/* which path the rounds took (RK_RESIDENT; tests/bench/bench-resident.sh) */
 		toy_cpu_stats(srv->cpu, &ts);
 		if (srv->sched)
-			rk_sched_stats(srv->sched, &ss);
+			rk_sched_stats(srv->sched, &ss, sizeof(ss));
 		printf("resident r%d: cpu, %" PRIu64 " rounds: posted %" PRIu64 " resident %" PRIu64
 		       " (after a futex sleep %" PRIu64 ", before launch %" PRIu64 "), mismatched %"
 		       PRIu64 ", fallbacks %" PRIu64 "; shared region %" PRIu64 "; lane %" PRIu64

@@ -261,11 +261,11 @@ static int bench_cell_run(struct bench *bn, const struct bench_cell *c, struct b
 	ret = bench_collect(bn, bn->before);
 	if (ret)
 		return ret;
-	rk_sched_stats(srv->sched, &s0);
+	rk_sched_stats(srv->sched, &s0, sizeof(s0));
 	ret = bench_pass(bn, c, o->b_requests, o->b_max_tokens, &ns);
 	if (ret)
 		return ret;
-	rk_sched_stats(srv->sched, &s1);
+	rk_sched_stats(srv->sched, &s1, sizeof(s1));
 	ret = bench_collect(bn, bn->after);
 	if (ret)
 		return ret;

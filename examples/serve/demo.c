@@ -219,7 +219,7 @@ int demo_run(struct server *srv)
 		printf("\n    hash:   %s  (%s the TP1 reference)\n", hex,
 		       match ? "equals" : "DIFFERS FROM");
 	}
-	rk_sched_stats(srv->sched, &ss);
+	rk_sched_stats(srv->sched, &ss, sizeof(ss));
 	printf("\nreceipt: %u requests, %" PRIu32 " tokens in %.3f s = %.0f tokens/s; "
 	       "%" PRIu64 " rounds; drafted %" PRIu64 ", accepted %" PRIu64 "\n",
 	       (unsigned int)N_DEMO, total, (double)(t1 - t0) / 1e9,

@@ -335,9 +335,9 @@ void metrics_own(struct server *srv, struct rank_metrics *m)
 	struct rk_link *l = srv->rank ? rk_world_link(srv->world, 0) : NULL;
 
 	memset(m, 0, sizeof(*m));
-	rk_world_stats(srv->world, &m->world);
+	rk_world_stats(srv->world, &m->world, sizeof(m->world));
 	if (l) {
-		rk_link_stats(l, &m->link);
+		rk_link_stats(l, &m->link, sizeof(m->link));
 		m->link_up = rk_link_up(l);
 	}
 	if (srv->cuda) {
@@ -454,7 +454,7 @@ void metrics_wait_done(struct stats_wait *w)
 			l = rk_world_link(srv->world, r);
 			m->up[r] = l && rk_link_up(l);
 			if (l)
-				rk_link_stats(l, &m->links[r]);
+				rk_link_stats(l, &m->links[r], sizeof(m->links[r]));
 		}
 	}
 	m->signal(w); /* the waiter's storage may end here */

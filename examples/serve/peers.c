@@ -21,7 +21,7 @@ static void own_stats(struct server *srv, struct rank_stats *rs)
 {
 	rs->valid = true;
 	cpu_times(&rs->user_s, &rs->sys_s);
-	rk_loop_stats(srv->loop, &rs->loop);
+	rk_loop_stats(srv->loop, &rs->loop, sizeof(rs->loop));
 	be_stats(srv, &rs->toy);
 	metrics_own(srv, &rs->m);
 }
@@ -84,7 +84,7 @@ static void stats_finish(struct server *srv, int err)
 	struct stats_wait *w, *next;
 	struct rk_sched_stats ss;
 
-	rk_sched_stats(srv->sched, &ss);
+	rk_sched_stats(srv->sched, &ss, sizeof(ss));
 	for (w = srv->st_cur; w; w = next) {
 		next = w->next; /* done() may end the waiter's storage */
 		w->err = err;

@@ -291,8 +291,8 @@ bool toy_cpus_spare(uint32_t size, enum rk_wait_mode mode);
 
 /**
  * toy_resident_on() - whether the CPU backend on a rank of a @size-rank world
- * runs resident rounds under @mode (struct rk_config.resident) and the wait
- * policy @wait: on is yes, off is no, auto is yes in a world with followers
+ * runs resident rounds under @mode (its scheduler's, rk_sched_resident()) and
+ * the wait policy @wait: on is yes, off is no, auto is yes in a world with followers
  * where toy_cpus_spare() (toy.c: the rule it follows). The CUDA backend has
  * no resident rounds: it launches every round whatever @mode. Any thread.
  */

@@ -362,7 +362,7 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 		      unsigned int flags)
 {
 	struct toy_cpu *b = ctx;
-	struct rk_epoch *ep = b->res_on ? rk_sched_epoch(s) : NULL;
+	struct rk_epoch *ep = toy__resident_epoch(b, s);
 	struct toy_job *job;
 	size_t need;
 	int ret;
@@ -462,7 +462,7 @@ const struct rk_backend_ops toy_cpu_ops = {
 	.launch = cpu_launch,
 	.token = cpu_token,
 	.retire = cpu_retire,
-	.flags = RK_BACKEND_SHARED_EPOCH,	/* toy_cpu_resident.c */
+	.flags = RK_BACKEND_RESIDENT | RK_BACKEND_SHARED_EPOCH,	/* toy_cpu_resident.c */
 	.frame = cpu_frame,
 	.user_tag = TOY_TAG,
 	.user_tags = 1,

@@ -88,7 +88,9 @@ struct toy_cpu {
 	atomic_uint_fast64_t lane_sent, lane_refused;
 
 	/* resident rounds (toy_cpu_resident.c): the loop's, read by the worker once armed */
-	bool res_on;			/* toy_resident_on() */
+	bool res_on;			/* toy_resident_on(), at the first launch */
+	bool res_set;			/* ...which has come */
+	enum rk_wait_mode res_wait;	/* the loop's wait mode at create, for the rule */
 	struct toy_job *unused;		/* under mu: armed jobs the worker handed back */
 	atomic_bool halt;		/* destroy: an armed wait ends */
 	struct rk_epoch *ep;		/* the region armed jobs wait on (a reference) */
@@ -116,8 +118,14 @@ uint64_t toy__partials_len(const struct toy_cpu *b, const struct toy_job *job);
 /* Write @job's partials frame payload at @p (toy__partials_len() bytes). */
 void toy__partials_encode(const struct toy_cpu *b, const struct toy_job *job, uint8_t *p);
 
-/* toy_cpu_resident.c, at create: RK_RESIDENT, the worker's spin, the test hook. */
+/* toy_cpu_resident.c, at create: the worker's spin, the test hook. */
 void toy__resident_init(struct toy_cpu *b, const struct toy_params *p);
+/*
+ * Loop, launch() on @s: the region resident rounds take rounds from, NULL
+ * for none (@s's rk_sched_resident() and toy_resident_on() decide at the
+ * first launch).
+ */
+struct rk_epoch *toy__resident_epoch(struct toy_cpu *b, struct rk_sched *s);
 /*
  * Worker: run armed @job's round from the epoch region. Return: true when it
  * ran (post it); false when the round is the launch path's: the job is back

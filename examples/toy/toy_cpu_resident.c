@@ -63,7 +63,6 @@ void toy__resident_init(struct toy_cpu *b, const struct toy_params *p)
 {
 	const struct rk_config *lc = rk_loop_config(b->loop);
 
-	b->res_on = toy_resident_on(lc->resident, b->size, lc->wait.mode);
 	/*
 	 * The armed worker's spin on the epoch (worker_spin_ns()): a worker that
 	 * sleeps costs the leader a FUTEX_WAKE per round on the round's path, one
@@ -72,12 +71,23 @@ void toy__resident_init(struct toy_cpu *b, const struct toy_params *p)
 	 * (docs/RESIDENT-SHM.md).
 	 */
 	b->spin_ns = worker_spin_ns(p->worker_spin_us, lc->wait.mode, b->size);
+	b->res_wait = lc->wait.mode;
 	b->hook = p->test_hook;
 	b->hook_arg = p->test_arg;
 	b->shape_st = ARM_STREAMS;
 	b->shape_tok = ARM_TOKENS;
 	b->shape_out = ARM_OUTS;
 	atomic_init(&b->halt, false);
+}
+
+struct rk_epoch *toy__resident_epoch(struct toy_cpu *b, struct rk_sched *s)
+{
+	/* the scheduler's mode is known from its first launch on: decided once */
+	if (!b->res_set && s) {
+		b->res_set = true;
+		b->res_on = toy_resident_on(rk_sched_resident(s), b->size, b->res_wait);
+	}
+	return b->res_on ? rk_sched_epoch(s) : NULL;
 }
 
 /* ---- the worker ------------------------------------------------------------------- */

@@ -786,7 +786,7 @@ const int32_t *toy_cuda_logits(const struct toy_cuda *b, uint32_t out)
 void toy_cuda_stats(const struct toy_cuda *b, struct toy_cuda_stats *out)
 {
 	*out = b->stats;
-	rk_gpu_notifier_stats(b->notif, &out->notify);
+	rk_gpu_notifier_stats(b->notif, &out->notify, sizeof(out->notify));
 }
 
 int toy_cuda_destroy(struct toy_cuda *b)

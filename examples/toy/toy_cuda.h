@@ -14,8 +14,8 @@
  *
  * Built with CUDA and NCCL only; otherwise toy_cuda_stub.c stands in and
  * toy_cuda_create() returns -EOPNOTSUPP (so callers build in every
- * configuration). It has no resident rounds: whatever RK_RESIDENT says, every
- * round is launched.
+ * configuration). It has no resident rounds (no RK_BACKEND_RESIDENT: the
+ * scheduler keeps no epoch region for it): every round is launched.
  *
  * Threads: everything on the loop thread of the world's loop. The backend
  * makes its CUDA device current on that thread.

@@ -105,9 +105,9 @@ static int side_init(struct side *s, const char *name, bool predict, uint64_t ma
 	rk_config_init(&c);
 	c.wait.mode = RK_WAIT_ADAPTIVE;
 	c.wait.spin_ns = 200 * MS;
-	c.wait.predict = predict;
+	rk__config_tuning(&c)->wait.predict = predict;
 	if (margin_ns)
-		c.wait.predict_margin_ns = margin_ns;
+		rk__config_tuning(&c)->wait.predict_margin_ns = margin_ns;
 	ret = rk_loop_create(&c, &s->loop);
 	if (ret)
 		return ret;
@@ -125,7 +125,7 @@ static int one_wait(struct side *s, uint64_t wait_ns)
 
 	rk_loop_post(s->loop, &kick);
 	rk_loop_run(s->loop, RK_RUN_NOWAIT);
-	rk_loop_stats(s->loop, &a);
+	rk_loop_stats(s->loop, &a, sizeof(a));
 	s->p.seen_at = 0;
 	ready = rk__now_ns() + wait_ns;
 	s->p.ready_at = ready;
@@ -136,7 +136,7 @@ static int one_wait(struct side *s, uint64_t wait_ns)
 	if (!s->p.seen_at)
 		return -ETIMEDOUT;
 	s->cpu += thread_cpu_ns() - cpu0;
-	rk_loop_stats(s->loop, &b);
+	rk_loop_stats(s->loop, &b, sizeof(b));
 	s->blocked += b.ns_blocked - a.ns_blocked;
 	s->late[s->n++] = s->p.seen_at - ready;
 	return 0;
@@ -154,7 +154,7 @@ static void side_print(struct side *s, uint64_t wait_ns)
 	struct rk_loop_stats st;
 
 	qsort(s->late, s->n, sizeof(s->late[0]), cmp_u64);
-	rk_loop_stats(s->loop, &st);
+	rk_loop_stats(s->loop, &st, sizeof(st));
 	printf("%-12s %5u %12.1f %9.1f %11.1f %11.1f %11.1f %6" PRIu64 " %6" PRIu64 " %5" PRIu64
 	       " %4" PRIu64 " %9.1f\n", s->name, s->n, (double)s->cpu / s->n / US,
 	       100.0 * (double)s->blocked / ((double)s->n * (double)wait_ns),
