@@ -38,7 +38,6 @@
 #include "rk_test.h"
 
 #define TIMEOUT_S	60
-#define MS		1000000ull
 #define SESSION		0x73686d0000000001ull
 #define SECRET		"check_shm: the job's secret, 32 bytes or more"
 #define MAXN		5

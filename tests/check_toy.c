@@ -37,19 +37,8 @@
 #include "toy.h"
 
 #define TIMEOUT_S	60
-#define MS		1000000ull
 #define SESSION		0x746f790000000001ull
 
-
-/* The test's own generator (not the model's hash, so the two stay independent). */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 /* Encode, decode and copy a round, as launch() sees it. Return toy_round_copy()'s result. */
 static int make_round(struct toy_round *r, uint64_t id, const struct rk_wire_stream *st,
@@ -914,15 +903,6 @@ struct tworld {
 		bool on_shm;			/* ...which was on shared memory */
 	} r[4];
 };
-
-#define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
-#define RUN_UNTIL(t, deadline, cond)						\
-	({									\
-		while (!(cond) && rk_test_now_ns() < (deadline))			\
-			if (rk_loop_run((t)->loop, RK_RUN_ONCE) < 0)		\
-				break;						\
-		(bool)(cond);							\
-	})
 
 static void note_err(struct trank *t, int err)
 {
@@ -1804,20 +1784,13 @@ static Suite *toy_suite(void)
 	return s;
 }
 
-/* Followers leaving with BYE are logged as warnings; CHECK_TOY_VERBOSE=1 shows them. */
-static void log_quiet(int level, int rank, const char *msg, void *arg)
-{
-	(void)arg;
-	if (getenv("CHECK_TOY_VERBOSE") || level == RK_LOG_ERROR)
-		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
-}
-
 int main(void)
 {
 	SRunner *sr = srunner_create(toy_suite());
 	int failed;
 
-	rk_log_set_handler(log_quiet, NULL);
+	/* followers leaving with BYE are logged as warnings; CHECK_TOY_VERBOSE=1 shows them */
+	rk_log_set_handler(log_quiet, "CHECK_TOY_VERBOSE");
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

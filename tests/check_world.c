@@ -41,7 +41,6 @@
 #include "rk_rdma.h"
 
 #define TIMEOUT_S	30
-#define MS		1000000ull
 #define SESSION		0x72616e6b72740001ull
 #define SECRET		"check_world: the job's secret, 32+ bytes"
 #define WRONG_SECRET	"check_world: a stranger's guess, 32 bytes"
@@ -1337,15 +1336,6 @@ struct tworld {
 		struct tworld *tw;
 	} r[4];
 };
-
-#define RUN_UNTIL(n, deadline, cond)						\
-	({									\
-		while (!(cond) && rk_test_now_ns() < (deadline))			\
-			if (rk_loop_run((n)->loop, RK_RUN_ONCE) < 0)		\
-				break;						\
-		(bool)(cond);							\
-	})
-#define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
 
 static void *rank_thread(void *arg)
 {

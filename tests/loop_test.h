@@ -28,11 +28,10 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "rk_check.h"
+#include "rk_test.h"
 
 #define TIMEOUT_S	30
-#define US		((uint64_t)1000)
-#define MS		((uint64_t)1000000)
-#define SEC		((uint64_t)1000000000)
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -56,16 +55,6 @@ struct fake_clock {
 static inline uint64_t fake_now(void *arg)
 {
 	return ((struct fake_clock *)arg)->t;
-}
-
-/* Deterministic PRNG (splitmix64) so every failure reproduces. */
-static inline uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 /* The wait mode RK_TEST_WAIT forces, or -1. */
@@ -168,11 +157,7 @@ static inline enum rk_activity busy_post_cb(struct rk_post *p)
 
 static inline TCase *tcase(Suite *s, const char *name, int timeout)
 {
-	TCase *tc = tcase_create(name);
-
-	tcase_set_timeout(tc, timeout);
-	suite_add_tcase(s, tc);
-	return tc;
+	return rk_tcase(s, name, timeout, NULL, NULL);
 }
 
 #endif /* RK_LOOP_TEST_H */
