@@ -2120,7 +2120,7 @@ static Suite *wait_suite(void)
 	Suite *s = suite_create("wait");
 	TCase *tc;
 
-	tc = tcase(s, "policy", TIMEOUT_S);
+	tc = tcase(s, "policy");
 	tcase_add_test(tc, test_policy_adaptive);
 	tcase_add_test(tc, test_policy_set_window);
 	tcase_add_test(tc, test_policy_spin);
@@ -2128,14 +2128,14 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_policy_switch);
 	tcase_add_test(tc, test_run_once_returns_after_work);
 
-	tc = tcase(s, "sources", TIMEOUT_S);
+	tc = tcase(s, "sources");
 	tcase_add_test(tc, test_source_poll_spin);
 	tcase_add_test(tc, test_source_arm);
 	tcase_add_test(tc, test_source_noarm_polled_before_block);
 	tcase_add_test(tc, test_source_prepoll_busy);
 	tcase_add_test(tc, test_source_producer_wake);
 
-	tc = tcase(s, "predict", TIMEOUT_S);
+	tc = tcase(s, "predict");
 	tcase_add_test(tc, test_predict_sleeps);
 	tcase_add_test(tc, test_predict_off_spins);
 	tcase_add_test(tc, test_predict_cut_by_event);
@@ -2148,7 +2148,7 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_source_verdicts);
 	tcase_add_test(tc, test_predictor);
 
-	tc = tcase(s, "learn", TIMEOUT_S);
+	tc = tcase(s, "learn");
 	tcase_add_test(tc, test_learn_periodic_sleeps);
 	tcase_add_test(tc, test_learn_off_spins);
 	tcase_add_test(tc, test_learn_irregular_falls_back);
