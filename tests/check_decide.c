@@ -4,7 +4,7 @@
  * directly: no loop, no ring, no clock. A decision table (the inputs of one
  * wait -> the plan), a table of predictive sleeps' wakes (-> the verdict and
  * what the margin learns), the links' learner, and the ablation bits' names.
- * check_wait.c drives the same decisions through a loop on an injected clock.
+ * check_wait*.c drive the same decisions through a loop on an injected clock.
  */
 #include <check.h>
 #include <errno.h>
