@@ -4,7 +4,7 @@
  * directly: no loop, no ring, no clock. A decision table (the inputs of one
  * wait -> the plan), a table of predictive sleeps' wakes (-> the verdict and
  * what the margin learns), the links' learner, and the ablation bits' names.
- * check_wait.c drives the same decisions through a loop on an injected clock.
+ * check_wait*.c drive the same decisions through a loop on an injected clock.
  */
 #include <check.h>
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "wait_int.h"
+#include "rk_check.h"
 
 #define US	1000ull
 #define MS	1000000ull
@@ -468,24 +469,14 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("decide");
-	TCase *tc = tcase_create("table");
-	SRunner *sr;
-	int failed;
+	TCase *tc = rk_tcase(s, "table", 30, NULL, NULL);
 
-	tcase_set_timeout(tc, 30);
 	tcase_add_loop_test(tc, test_decide, 0, (int)(sizeof(dcases) / sizeof(dcases[0])));
 	tcase_add_test(tc, test_fade_once);
 	tcase_add_loop_test(tc, test_woke, 0, (int)(sizeof(wcases) / sizeof(wcases[0])));
-	suite_add_tcase(s, tc);
-	tc = tcase_create("learner");
-	tcase_set_timeout(tc, 30);
+	tc = rk_tcase(s, "learner", 30, NULL, NULL);
 	tcase_add_test(tc, test_gaps_learn);
 	tcase_add_test(tc, test_gaps_hold);
 	tcase_add_test(tc, test_off_names);
-	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rk_check_run(s);
 }

@@ -998,24 +998,18 @@ static Suite *gpu_suite(void)
 	Suite *s = suite_create("gpu");
 	TCase *tc;
 
-	tc = tcase_create("notifier");
-	tcase_set_timeout(tc, 120);
+	tc = rk_tcase(s, "notifier", 120, NULL, NULL);
 	tcase_add_loop_test(tc, test_notify_order, 0, 6);
 	tcase_add_test(tc, test_notify_errors);
 	tcase_add_test(tc, test_notify_lazy);
 	tcase_add_test(tc, test_notify_set_mode);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("epoch");
-	tcase_set_timeout(tc, 120);
+	tc = rk_tcase(s, "epoch", 120, NULL, NULL);
 	tcase_add_test(tc, test_epoch_view);
-	suite_add_tcase(s, tc);
 #ifdef RK_HAVE_NCCL
-	tc = tcase_create("nccl");
-	tcase_set_timeout(tc, 120);
+	tc = rk_tcase(s, "nccl", 120, NULL, NULL);
 	tcase_add_test(tc, test_nccl_single);
 	tcase_add_loop_test(tc, test_nccl_pair, 0, 2);
 	tcase_add_test(tc, test_nccl_world_fail);
-	suite_add_tcase(s, tc);
 #endif
 	return s;
 }
@@ -1041,6 +1035,6 @@ int main(void)
 	if (getenv("RK_BENCH_GPU_LAT") && !strcmp(getenv("RK_BENCH_GPU_LAT"), "1"))
 		return bench();
 	printf("check_gpu: %d CUDA device(s)\n", g_ndev);
-	return gpu_test_run(gpu_suite());
+	return rk_check_run(gpu_suite());
 #endif
 }

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "rk_check.h"
 #include "rk_test.h"
 #include "gpu_int.h"
 
@@ -221,21 +222,16 @@ START_TEST(test_driver_probe)
 }
 END_TEST
 
+/* A TCase of this suite: 30 s a test, no fixture. */
 static TCase *tcase(Suite *s, const char *name)
 {
-	TCase *tc = tcase_create(name);
-
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return tc;
+	return rk_tcase(s, name, 30, NULL, NULL);
 }
 
 int main(void)
 {
 	bool driver = loadable(rk__gpu_soname(RK__GPU_LIB_DRIVER));
 	Suite *s = suite_create("gpu_load");
-	SRunner *sr;
-	int failed;
 
 	rk_log_set_handler(log_count, NULL);
 	tcase_add_test(tcase(s, "start"), test_nothing_mapped_at_start);
@@ -261,9 +257,5 @@ int main(void)
 		tcase_add_test(tc, test_enogpu_entry_points);
 		tcase_add_test(tc, test_enogpu_threads);
 	}
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rk_check_run(s);
 }

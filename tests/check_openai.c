@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "serve.h"
+#include "rk_check.h"
 
 static struct server g_srv;
 
@@ -257,25 +258,16 @@ END_TEST
 static Suite *openai_suite(void)
 {
 	Suite *s = suite_create("openai");
-	TCase *tc = tcase_create("shapes");
+	TCase *tc = rk_tcase(s, "shapes", 30, setup, NULL);
 
-	tcase_add_checked_fixture(tc, setup, NULL);
-	tcase_set_timeout(tc, 30);
 	tcase_add_loop_test(tc, test_stop_scan, 0, (int)ARRAY_SIZE(stop_cases));
 	tcase_add_loop_test(tc, test_parse, 0, (int)ARRAY_SIZE(parse_cases));
 	tcase_add_test(tc, test_parse_values);
 	tcase_add_test(tc, test_replies);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(openai_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return rk_check_run(openai_suite());
 }

@@ -31,11 +31,11 @@
 #include "runtime_int.h"
 #include "link_int.h"
 #include "tcp_int.h"
+#include "rk_check.h"
 #include "rk_test.h"
 #include "wait_int.h"
 
 #define TIMEOUT_S	120
-#define MS		1000000ull
 
 /* ---- a link pair over loopback --------------------------------------------- */
 
@@ -87,7 +87,8 @@ struct side {
 static atomic_uint g_done;		/* stress sides that received all their frames */
 static bool g_defer;			/* side_init(): RK_DEFER_TASKRUN rings */
 
-static uint64_t rng_next(uint64_t *s)
+/* xorshift64: the stress's own sequence of lengths and flips */
+static uint64_t xorshift_next(uint64_t *s)
 {
 	uint64_t x = *s;
 
@@ -108,7 +109,7 @@ static uint8_t pattern(int rank, uint64_t seq, size_t i)
 /* 1 B .. 1 MiB of data, most of them small, a fifth up to 1 MiB. */
 static uint32_t frame_len(struct side *s)
 {
-	uint64_t r = rng_next(&s->rng);
+	uint64_t r = xorshift_next(&s->rng);
 
 	switch (r % 10) {
 	case 0:
@@ -169,7 +170,7 @@ static void flip_wait(struct side *s)
 		break;
 	}
 	rk_loop_set_wait(s->loop, &w);
-	s->flip_left = 1 + (unsigned int)(rng_next(&s->rng) % 6);
+	s->flip_left = 1 + (unsigned int)(xorshift_next(&s->rng) % 6);
 }
 
 static void send_next(struct side *s)
@@ -887,9 +888,8 @@ END_TEST
 static Suite *tcp_suite(void)
 {
 	Suite *s = suite_create("tcp");
-	TCase *tc = tcase_create("paths");
+	TCase *tc = rk_tcase(s, "paths", TIMEOUT_S, NULL, NULL);
 
-	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_spin_goes_direct);
 	tcase_add_test(tc, test_commit_first_of_iteration);
 	tcase_add_test(tc, test_block_wakes_by_ring);
@@ -900,17 +900,10 @@ static Suite *tcp_suite(void)
 	tcase_add_test(tc, test_no_defer_any_thread);
 	tcase_add_loop_test(tc, test_prewarm_after_predictive_sleep, 0, 2);
 	tcase_add_test(tc, test_rehearse_pair);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(tcp_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rk_check_run(tcp_suite());
 }

@@ -528,12 +528,10 @@ static Suite *toy_cuda_suite(void)
 	Suite *s = suite_create("toy_cuda");
 	TCase *tc;
 
-	tc = tcase_create("toy");
-	tcase_set_timeout(tc, 180);
+	tc = rk_tcase(s, "toy", 180, NULL, NULL);
 	tcase_add_loop_test(tc, test_toy_logits, 0, 2);
 	tcase_add_loop_test(tc, test_toy_sched, 0, 32);
 	tcase_add_test(tc, test_toy_abort_graphs);
-	suite_add_tcase(s, tc);
 	return s;
 }
 #endif
@@ -553,6 +551,6 @@ int main(void)
 	if (gpu_test_probe())
 		return 77;
 	printf("check_toy_cuda: %d CUDA device(s)\n", g_ndev);
-	return gpu_test_run(toy_cuda_suite());
+	return rk_check_run(toy_cuda_suite());
 #endif
 }

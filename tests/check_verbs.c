@@ -34,6 +34,7 @@
 #include "rdma_int.h"
 #include "wire_int.h"
 #include "rk_rdma.h"
+#include "rk_check.h"
 
 #define TIMEOUT_S 240
 #define SECRET "check_verbs: the pair's test secret, 32+ bytes"
@@ -630,20 +631,16 @@ END_TEST
 static Suite *verbs_suite(void)
 {
 	Suite *s = suite_create("verbs");
-	TCase *tc = tcase_create("links");
+	TCase *tc = rk_tcase(s, "links", TIMEOUT_S, NULL, NULL);
 
-	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_loop_test(tc, test_frames_both_ways, 0, ARRAY_SIZE(modes));
 	tcase_add_test(tc, test_big_frame);
 	tcase_add_test(tc, test_burst);
 	tcase_add_test(tc, test_leave_after_big_frame);
-	suite_add_tcase(s, tc);
 
-	tc = tcase_create("failures");
-	tcase_set_timeout(tc, TIMEOUT_S);
+	tc = rk_tcase(s, "failures", TIMEOUT_S, NULL, NULL);
 	tcase_add_loop_test(tc, test_side_channel_garbage, 0, ARRAY_SIZE(garbage));
 	tcase_add_test(tc, test_peer_death);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
@@ -696,9 +693,6 @@ static bool devices_open(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	g_verbose = getenv("CHECK_VERBS_VERBOSE") != NULL;
 	rk_log_set_handler(log_fn, NULL);
 	if (g_verbose)
@@ -712,9 +706,5 @@ int main(void)
 		printf("check_verbs: %s or %s does not open: skipped\n", g_a.dev, g_b.dev);
 		return 77;
 	}
-	sr = srunner_create(verbs_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rk_check_run(verbs_suite());
 }

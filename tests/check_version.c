@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "rk_common.h"
+#include "rk_check.h"
 
 #define TIMEOUT_S 30
 
@@ -52,23 +53,15 @@ END_TEST
 static Suite *version_suite(void)
 {
 	Suite *s = suite_create("version");
-	TCase *tc = tcase_create("version");
+	TCase *tc = rk_tcase(s, "version", TIMEOUT_S, NULL, NULL);
 
-	tcase_set_timeout(tc, TIMEOUT_S);
 	tcase_add_test(tc, test_version_numbers);
 	tcase_add_test(tc, test_version_string);
 	tcase_add_test(tc, test_version_static);
-	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr = srunner_create(version_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return rk_check_run(version_suite());
 }

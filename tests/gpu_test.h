@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "rankrt.h"
+#include "rk_check.h"
 #include "rk_test.h"
 #include "toy.h"
 #include "toy_cuda.h"
@@ -40,15 +41,7 @@
 #include "toy_cuda_k.h"
 #endif
 
-#define MS		1000000ull
 #define SESSION		0x6770750000000001ull
-
-static inline void log_quiet(int level, int rank, const char *msg, void *arg)
-{
-	(void)arg;
-	if (getenv("CHECK_GPU_VERBOSE") || level == RK_LOG_ERROR)
-		fprintf(stderr, "    [%d] r%d %s\n", level, rank, msg);
-}
 
 /* Every GPU suite starts so. */
 static inline void gpu_test_setup(void)
@@ -56,7 +49,7 @@ static inline void gpu_test_setup(void)
 	/* every GPU run of this project keeps NVLink SHARP off (docs/GPU.md) */
 	setenv("NCCL_NVLS_ENABLE", "0", 1);
 	setenv("NCCL_RUNTIME_CONNECT", "0", 1);	/* rk_nccl_create() warns otherwise */
-	rk_log_set_handler(log_quiet, NULL);
+	rk_log_set_handler(log_quiet, "CHECK_GPU_VERBOSE");
 }
 
 #ifdef RK_HAVE_CUDA
@@ -64,15 +57,6 @@ static inline void gpu_test_setup(void)
 static int g_ndev __attribute__((unused));
 
 #define CK_CUDA(call) ck_assert_msg((call) == cudaSuccess, "%s failed", #call)
-
-static inline uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
 
 /* Count devices in a child: the parent must not initialise CUDA before forking tests. */
 static inline int probe_in_child(void)
@@ -102,18 +86,6 @@ static inline int gpu_test_probe(void)
 		return 77;
 	}
 	return 0;
-}
-
-/* Run @s. Return: EXIT_SUCCESS, or EXIT_FAILURE when a test failed. */
-static inline int gpu_test_run(Suite *s)
-{
-	SRunner *sr = srunner_create(s);
-	int failed;
-
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #ifdef RK_HAVE_NCCL
@@ -172,15 +144,6 @@ struct gworld {
 	uint64_t drafts_proposed;
 	struct grank r[2];
 };
-
-#define T_FAIL(t, e) do { (t)->line = __LINE__; (t)->err = (e); goto out; } while (0)
-#define RUN_UNTIL(t, deadline, cond)						\
-	({									\
-		while (!(cond) && rk_test_now_ns() < (deadline))			\
-			if (rk_loop_run((t)->loop, RK_RUN_ONCE) < 0)		\
-				break;						\
-		(bool)(cond);							\
-	})
 
 #define TAG_QUIT 0x71756974u
 

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers shared by the loop's two suites, check_loop.c and check_wait.c:
- * loops made and checked, the wait mode RK_TEST_WAIT forces, an injected
- * clock, a few timers and a post that do nothing but count or stop. Never
- * installed.
+ * Helpers shared by the loop's suites (check_loop*, check_wait*): loops made
+ * and checked, the wait mode RK_TEST_WAIT forces, an injected clock, a few
+ * timers and a post that do nothing but count or stop. Never installed.
  */
 #ifndef RK_LOOP_TEST_H
 #define RK_LOOP_TEST_H
@@ -28,11 +27,10 @@
 #include <unistd.h>
 
 #include "runtime_int.h"
+#include "rk_check.h"
+#include "rk_test.h"
 
 #define TIMEOUT_S	30
-#define US		((uint64_t)1000)
-#define MS		((uint64_t)1000000)
-#define SEC		((uint64_t)1000000000)
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
@@ -56,16 +54,6 @@ struct fake_clock {
 static inline uint64_t fake_now(void *arg)
 {
 	return ((struct fake_clock *)arg)->t;
-}
-
-/* Deterministic PRNG (splitmix64) so every failure reproduces. */
-static inline uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 /* The wait mode RK_TEST_WAIT forces, or -1. */
@@ -166,13 +154,83 @@ static inline enum rk_activity busy_post_cb(struct rk_post *p)
 	return RK_BUSY;
 }
 
-static inline TCase *tcase(Suite *s, const char *name, int timeout)
-{
-	TCase *tc = tcase_create(name);
+#define MAX_FIRES 16
 
-	tcase_set_timeout(tc, timeout);
-	suite_add_tcase(s, tc);
-	return tc;
+/* A timer that records each firing (its 'now', the real clock) and stops what it is told to. */
+struct probe {
+	struct rk_timer t;
+	struct rk_loop *loop;
+	int id;
+	int fired;
+	int stop_at;		/* stop the loop at this many firings (0: never) */
+	int stop_self_at;	/* rk_timer_stop() itself at this many firings (0: never) */
+	uint64_t now[MAX_FIRES];	/* the callback's 'now' */
+	uint64_t real[MAX_FIRES];	/* the monotonic clock in the callback */
+	int *order;		/* append id here */
+	int *norder;
+	struct probe *chain;	/* start this one from the callback */
+	uint64_t chain_delay;
+};
+
+static inline enum rk_activity probe_cb(struct rk_timer *t, uint64_t now)
+{
+	struct probe *p = rk__container_of(t, struct probe, t);
+
+	if (p->fired < MAX_FIRES) {
+		p->now[p->fired] = now;
+		p->real[p->fired] = rk__now_ns();
+	}
+	p->fired++;
+	if (p->order)
+		p->order[(*p->norder)++] = p->id;
+	if (p->chain)
+		rk_timer_start(p->loop, &p->chain->t, p->chain_delay, 0);
+	if (p->stop_self_at && p->fired == p->stop_self_at)
+		rk_timer_stop(t);
+	if (p->stop_at && p->fired == p->stop_at)
+		rk_loop_stop(p->loop);
+	return RK_IDLE;
+}
+
+static inline void probe_init(struct probe *p, struct rk_loop *loop, int id)
+{
+	memset(p, 0, sizeof(*p));
+	p->loop = loop;
+	p->id = id;
+	rk_timer_init(&p->t, probe_cb, NULL);
+}
+
+/* Refresh the loop's cached clock, so timers start from "now". */
+static inline uint64_t fresh_now(struct rk_loop *loop)
+{
+	ck_assert_int_eq(rk_loop_run(loop, RK_RUN_NOWAIT), 0);
+	return rk_loop_now(loop);
+}
+
+/* An fd watch that counts its calls and, when told, stops the loop. */
+struct fdw {
+	struct rk_fd_watch w;
+	struct rk_loop *loop;
+	int calls;
+	int revents;
+	bool stop;
+};
+
+static inline enum rk_activity fdw_cb(struct rk_fd_watch *w, int revents)
+{
+	struct fdw *f = rk__container_of(w, struct fdw, w);
+
+	f->calls++;
+	f->revents = revents;
+	if (f->stop)
+		rk_loop_stop(f->loop);
+	return RK_BUSY;
+}
+
+/* A TCase of the loop's suites: their timeout, no fixture. */
+static inline TCase *tcase(Suite *s, const char *name)
+{
+	return rk_tcase(s, name, TIMEOUT_S, NULL, NULL);
 }
 
 #endif /* RK_LOOP_TEST_H */

@@ -269,7 +269,7 @@ struct toy_params {
 	 * follower's launch() between its two looks at the armed job that will
 	 * take the round (took read false, the region not yet read), and with
 	 * TOY_HOOK_WORKER_TAKES from the worker just before it marks a round
-	 * taken; check_toy holds the threads there to open, on purpose, the
+	 * taken; check_toy_world holds the threads there to open, on purpose, the
 	 * window a preemption opens. From the loop and the worker thread.
 	 */
 	void (*test_hook)(void *arg, int where, const struct rk_epoch *ep, uint64_t round_id);

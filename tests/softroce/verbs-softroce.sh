@@ -7,8 +7,8 @@
 #   pingpong-tcp       rk-pingpong over tcp:// between the same addresses
 #                      (RK_SHM=off: two ranks of one guest would move to shm)
 #   ib_send_lat        perftest on the same devices: the verbs floor
-#   check_loop@6.1, check_wait@6.1, check_world@6.1   the runtime's suites on the
-#                      guest's kernel
+#   check_loop*@6.1, check_wait*@6.1, check_world*@6.1   the runtime's suites on
+#                      the guest's kernel
 # and the medians with the ratios rk-pingpong/ib_send_lat (both as RTT).
 # Two guests wired by a virtual cable (a true two-node RoCEv2 run):
 #   2node-roce, 2node-tcp   rk-pingpong, rank 0 on node 0, rank 1 on node 1
@@ -45,7 +45,8 @@ check_verbs=$(real_prog "$b/tests/check_verbs") || check_verbs=
 # The runtime's own suites on the guest's 6.1 kernel: the oldest one it runs
 # on, with fewer io_uring features than the host's.
 runtime_checks=
-for t in check_loop check_wait check_world; do
+for t in check_loop check_loop_wake check_loop_stats check_wait check_wait_predict \
+	check_wait_learn check_world check_world_link check_world_fail check_world_strangers; do
 	p=$(real_prog "$b/tests/$t") && runtime_checks="$runtime_checks $p"
 done
 tmp=$(mktemp -d)
