@@ -190,20 +190,26 @@ struct rk_backend_ops {
  */
 #define RK_LAUNCH_OFF_LOOP	1
 
+struct rk_request;
+
 /*
- * A drafter proposes up to @k tokens to follow @hist (the stream's tokens so
- * far: prompt and generated). Return: how many it wrote to @out (0..k).
+ * A drafter proposes up to @k tokens to follow @hist (the @n tokens of request
+ * @req so far: prompt and generated), so it can keep state per request (its
+ * data, id, seed). Called on the leader's loop thread while the scheduler
+ * builds a round; it must not call the scheduler. Return: how many it wrote
+ * to @out (0..k).
  */
-typedef uint32_t (*rk_draft_fn)(void *arg, const uint32_t *hist, size_t n, uint32_t *out,
-				uint32_t k);
+typedef uint32_t (*rk_draft_fn)(void *arg, const struct rk_request *req, const uint32_t *hist,
+				size_t n, uint32_t *out, uint32_t k);
 
 /**
  * rk_ngram_draft() - prompt-lookup drafting: find the most recent earlier
  * occurrence of the longest suffix of @hist (3 tokens, then 2, then 1) and
- * propose the up to @k tokens that followed it. Pure; any thread. @arg unused.
+ * propose the up to @k tokens that followed it. Pure; any thread. @arg and
+ * @req unused (@req may be NULL).
  */
-RK_EXPORT uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uint32_t *out,
-				  uint32_t k);
+RK_EXPORT uint32_t rk_ngram_draft(void *arg, const struct rk_request *req, const uint32_t *hist,
+				  size_t n, uint32_t *out, uint32_t k);
 
 #define RK_SCHED_MAX_DRAFT 16
 

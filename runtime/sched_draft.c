@@ -7,11 +7,13 @@
 
 #include "rk_sched.h"
 
-uint32_t rk_ngram_draft(void *arg, const uint32_t *hist, size_t n, uint32_t *out, uint32_t k)
+uint32_t rk_ngram_draft(void *arg, const struct rk_request *req, const uint32_t *hist, size_t n,
+			uint32_t *out, uint32_t k)
 {
 	size_t g, j, m, c;
 
 	(void)arg;
+	(void)req;
 	for (g = 3; g >= 1; g--) {
 		if (n < g + 1)
 			continue;

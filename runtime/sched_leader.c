@@ -195,7 +195,7 @@ static int form_round(struct rk_sched *s, uint64_t id, uint32_t *flags, int64_t 
 		r->n_draft = 0;
 		if (k) {
 			s->depth++;
-			r->n_draft = s->cfg.draft(s->cfg.draft_arg, r->hist, r->hist_len,
+			r->n_draft = s->cfg.draft(s->cfg.draft_arg, r, r->hist, r->hist_len,
 						  s->tokens + off, k);
 			s->depth--;
 		}

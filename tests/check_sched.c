@@ -125,6 +125,71 @@ START_TEST(test_drafts_are_accepted)
 }
 END_TEST
 
+/*
+ * A drafter that knows its request: it sees the request it drafts for (its
+ * data, sampling and seed, its tokens so far as hist) and, from them, proposes
+ * the model's own continuation, so every draft is accepted, sampled too.
+ */
+static unsigned int g_draft_calls, g_draft_bad;
+
+static uint32_t oracle_draft(void *arg, const struct rk_request *req, const uint32_t *hist,
+			     size_t n, uint32_t *out, uint32_t k)
+{
+	const struct out *o = req->data;
+	uint32_t h[2048], len = (uint32_t)n, j;
+
+	g_draft_calls++;
+	g_draft_bad += arg != &g_draft_calls || o < g_a || o >= g_a + NPROMPT ||
+		       n != req->prompt_len + req->generated || n != 6 + o->n ||
+		       memcmp(hist, req->prompt, 6 * sizeof(*hist)) || n + k > 2048;
+	if (g_draft_bad)
+		return 0;
+	memcpy(h, hist, n * sizeof(*h));
+	for (j = 0; j < k; j++) {
+		out[j] = model(h, len, req->top_k, req->seed);
+		h[len++] = out[j];
+	}
+	return k;
+}
+
+/* loop index: sampled */
+START_TEST(test_drafter_sees_request)
+{
+	struct rk_sched_config sc = { .max_batch = 4, .draft_k = 3, .vocab = VOC,
+				      .draft = oracle_draft, .draft_arg = &g_draft_calls };
+	struct rk_sched_stats st;
+	struct rk_config cfg;
+	struct fake f;
+	int i, pending = NPROMPT;
+
+	memset(&f, 0, sizeof(f));
+	rk_config_init(&cfg);
+	cfg.rank = 0;
+	cfg.world_size = 1;
+	ck_assert_int_eq(rk_loop_create(&cfg, &f.loop), 0);
+	ck_assert_int_eq(rk_world_create(f.loop, NULL, NULL, &f.world), 0);
+	ck_assert_int_eq(rk_sched_create(f.world, &sc, &fake_ops, &f, &f.sched), 0);
+	g_pending = &pending;
+	for (i = 0; i < NPROMPT; i++) {
+		out_init(&g_a[i], &f, prompts[i], 40);
+		g_a[i].req.top_k = _i ? 5 : 0;
+		g_a[i].req.temperature = _i ? 0.8f : 0.0f;
+		g_a[i].req.seed = 1000 + (uint64_t)i;
+		ck_assert_int_eq(rk_sched_submit(f.sched, &g_a[i].req), 0);
+	}
+	while (pending)
+		ck_assert_int_ge(rk_loop_run(f.loop, RK_RUN_DEFAULT), 0);
+	rk_sched_stats(f.sched, &st, sizeof(st));
+	ck_assert_uint_gt(g_draft_calls, 0);
+	ck_assert_uint_eq(g_draft_bad, 0);
+	ck_assert_uint_gt(st.drafted, 0);
+	ck_assert_uint_eq(st.accepted, st.drafted);
+	ck_assert_int_eq(f.bad, 0);
+	fake_teardown(&f);
+	check_against_reference(g_a, NPROMPT, _i, 40, -1);
+}
+END_TEST
+
 /* The first token callback sees the gauges of a round in flight. */
 static struct rk_sched_stats g_gauges;
 static int g_gauge_calls;
@@ -281,22 +346,22 @@ START_TEST(test_ngram)
 {
 	uint32_t h[] = { 1, 2, 3, 4, 1, 2, 3 }, out[8];
 
-	ck_assert_uint_eq(rk_ngram_draft(NULL, h, 7, out, 3), 3);	/* "1 2 3" -> 4 1 2 */
+	ck_assert_uint_eq(rk_ngram_draft(NULL, NULL, h, 7, out, 3), 3);	/* "1 2 3" -> 4 1 2 */
 	ck_assert_uint_eq(out[0], 4);
 	ck_assert_uint_eq(out[1], 1);
 	ck_assert_uint_eq(out[2], 2);
-	ck_assert_uint_eq(rk_ngram_draft(NULL, h, 7, out, 1), 1);
+	ck_assert_uint_eq(rk_ngram_draft(NULL, NULL, h, 7, out, 1), 1);
 	{
 		uint32_t h2[] = { 5, 6, 7, 8, 9, 5, 6 };
 
-		ck_assert_uint_eq(rk_ngram_draft(NULL, h2, 7, out, 2), 2);
+		ck_assert_uint_eq(rk_ngram_draft(NULL, NULL, h2, 7, out, 2), 2);
 		ck_assert_uint_eq(out[0], 7);
 		ck_assert_uint_eq(out[1], 8);
 	}
 	{
 		uint32_t h3[] = { 1, 2, 3 };
 
-		ck_assert_uint_eq(rk_ngram_draft(NULL, h3, 3, out, 4), 0);
+		ck_assert_uint_eq(rk_ngram_draft(NULL, NULL, h3, 3, out, 4), 0);
 	}
 }
 END_TEST
@@ -766,6 +831,7 @@ static Suite *sched_suite(void)
 	tcase_add_loop_test(tc, test_matches_reference, 0, 8);
 	tcase_add_loop_test(tc, test_drafted_equals_plain, 0, 2);
 	tcase_add_test(tc, test_drafts_are_accepted);
+	tcase_add_loop_test(tc, test_drafter_sees_request, 0, 2);
 	tcase_add_test(tc, test_stats_gauges);
 	tcase_add_test(tc, test_stop_token);
 	tcase_add_test(tc, test_submit_errors);

@@ -833,6 +833,49 @@ START_TEST(test_table_tp)
 }
 END_TEST
 
+/* ---- the set-acceptance drafter ---------------------------------------------- */
+
+/*
+ * toy_oracle_draft(): over a seeded run of 400 streams x 100 positions each
+ * proposal is the reference token with the set probability (measured within
+ * 0.02 of p), any other token otherwise, the same on every call; p 0 and 1 are
+ * never and always; nothing past the reference.
+ */
+START_TEST(test_oracle_rate)
+{
+	static const double ps[] = { TOY_ORACLE_DEF_P, 0.0, 1.0, 0.3 };
+	struct toy_oracle o = { .p = ps[_i], .seed = 5, .V = 256 }, again;
+	uint32_t ref[100], out[4], out2[4], gen, j, n, right = 0;
+	uint64_t key;
+	double rate;
+
+	for (j = 0; j < 100; j++)
+		ref[j] = (j * 37 + 11) % 256;
+	for (key = 0; key < 400; key++) {
+		for (gen = 0; gen < 100; gen += 3) {
+			n = toy_oracle_draft(&o, ref, 100, gen, key, out, 4);
+			ck_assert_uint_eq(n, gen + 4 <= 100 ? 4 : 100 - gen);
+			again = o;
+			ck_assert_uint_eq(toy_oracle_draft(&again, ref, 100, gen, key, out2, 4), n);
+			ck_assert_mem_eq(out, out2, n * sizeof(*out));
+			for (j = 0; j < n; j++) {
+				ck_assert_uint_lt(out[j], 256);
+				right += out[j] == ref[gen + j];
+			}
+		}
+	}
+	ck_assert_uint_eq(o.right, right);
+	rate = (double)o.right / (double)o.proposed;
+	ck_assert_msg(fabs(rate - ps[_i]) <= 0.02, "p %.2f: measured %.4f over %llu", ps[_i], rate,
+		      (unsigned long long)o.proposed);
+	if (ps[_i] == 0.0)
+		ck_assert_uint_eq(o.right, 0);
+	if (ps[_i] == 1.0)
+		ck_assert_uint_eq(o.right, o.proposed);
+	ck_assert_uint_eq(toy_oracle_draft(&o, ref, 100, 100, 1, out, 4), 0);
+}
+END_TEST
+
 static Suite *toy_suite(void)
 {
 	Suite *s = suite_create("toy");
@@ -853,6 +896,7 @@ static Suite *toy_suite(void)
 	tcase_add_test(tc, test_ref_golden);
 	tcase_add_test(tc, test_ref_errors);
 	tcase_add_test(tc, test_hash_tokens);
+	tcase_add_loop_test(tc, test_oracle_rate, 0, 4);
 
 	tc = rk_tcase(s, "table", TIMEOUT_S, NULL, NULL);
 	tcase_add_test(tc, test_table_rounds);

@@ -216,11 +216,13 @@ START_TEST(test_toy_logits)
 END_TEST
 
 /* A drafter that knows the answers: the reference's next tokens, some spoiled. */
-static uint32_t ref_draft(void *arg, const uint32_t *hist, size_t n, uint32_t *out, uint32_t k)
+static uint32_t ref_draft(void *arg, const struct rk_request *req, const uint32_t *hist,
+			  size_t n, uint32_t *out, uint32_t k)
 {
 	struct gworld *gw = arg;
 	uint32_t i, j, gen;
 
+	(void)req;
 	for (i = 0; i < (uint32_t)gw->nstreams; i++) {
 		struct gstream *s = &gw->s[i];
 

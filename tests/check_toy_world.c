@@ -72,6 +72,7 @@ struct tworld {
 	atomic_bool race_past;		/* ...and saw the region move past it there */
 	atomic_bool race_timeout;	/* a hold ran into its hang guard */
 	atomic_int port;
+	struct toy_oracle oracle;	/* the leader's drafter */
 	struct tstream s[NSTREAM];
 	struct trank {
 		struct tworld *tw;
@@ -396,12 +397,27 @@ static void race_hook(void *arg, int where, const struct rk_epoch *ep, uint64_t 
 	atomic_store(&tw->race_past, true);
 }
 
+/*
+ * The scheduler worlds' drafter (the leader's): the toy's set-acceptance
+ * oracle over each stream's reference, so drafts are right and wrong.
+ */
+static uint32_t oracle_draft(void *arg, const struct rk_request *req, const uint32_t *hist,
+			     size_t n, uint32_t *out, uint32_t k)
+{
+	const struct tstream *s = req->data;
+
+	(void)hist;
+	(void)n;
+	return toy_oracle_draft(arg, s->ref, s->n_gen, req->generated, req->seed, out, k);
+}
+
 static void *rank_thread(void *arg)
 {
 	struct trank *t = arg;
 	struct tworld *tw = t->tw;
 	struct toy_params p;
 	struct rk_sched_config sc = { .max_batch = 8, .draft_k = DRAFT_K,
+				      .draft = oracle_draft, .draft_arg = &tw->oracle,
 				      .resident = tw->resident };
 	uint64_t deadline = rk_test_deadline_ms(40000);
 	uint8_t quit[8];
@@ -502,6 +518,7 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 	atomic_init(&tw->race_past, false);
 	atomic_init(&tw->race_timeout, false);
 	atomic_init(&tw->port, 0);
+	tw->oracle = (struct toy_oracle){ .p = TOY_ORACLE_DEF_P, .seed = BSEED, .V = BV };
 	for (i = 0; i < NSTREAM; i++) {
 		struct tstream *s = &tw->s[i];
 
@@ -648,6 +665,18 @@ static void run_world_ex(int size, bool use_sched, enum rk_resident_mode residen
 			ck_assert_uint_eq(s->generated, s->n_gen);
 			ck_assert_mem_eq(s->hist + s->n_prompt, s->ref, s->n_gen * 4);
 		}
+	}
+	if (use_sched) {
+		/*
+		 * Drafted from the oracle, right and wrong, and the outputs above
+		 * still equal the plain reference; what the scheduler accepted is
+		 * what the oracle got right, at most.
+		 */
+		ck_assert_uint_gt(tw->oracle.right, 0);
+		ck_assert_uint_lt(tw->oracle.right, tw->oracle.proposed);
+		ck_assert_uint_eq(tw->r[0].sstats.drafted, tw->oracle.proposed);
+		ck_assert_uint_gt(tw->r[0].sstats.accepted, 0);
+		ck_assert_uint_le(tw->r[0].sstats.accepted, tw->oracle.right);
 	}
 	if (!use_sched) {
 		/* every drafted stream needed fewer rounds than tokens */

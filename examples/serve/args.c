@@ -129,6 +129,10 @@ static void usage(FILE *f)
 		"  --max-batch=N      streams per round (default 8; 1..%u)\n"
 		"  --draft-k=K        drafted tokens per stream and round for requests that do\n"
 		"                     not say (default 0 = plain; 0..%u)\n"
+		"  --draft-accept=P|ngram  --bench and --demo requests (whose tokens the leader\n"
+		"                     knows ahead) are drafted with the model's own token at\n"
+		"                     each position with probability P (default 0.7), else a\n"
+		"                     wrong one; ngram: prompt lookup, as for HTTP requests\n"
 		"  -h, --help         this text\n"
 		"      --version      print the version and exit\n\n"
 		"--bench: every cell (streams x mode x draft) sends N requests of M tokens\n"
@@ -178,6 +182,27 @@ static void usage(FILE *f)
 		"docs/SERVE.md.\n",
 		DEF_HTTP_MAX_CONNS, MAX_HTTP_CONNS, DEF_HTTP_IDLE_S, TOY_WORKER_SPIN_US, TOY_DEF_V,
 		TOY_MAX_V, TOY_DEF_H, TOY_MAX_H, MAX_BATCH, RK_SCHED_MAX_DRAFT);
+}
+
+/* --draft-accept=P|ngram: a probability 0..1, or ngram (-1). Return 0 or -1 (said). */
+static int parse_draft_accept(const char *s, double *p)
+{
+	char *end;
+	double v;
+
+	if (!strcmp(s, "ngram")) {
+		*p = -1;
+		return 0;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (!*s || *end || errno || !(v >= 0 && v <= 1)) {
+		fprintf(stderr, PROG ": --draft-accept='%s': expected a probability 0..1 or ngram\n",
+			s);
+		return -1;
+	}
+	*p = v;
+	return 0;
 }
 
 /* --bench-policies=LIST: names of bench_policies, each once. Return 0 or -1 (said). */
@@ -257,6 +282,7 @@ enum {
 	OPT_TRACE_ROUNDS,
 	OPT_HTTP_MAX_CONNS,
 	OPT_HTTP_IDLE,
+	OPT_DRAFT_ACCEPT,
 };
 
 int parse_args(int argc, char **argv, struct options *o)
@@ -271,6 +297,7 @@ int parse_args(int argc, char **argv, struct options *o)
 		{ "model-seed", required_argument, NULL, 's' },
 		{ "max-batch", required_argument, NULL, 'b' },
 		{ "draft-k", required_argument, NULL, 'k' },
+		{ "draft-accept", required_argument, NULL, OPT_DRAFT_ACCEPT },
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
 		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
@@ -304,6 +331,7 @@ int parse_args(int argc, char **argv, struct options *o)
 	toy_params_init(&o->model);
 	o->max_batch = 8;
 	o->draft_k = 0;
+	o->draft_p = TOY_ORACLE_DEF_P;
 	snprintf(o->http, sizeof(o->http), "127.0.0.1:8800");
 	o->http_max_conns = DEF_HTTP_MAX_CONNS;
 	o->http_idle_s = DEF_HTTP_IDLE_S;
@@ -377,6 +405,10 @@ int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'k':
 			if (cli_u32(PROG, "draft-k", optarg, 0, RK_SCHED_MAX_DRAFT, &o->draft_k))
+				return 2;
+			break;
+		case OPT_DRAFT_ACCEPT:
+			if (parse_draft_accept(optarg, &o->draft_p))
 				return 2;
 			break;
 		case OPT_BACKEND:

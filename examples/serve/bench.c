@@ -52,6 +52,8 @@ struct bench {
 	struct rank_stats *before, *after; /* [world size] */
 	struct rk_timer idle_timer;
 	bool idle_over;
+	uint32_t *ref[2]; /* greedy, sampled: request i's TP1 tokens at i * max_tokens (the
+			   * drafter's; NULL without drafted cells or with prompt lookup) */
 };
 
 static const char *mode_name(bool sampled)
@@ -129,6 +131,52 @@ static int bench_submit(struct bench *bn, struct bench_stream *st, uint32_t i,
 	st->done = false;
 	st->err = 0;
 	return rk_sched_submit(bn->srv->sched, &st->req);
+}
+
+/* draft_ref_fn: a bench request's reference, from its stream's request index. */
+static const uint32_t *bench_ref(void *ctx, const struct rk_request *req, uint32_t *n_ref,
+				 uint64_t *key)
+{
+	const struct bench *bn = ctx;
+	const struct bench_stream *st = req->data;
+	const uint32_t *ref = bn->ref[req->top_k != 0];
+
+	if (!ref)
+		return NULL;
+	*n_ref = bn->o->b_max_tokens;
+	*key = req->seed;
+	return ref + (size_t)st->next * bn->o->b_max_tokens;
+}
+
+/*
+ * The drafter's references: every request of the mode @sampled at TP1 (the
+ * warm-up's shorter requests are their prefixes). Return: 0, -ENOMEM, or
+ * toy_generate_ref()'s error.
+ */
+static int bench_refs(struct bench *bn, bool sampled)
+{
+	const struct options *o = bn->o;
+	const uint32_t M = o->b_max_tokens;
+	uint32_t prompt[BENCH_PROMPT], i;
+	struct rk_request req;
+	struct toy_sampling s;
+	int ret;
+
+	bn->ref[sampled] = malloc((size_t)o->b_requests * M * sizeof(uint32_t));
+	if (!bn->ref[sampled])
+		return -ENOMEM;
+	for (i = 0; i < o->b_requests; i++) {
+		bench_request(o, i, sampled, true, M, prompt, &req);
+		s.top_k = req.top_k;
+		s.temperature = req.temperature;
+		s.top_p = req.top_p;
+		s.seed = req.seed;
+		ret = toy_generate_ref(o->model.V, o->model.H, o->model.seed, prompt,
+				       req.prompt_len, M, &s, bn->ref[sampled] + (size_t)i * M);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 /* Every rank's counters into @out, through the collection /v1/stats uses. */
@@ -488,6 +536,7 @@ int bench_run(struct server *srv)
 	struct bench *bn = calloc(1, sizeof(*bn));
 	uint32_t n_cells = 0, max_streams = 0, i, s, m, d, run, k, q;
 	uint32_t n_pol = o->b_n_pol ? o->b_n_pol : 1, n_res = 0;
+	uint64_t proposed0 = 0, right0 = 0;
 	int r, ret = -ENOMEM;
 
 	if (!bn)
@@ -516,6 +565,20 @@ int bench_run(struct server *srv)
 		if (!cr[i].cpu)
 			goto out;
 	}
+	/* drafted cells draft from the requests' references (draft.c) */
+	for (m = 0; o->b_drafts[1] && o->draft_p >= 0 && m < 2; m++) {
+		if (!o->b_modes[m])
+			continue;
+		ret = bench_refs(bn, m == 1);
+		if (ret) {
+			fprintf(stderr, PROG ": bench: references: %s\n", rk_strerror(ret));
+			goto out;
+		}
+	}
+	draft_refs(srv, bench_ref, bn);
+	proposed0 = srv->oracle.proposed;
+	right0 = srv->oracle.right;
+	ret = -ENOMEM;
 
 	printf("rk-serve bench: TP%d, backend %s", srv->size, backend_name(o->backend));
 	if (o->backend == BACKEND_CUDA)
@@ -596,6 +659,8 @@ int bench_run(struct server *srv)
 	}
 	if (o->b_check_ref && !srv->exit_rc)
 		printf("reference: every request equals toy_generate_ref at TP1\n");
+	if (o->b_drafts[1])
+		draft_print(srv, proposed0, right0);
 	/* how each rank waited over the whole bench (the predictive wait's counters) */
 	if (!bench_collect(bn, bn->after)) {
 		for (r = 0; r < srv->size; r++) {
@@ -627,6 +692,9 @@ int bench_run(struct server *srv)
 			fprintf(stderr, PROG ": bench: idle: %s\n", rk_strerror(ret));
 	}
 out:
+	draft_refs(srv, NULL, NULL);
+	free(bn->ref[0]);
+	free(bn->ref[1]);
 	if (cr)
 		for (i = 0; i < n_res; i++)
 			free(cr[i].cpu);

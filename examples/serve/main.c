@@ -360,7 +360,12 @@ int main(int argc, char **argv)
 	rk_sched_config_init(&sc);
 	sc.max_batch = srv->opt.max_batch;
 	sc.draft_k = srv->opt.draft_k;
+	sc.draft = serve_draft;
+	sc.draft_arg = srv;
 	sc.vocab = srv->opt.model.V;
+	srv->oracle.p = srv->opt.draft_p;
+	srv->oracle.seed = srv->opt.model.seed;
+	srv->oracle.V = srv->opt.model.V;
 	if (srv->opt.trace_path) {
 		sc.trace = trace_round;
 		sc.trace_arg = &trace;

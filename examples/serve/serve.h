@@ -80,6 +80,7 @@ struct options {
 	struct toy_params model;
 	uint32_t max_batch;
 	uint32_t draft_k;
+	double draft_p; /* --draft-accept: the oracle's p (--bench, --demo); < 0: prompt lookup */
 	char http[300];
 	bool http_set;
 	unsigned int http_max_conns; /* --http-max-conns */
@@ -169,6 +170,13 @@ struct req_timing {
 struct server;
 
 /*
+ * draft.c: the reference tokens of @req, which the leader knows ahead
+ * (--bench, --demo), and a key that tells its stream apart; NULL when unknown.
+ */
+typedef const uint32_t *(*draft_ref_fn)(void *ctx, const struct rk_request *req,
+					uint32_t *n_ref, uint64_t *key);
+
+/*
  * A stats collection waiter. Its storage is the waiter's (an HTTP thread's
  * stack, or the demo's); it is the loop's from rk_loop_post() until done() is
  * called, which must be the loop's last access.
@@ -228,6 +236,11 @@ struct server {
 
 	struct http *http; /* http.c's */
 	char http_url[320];
+
+	/* draft.c (leader, loop thread): the oracle and whose references it drafts from */
+	struct toy_oracle oracle;
+	draft_ref_fn draft_ref;
+	void *draft_ctx;
 
 	/* metrics.c (leader, loop thread) */
 	struct req_metrics rm;
@@ -313,6 +326,16 @@ void be_abort(struct server *srv);
 void be_stats(const struct server *srv, struct be_stats *out);
 /* --bench, CUDA: how this rank learned of its rounds' completions (on its own stdout). */
 void print_notify(const struct server *srv);
+
+/* ---- draft.c: the leader's drafter ------------------------------------------------ */
+
+/* The scheduler's rk_draft_fn; @arg is the server. */
+uint32_t serve_draft(void *arg, const struct rk_request *req, const uint32_t *hist, size_t n,
+		     uint32_t *out, uint32_t k);
+/* From now on, requests whose references @fn knows are the oracle's (NULL: none are). */
+void draft_refs(struct server *srv, draft_ref_fn fn, void *ctx);
+/* One "drafter:" line: p and the measured rate since the counts @proposed0, @right0. */
+void draft_print(const struct server *srv, uint64_t proposed0, uint64_t right0);
 
 /* ---- peers.c: rk-serve's frames between ranks, stats collection (loop thread) -- */
 

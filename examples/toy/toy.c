@@ -59,6 +59,24 @@ uint64_t toy_hash(uint64_t seed, uint64_t tensor, uint64_t index)
 	return mix64(tensor_base(seed, tensor) + (index + 1) * GOLDEN);
 }
 
+uint32_t toy_oracle_draft(struct toy_oracle *o, const uint32_t *ref, uint32_t n_ref, uint32_t gen,
+			  uint64_t stream_key, uint32_t *out, uint32_t k)
+{
+	uint64_t seed = o->seed ^ mix64(stream_key + GOLDEN), h;
+	uint32_t j;
+
+	for (j = 0; j < k && gen + j < n_ref; j++) {
+		h = toy_hash(seed, TOY_T_DRAFT, gen + j);
+		out[j] = ref[gen + j];
+		if ((double)(h >> 11) * 0x1p-53 < o->p)
+			o->right++;
+		else	/* any other token: h's low bits pick one of the V - 1 */
+			out[j] = (uint32_t)((ref[gen + j] + 1 + h % (o->V - 1)) % o->V);
+	}
+	o->proposed += j;
+	return j;
+}
+
 /* ---- the model ------------------------------------------------------------------- */
 
 int toy_model_init(struct toy_model *m, uint32_t V, uint32_t H, uint64_t seed, uint32_t r,

@@ -34,6 +34,7 @@ enum toy_tensor {
 	TOY_T_PROJ = 1,		/* W[V][H], signed: -64 .. 63 */
 	TOY_T_STATE0 = 2,	/* the initial state h0[H] */
 	TOY_T_SAMPLE = 3,	/* the uniform draw of a sampled token */
+	TOY_T_DRAFT = 4,	/* the draw of the set-acceptance drafter (toy_oracle_draft()) */
 };
 
 /**
@@ -137,6 +138,37 @@ int toy_generate_ref(uint32_t V, uint32_t H, uint64_t model_seed, const uint32_t
  * Return: 0; -ENOMEM or -EIO from libcrypto (@hex is then "").
  */
 int toy_hash_tokens(const uint32_t *t, size_t n, char hex[17]);
+
+/* ---- drafting with a set acceptance rate ---------------------------------------- */
+
+#define TOY_ORACLE_DEF_P 0.7	/* MTP and n-gram drafters accept 60-80% of first positions */
+
+/*
+ * A drafter whose proposal for a position is the model's own token there with
+ * probability @p, else a wrong one, drawn per position from @seed (so a run is
+ * deterministic whatever the rounds look like). It needs the model's tokens
+ * ahead of time: the caller hands it the request's reference (toy_generate_ref()).
+ * Verification keeps the output exact whatever it proposes. Counters: proposals
+ * made and those that were the model's token (their ratio is the measured p).
+ * One owner thread.
+ */
+struct toy_oracle {
+	double p;		/* 0..1 */
+	uint64_t seed;
+	uint32_t V;		/* >= 2 */
+	uint64_t proposed, right;
+};
+
+/**
+ * toy_oracle_draft() - propose up to @k tokens for generated positions @gen,
+ * @gen + 1, ... of a stream whose model tokens are @ref[0..@n_ref) (the
+ * generated tokens, not the prompt); @stream_key tells streams apart (a
+ * request's index or seed). Position q gets @ref[q] when
+ * toy_hash(seed ^ mix(stream_key), TOY_T_DRAFT, q) / 2^64 < p, else another
+ * token. Return: how many it wrote to @out (0 past @n_ref).
+ */
+uint32_t toy_oracle_draft(struct toy_oracle *o, const uint32_t *ref, uint32_t n_ref, uint32_t gen,
+			  uint64_t stream_key, uint32_t *out, uint32_t k);
 
 /* ---- rounds and the stream table (the backend's compute, without threads) ---- */
 
