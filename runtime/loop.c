@@ -18,7 +18,8 @@
  *        spin  - one pause instruction, then the next iteration
  *        park  - publish "sleeping", fence, arm sources and re-check, then wait
  *                for a CQE, the next timer, or (a predictive sleep) until
- *                shortly before the event a source expects
+ *                shortly before the event a source expects, or (RK_POLL_US, a
+ *                benchmark's baseline) for one timed poll
  *      after a predictive sleep, the next iteration reports its wake to the
  *      policy and tells the sources how it went (rk_source_ops.verdict)
  *
