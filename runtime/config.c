@@ -72,6 +72,8 @@ enum knob_id {
 	K_PREDICT_MIN_US,
 	K_LEARN,
 	K_LEARN_SPIN_MIN_US,
+	K_POLL_US,
+	K_POLL_FOR_MS,
 	K_SQPOLL,
 	K_SQPOLL_CPU,
 	K_COOP_TASKRUN,
@@ -142,6 +144,12 @@ static const struct knob knobs[] = {
 	[K_LEARN_SPIN_MIN_US] = { "RK_LEARN_SPIN_MIN_US", "learn_spin_min_us", KIND_U64,
 				  T(wait.learn_spin_min_ns), NS_PER_US, 0, 60000000,
 				  "floor of the learned spin window, us" },
+	[K_POLL_US] = { "RK_POLL_US", "poll_us", KIND_U64, T(wait.poll_ns), NS_PER_US, 0,
+			1000000, "a benchmark's baseline: where adaptive would block, timed "
+			"polls of this long (0 = off), us" },
+	[K_POLL_FOR_MS] = { "RK_POLL_FOR_MS", "poll_for_ms", KIND_U64, T(wait.poll_for_ns),
+			    NS_PER_MS, 0, 3600000, "with RK_POLL_US: the timed polls end this long "
+			    "after the last busy event, then block, ms" },
 	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, T(wait.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
 		       "holds at least 8 CPUs)" },

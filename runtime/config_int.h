@@ -33,6 +33,10 @@ struct rk__wait_tuning {
 	uint64_t predict_min_ns;	/* RK_PREDICT_MIN_US: no predictive sleep shorter */
 	bool learn;			/* RK_LEARN: links learn their gaps; window cut */
 	uint64_t learn_spin_min_ns;	/* RK_LEARN_SPIN_MIN_US: floor of the cut window */
+	uint64_t poll_ns;		/* RK_POLL_US: a benchmark's baseline, timed polls of
+					 * this long where adaptive would block, 0 = off */
+	uint64_t poll_for_ns;		/* RK_POLL_FOR_MS: ...until this long after the
+					 * last busy event */
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread */
 	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create() */
 	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */

@@ -18,7 +18,8 @@
  *        spin  - one pause instruction, then the next iteration
  *        park  - publish "sleeping", fence, arm sources and re-check, then wait
  *                for a CQE, the next timer, or (a predictive sleep) until
- *                shortly before the event a source expects
+ *                shortly before the event a source expects, or (RK_POLL_US, a
+ *                benchmark's baseline) for one timed poll
  *      after a predictive sleep, the next iteration reports its wake to the
  *      policy and tells the sources how it went (rk_source_ops.verdict)
  *
@@ -137,6 +138,11 @@ void rk__loop_spin_charge(struct rk_loop *loop, unsigned int n)
 uint64_t rk__loop_parking_ns(const struct rk_loop *loop)
 {
 	return loop->park_ns;
+}
+
+uint64_t rk__loop_yields(const struct rk_loop *loop)
+{
+	return loop->yields;
 }
 
 void rk__loop_source_event(struct rk_loop *loop, struct rk_source *src)
@@ -477,6 +483,7 @@ static void loop_spin(struct rk_loop *loop, enum rk__spin_why why)
 	 * several ranks per host) a pure spin starves them: let them run. */
 	if (w->spin_yield && ++loop->spin_run >= w->spin_yield) {
 		loop->spin_run = 0;
+		loop->yields++;
 		sched_yield();
 	} else {
 		cpu_relax();
@@ -769,6 +776,31 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 {
 	loop->cfg.wait.mode = w->mode;
 	loop->cfg.wait.spin_ns = w->spin_ns;
+}
+
+/*
+ * The wait decisions read loop->cfg at every wait (rk__wait_init() pointed
+ * them there), so a copy into it is in effect from the next wait on. The
+ * ring's knobs (RK_SQPOLL, RK_COOP_TASKRUN, ...) shaped the ring at creation
+ * and stay.
+ */
+int rk_loop_set_wait_config(struct rk_loop *loop, const struct rk_config *cfg)
+{
+	const struct rk__wait_tuning *from = &rk__config_ctuning(cfg)->wait;
+	struct rk__wait_tuning *to = &rk__config_tuning(&loop->cfg)->wait;
+
+	if (rk__config_ctuning(cfg)->magic != RK__TUNING_MAGIC)
+		return -EINVAL;
+	rk_loop_set_wait(loop, &cfg->wait);
+	to->spin_yield = from->spin_yield;
+	to->predict = from->predict;
+	to->predict_margin_ns = from->predict_margin_ns;
+	to->predict_min_ns = from->predict_min_ns;
+	to->learn = from->learn;
+	to->learn_spin_min_ns = from->learn_spin_min_ns;
+	to->poll_ns = from->poll_ns;
+	to->poll_for_ns = from->poll_for_ns;
+	return 0;
 }
 
 const struct rk_config *rk_loop_config(const struct rk_loop *loop)

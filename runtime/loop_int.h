@@ -57,6 +57,7 @@ struct rk_loop {
 	unsigned int iter_busy;		/* busy events in this iteration */
 	unsigned int iter_events;
 	unsigned int spin_run;		/* empty spin iterations since the last yield */
+	uint64_t yields;		/* sched_yield() calls of the spin (RK_SPIN_YIELD) */
 	unsigned int spin_stale;	/* of them, begun without reading the clock */
 	enum rk__phase phase;		/* what the time since 'mark' is spent on */
 	enum rk__spin_why spin_why;	/* ...when spinning: why */

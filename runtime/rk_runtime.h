@@ -380,9 +380,23 @@ RK_EXPORT void rk_wait_policy_init(struct rk_wait_policy *w);
 /**
  * rk_loop_set_wait() - change the wait mode and the busy window of a running
  * loop (@w's mode and spin_ns). The tuning tier (RK_PREDICT, RK_LEARN, ring
- * flags such as RK_SQPOLL) stays as the loop was created with. Loop thread.
+ * flags such as RK_SQPOLL) stays as it is (rk_loop_set_wait_config() changes
+ * the wait's part of it too). Loop thread.
  */
 RK_EXPORT void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w);
+
+/**
+ * rk_loop_set_wait_config() - change the whole wait policy of a running loop
+ * to @cfg's: its wait (mode, spin_ns) and the tuning knobs each wait reads
+ * (RK_SPIN_YIELD, RK_PREDICT, RK_PREDICT_MARGIN_US, RK_PREDICT_MIN_US,
+ * RK_LEARN, RK_LEARN_SPIN_MIN_US, RK_POLL_US, RK_POLL_FOR_MS), in effect from
+ * the next wait; what the links learned stays. The ring's knobs (RK_SQPOLL,
+ * RK_COOP_TASKRUN, RK_DEFER_TASKRUN) and every other knob stay as the loop
+ * was created with. Start @cfg from rk_loop_config()'s copy and change knobs
+ * with rk_config_set(). Return: 0, or -EINVAL when neither rk_config_init()
+ * nor rk_config_create() filled @cfg. Loop thread.
+ */
+RK_EXPORT int rk_loop_set_wait_config(struct rk_loop *loop, const struct rk_config *cfg);
 
 /** rk_loop_config() - the loop's configuration (read-only view). */
 RK_EXPORT const struct rk_config *rk_loop_config(const struct rk_loop *loop);

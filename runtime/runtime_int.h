@@ -188,6 +188,8 @@ void rk__loop_spin_charge(struct rk_loop *loop, unsigned int n);
  * it has none (the loop blocks until an event). Only valid inside arm().
  */
 uint64_t rk__loop_parking_ns(const struct rk_loop *loop);
+/* The spin's sched_yield() calls so far (RK_SPIN_YIELD): for tests. */
+uint64_t rk__loop_yields(const struct rk_loop *loop);
 /*
  * A source whose events come on the ring (a frame), not through its poll():
  * say that its predicted event came, so the loop can tell a late prediction

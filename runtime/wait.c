@@ -13,7 +13,9 @@
  *      spin to it; a timer due before that: sleep and spin to the timer
  *      (rk__wait_decide(), predicted());
  *   2. else, inside the spin window after the last busy event: spin;
- *   3. else block until an event or the next timer.
+ *   3. else block until an event or the next timer (RK_POLL_US, a benchmark's
+ *      baseline: first timed polls, until RK_POLL_FOR_MS after the last busy
+ *      event).
  * The margin (rk__wait_margin()) is RK_PREDICT_MARGIN_US, a high quantile of
  * how late timed wakes come and a boost learned from late predictions. The
  * window (rk__wait_window()) is RK_SPIN_US, cut with RK_LEARN to a multiple
@@ -437,6 +439,17 @@ void rk__wait_decide(struct rk__wait *w, const struct rk__wait_in *in, struct rk
 			w->cut_busy = in->last_busy;
 			w->stats->window_cuts++;
 		}
+	}
+	/*
+	 * A benchmark's baseline, not this policy's own (issue 31 measured it
+	 * worse than spinning and than blocking): the seed experiment's timed
+	 * polls, a wait of poll_ns then a look again, until poll_for_ns after
+	 * the last busy event.
+	 */
+	if (pol->mode == RK_WAIT_ADAPTIVE && tun->poll_ns && in->last_busy &&
+	    since < tun->poll_for_ns) {
+		park(plan, RK__PARK_POLL, in->tmo < tun->poll_ns ? in->tmo : tun->poll_ns, NULL);
+		return;
 	}
 	park(plan, RK__PARK_BLOCK, in->tmo, NULL);
 }

@@ -113,7 +113,7 @@ enum {
 /* What a loop keeps for its wait decisions. rk__wait_init() it. */
 struct rk__wait {
 	const struct rk_wait_policy *pol;	/* the loop's (rk_loop_set_wait() changes it) */
-	const struct rk__wait_tuning *tun;	/* the loop's tuning of it (fixed) */
+	const struct rk__wait_tuning *tun;	/* the loop's (rk_loop_set_wait_config()) */
 	struct rk_loop_stats *stats;		/* the loop's counters these decisions keep */
 	unsigned int off;			/* RK__WAIT_OFF_* */
 	uint64_t oversleep_hi;		/* a high quantile of timed wakes' lateness */
@@ -136,14 +136,15 @@ struct rk__wait_in {
 
 /* What a spin waits for (rk_loop_stats' ns_spin_predict and ns_spin_window). */
 enum rk__spin_why { RK__SPIN_OTHER, RK__SPIN_PREDICT, RK__SPIN_WINDOW };
-/* How a wait parks: PARK_IO is rk__loop_run_io()'s, never planned. */
-enum rk__park { RK__PARK_BLOCK, RK__PARK_PREDICT, RK__PARK_IO };
+/* How a wait parks: PARK_POLL is RK_POLL_US's timed poll; PARK_IO is
+ * rk__loop_run_io()'s, never planned. */
+enum rk__park { RK__PARK_BLOCK, RK__PARK_PREDICT, RK__PARK_POLL, RK__PARK_IO };
 
 /* The decision: spin one iteration, or park. */
 struct rk__wait_plan {
 	bool park;
 	enum rk__spin_why why;		/* spin: what for */
-	enum rk__park how;		/* park: block, or a predictive sleep */
+	enum rk__park how;		/* park: block, a predictive sleep, a timed poll */
 	uint64_t timeout;		/* park: ns, UINT64_MAX = until an event */
 	struct rk_source *src;		/* predictive: whose prediction, NULL = a timer's */
 };

@@ -27,6 +27,8 @@ START_TEST(test_defaults)
 	ck_assert(!T(&c)->wait.sqpoll_auto);
 	ck_assert(T(&c)->wait.learn);
 	ck_assert_uint_eq(T(&c)->wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
+	ck_assert_uint_eq(T(&c)->wait.poll_ns, 0);	/* a benchmark's baseline: off */
+	ck_assert_uint_eq(T(&c)->wait.poll_for_ns, 0);
 	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, -1);
 	ck_assert(T(&c)->wait.coop_taskrun);
 	ck_assert_uint_eq(T(&c)->ring_entries, RK_DEF_RING_ENTRIES);
@@ -81,6 +83,8 @@ START_TEST(test_print_defaults)
 		"RK_PREDICT_MIN_US=20\n"
 		"RK_LEARN=1\n"
 		"RK_LEARN_SPIN_MIN_US=1000\n"
+		"RK_POLL_US=0\n"
+		"RK_POLL_FOR_MS=0\n"
 		"RK_SQPOLL=0\n"
 		"RK_SQPOLL_CPU=-1\n"
 		"RK_COOP_TASKRUN=1\n"
@@ -112,6 +116,7 @@ START_TEST(test_print_roundtrip)
 		{ "RK_SPIN_US", "123" }, { "RK_PREDICT_MARGIN_US", "35" },
 		{ "RK_PREDICT_MIN_US", "7" }, { "RK_SQPOLL", "auto" }, { "RK_SQPOLL_CPU", "5" },
 		{ "RK_LEARN", "off" }, { "RK_LEARN_SPIN_MIN_US", "250" },
+		{ "RK_POLL_US", "50" }, { "RK_POLL_FOR_MS", "50" },
 		{ "RK_COOP_TASKRUN", "off" }, { "RK_RING_ENTRIES", "1024" },
 		{ "RK_RX_BUF_SIZE", "65536" }, { "RK_RX_BUF_COUNT", "128" },
 		{ "RK_MAX_FRAME", "8192" }, { "RK_TX_LIMIT", "1048576" },
@@ -184,6 +189,12 @@ static const struct {
 	{ "learn", "on", "RK_LEARN=1" },
 	{ "RK_LEARN_SPIN_MIN_US", "0", "RK_LEARN_SPIN_MIN_US=0" },
 	{ "RK_LEARN_SPIN_MIN_US", "60000000", "RK_LEARN_SPIN_MIN_US=60000000" },
+	{ "RK_POLL_US", "0", "RK_POLL_US=0" },
+	{ "RK_POLL_US", "1000000", "RK_POLL_US=1000000" },
+	{ "poll_us", "50", "RK_POLL_US=50" },
+	{ "RK_POLL_FOR_MS", "0", "RK_POLL_FOR_MS=0" },
+	{ "RK_POLL_FOR_MS", "3600000", "RK_POLL_FOR_MS=3600000" },
+	{ "poll_for_ms", "50", "RK_POLL_FOR_MS=50" },
 	{ "RK_SQPOLL_CPU", "-1", "RK_SQPOLL_CPU=-1" },
 	{ "RK_SQPOLL_CPU", "4095", "RK_SQPOLL_CPU=4095" },
 	{ "RK_COOP_TASKRUN", "0", "RK_COOP_TASKRUN=0" },
@@ -240,7 +251,7 @@ static const char *const all_knobs[] = {
 	"RK_RING_ENTRIES", "RK_RX_BUF_SIZE", "RK_RX_BUF_COUNT", "RK_MAX_FRAME", "RK_TX_LIMIT",
 	"RK_HEARTBEAT_MS", "RK_PEER_TIMEOUT_MS", "RK_CONNECT_TIMEOUT_MS", "RK_HANDSHAKE_MS",
 	"RK_LOG", "RK_LOG_TIME", "RK_SIGNALS", "RK_RDMA_GID", "RK_RESIDENT", "RK_LEARN",
-	"RK_LEARN_SPIN_MIN_US",
+	"RK_LEARN_SPIN_MIN_US", "RK_POLL_US", "RK_POLL_FOR_MS",
 };
 
 /* Malformed for every knob (RK_SQPOLL_CPU takes -1, so it gets -2 instead). */
@@ -293,6 +304,9 @@ static const struct {
 	{ "RK_SQPOLL", "auto " },
 	{ "RK_LEARN", "2" }, { "RK_LEARN", "learn" },
 	{ "RK_LEARN_SPIN_MIN_US", "60000001" }, { "RK_LEARN_SPIN_MIN_US", "1ms" },
+	{ "RK_POLL_US", "1000001" }, { "RK_POLL_US", "50us" }, { "RK_POLL_US", "off" },
+	{ "RK_POLL_FOR_MS", "3600001" }, { "RK_POLL_FOR_MS", "50ms" },
+	{ "RK_POLL_FOR_MS", "0.5" },
 	{ "RK_SQPOLL_CPU", "-2" }, { "RK_SQPOLL_CPU", "4096" },
 	{ "RK_COOP_TASKRUN", "nope" }, { "RK_SIGNALS", "enable" },
 	{ "RK_RING_ENTRIES", "100" }, { "RK_RING_ENTRIES", "4" }, { "RK_RING_ENTRIES", "0" },
@@ -360,6 +374,10 @@ START_TEST(test_set_units)
 	ck_assert_uint_eq(T(&c)->wait.learn_spin_min_ns, 60000000000ull);
 	ck_assert_int_eq(rk_config_set(&c, "RK_PREDICT_MIN_US", "3", NULL, 0), 0);
 	ck_assert_uint_eq(T(&c)->wait.predict_min_ns, 3000);
+	ck_assert_int_eq(rk_config_set(&c, "RK_POLL_US", "50", NULL, 0), 0);
+	ck_assert_uint_eq(T(&c)->wait.poll_ns, 50000);
+	ck_assert_int_eq(rk_config_set(&c, "poll_for_ms", "50", NULL, 0), 0);
+	ck_assert_uint_eq(T(&c)->wait.poll_for_ns, 50000000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_HEARTBEAT_MS", "3", NULL, 0), 0);
 	ck_assert_uint_eq(T(&c)->heartbeat_ns, 3000000);
 	ck_assert_int_eq(rk_config_set(&c, "RK_PEER_TIMEOUT_MS", "3600000", NULL, 0), 0);

@@ -56,10 +56,15 @@ enum who { NOBODY, PLAIN, LEARNER };
 /* The learner's state: regular 1 ms gaps, the same with a lateness peak, or
  * cold with one long gap. Its burst began at the last busy event. */
 enum shape { TRUSTED, LATE_PEAK, COLD };
+/* The policy: fix_init()'s, or one of rk-serve's baselines (--bench-policies):
+ * poll50 (RK_SPIN_US=0 RK_PREDICT=0 RK_LEARN=0 RK_POLL_US=50 RK_POLL_FOR_MS=50),
+ * yield1s (RK_SPIN_US=1000000 RK_SPIN_YIELD=1 RK_PREDICT=0 RK_LEARN=0). */
+enum base { RANKRT, POLL50, YIELD1S };
 
 static const struct dcase {
 	const char *what;
 	enum rk_wait_mode mode;
+	enum base base;
 	bool no_predict, no_learn;
 	unsigned int off;
 	uint64_t over_hi, boost;	/* the learned margin */
@@ -72,7 +77,7 @@ static const struct dcase {
 	enum who src;			/* ...whose */
 	uint64_t tmo;			/* the next timer; NONE */
 	/* the plan */
-	char want;			/* 'S'pin, 'B'lock, 'P'redictive sleep */
+	char want;			/* 'S'pin, 'B'lock, 'P'redictive sleep, 'T'imed poll */
 	enum rk__spin_why why;
 	uint64_t timeout;
 	enum who sleep_for;
@@ -165,6 +170,44 @@ static const struct dcase {
 	{ "a timer within the margin and RK_PREDICT_MIN_US: spin", .busy_ago = NEVER,
 	  .expect_in = 10 * MS, .src = PLAIN, .tmo = 30 * US, .want = 'S',
 	  .why = RK__SPIN_PREDICT },
+	{ "poll50 right after busy work: a timed poll of 50 us", .base = POLL50, .busy_ago = 0,
+	  .tmo = NONE, .want = 'T', .timeout = 50 * US },
+	{ "poll50 1 ms after: a timed poll of 50 us", .base = POLL50, .busy_ago = 1 * MS,
+	  .tmo = NONE, .want = 'T', .timeout = 50 * US },
+	{ "poll50 just inside 50 ms: a timed poll", .base = POLL50, .busy_ago = 50 * MS - 1,
+	  .tmo = 7 * MS, .want = 'T', .timeout = 50 * US },
+	{ "poll50 at 50 ms: block until an event", .base = POLL50, .busy_ago = 50 * MS,
+	  .tmo = NONE, .want = 'B', .timeout = NONE },
+	{ "...or until the timer", .base = POLL50, .busy_ago = 60 * MS, .tmo = 7 * MS,
+	  .want = 'B', .timeout = 7 * MS },
+	{ "poll50 never busy: block", .base = POLL50, .busy_ago = NEVER, .tmo = NONE,
+	  .want = 'B', .timeout = NONE },
+	{ "poll50 with a timer 30 us away: the poll ends at it", .base = POLL50,
+	  .busy_ago = 1 * MS, .tmo = 30 * US, .want = 'T', .timeout = 30 * US },
+	{ "poll50 ignores a prediction (RK_PREDICT=0)", .base = POLL50, .busy_ago = 1 * MS,
+	  .expect_in = 10 * MS, .src = PLAIN, .tmo = NONE, .want = 'T', .timeout = 50 * US },
+	{ "poll50 ignores what was learned (RK_LEARN=0)", .base = POLL50, .gap_n = 64,
+	  .gap_hi = 100 * US, .busy_ago = 5 * MS, .busy = LEARNER, .tmo = NONE, .want = 'T',
+	  .timeout = 50 * US },
+	{ "RK_POLL_US under RK_WAIT=block: block", RK_WAIT_BLOCK, .base = POLL50,
+	  .busy_ago = 1 * MS, .tmo = NONE, .want = 'B', .timeout = NONE },
+	{ "RK_POLL_US under RK_WAIT=spin: spin", RK_WAIT_SPIN, .base = POLL50,
+	  .busy_ago = 1 * MS, .tmo = NONE, .want = 'S', .why = RK__SPIN_OTHER },
+	{ "yield1s right after busy work: spin", .base = YIELD1S, .busy_ago = 0, .tmo = NONE,
+	  .want = 'S', .why = RK__SPIN_WINDOW },
+	{ "yield1s just inside 1 s: spin", .base = YIELD1S, .busy_ago = 1000 * MS - 1,
+	  .tmo = NONE, .want = 'S', .why = RK__SPIN_WINDOW },
+	{ "yield1s at 1 s: block", .base = YIELD1S, .busy_ago = 1000 * MS, .tmo = NONE,
+	  .want = 'B', .timeout = NONE },
+	{ "yield1s: no learned window (64 gaps of 100 us, a trusted learner's work)",
+	  .base = YIELD1S, .gap_n = 64, .gap_hi = 100 * US, .busy_ago = 900 * MS,
+	  .busy = LEARNER, .tmo = NONE, .want = 'S', .why = RK__SPIN_WINDOW },
+	{ "yield1s: no cold learner's window", .base = YIELD1S, .busy_ago = 900 * MS,
+	  .busy = LEARNER, .shape = COLD, .tmo = NONE, .want = 'S', .why = RK__SPIN_WINDOW },
+	{ "yield1s: no predictive sleep", .base = YIELD1S, .busy_ago = 1 * MS,
+	  .expect_in = 10 * MS, .src = PLAIN, .tmo = NONE, .want = 'S', .why = RK__SPIN_WINDOW },
+	{ "yield1s: spins past a timer (it does not shorten the window)", .base = YIELD1S,
+	  .busy_ago = 1 * MS, .tmo = 30 * US, .want = 'S', .why = RK__SPIN_WINDOW },
 };
 
 static struct rk_source *who_src(struct fix *f, enum who w)
@@ -188,7 +231,8 @@ static const char *plan_str(const struct rk__wait_plan *p, char *buf, size_t len
 		snprintf(buf, len, "spin (why %d)", (int)p->why);
 	else
 		snprintf(buf, len, "%s %" PRIu64 " ns",
-			 p->how == RK__PARK_PREDICT ? "sleep" : "block", p->timeout);
+			 p->how == RK__PARK_PREDICT ? "sleep" :
+			 p->how == RK__PARK_POLL ? "timed poll" : "block", p->timeout);
 	return buf;
 }
 
@@ -204,6 +248,16 @@ START_TEST(test_decide)
 	f.pol.mode = c->mode;
 	f.tun.predict = !c->no_predict;
 	f.tun.learn = !c->no_learn;
+	if (c->base == POLL50) {
+		f.pol.spin_ns = 0;
+		f.tun.predict = f.tun.learn = false;
+		f.tun.poll_ns = 50 * US;
+		f.tun.poll_for_ns = 50 * MS;
+	} else if (c->base == YIELD1S) {
+		f.pol.spin_ns = 1000 * MS;
+		f.tun.spin_yield = 1;
+		f.tun.predict = f.tun.learn = false;
+	}
 	f.w.off = c->off;
 	f.w.oversleep_hi = c->over_hi;
 	f.w.late_boost = c->boost;
@@ -216,7 +270,8 @@ START_TEST(test_decide)
 	in.src = who_src(&f, c->src);
 	rk__wait_decide(&f.w, &in, &p);
 	ck_assert_msg(p.park == (c->want != 'S') &&
-		      (!p.park || (p.how == RK__PARK_PREDICT) == (c->want == 'P')),
+		      (!p.park || (p.how == RK__PARK_PREDICT) == (c->want == 'P')) &&
+		      (!p.park || (p.how == RK__PARK_POLL) == (c->want == 'T')),
 		      "%s: want %c, got %s", c->what, c->want, plan_str(&p, buf, sizeof(buf)));
 	if (!p.park) {
 		ck_assert_msg(p.why == c->why, "%s: spin why %d, want %d", c->what, (int)p.why,

@@ -2,7 +2,8 @@
 /*
  * check_wait: the rank loop's wait, through a loop (runtime/loop.c carrying
  * out runtime/wait.c's decisions): the adaptive wait policy under an injected
- * clock, and sources (polled, armed, polled once more before a block).
+ * clock, rk-serve's baselines (poll50, yield1s) set on a running loop, and
+ * sources (polled, armed, polled once more before a block).
  * Predictive waits are check_wait_predict.c's, the links' learners
  * check_wait_learn.c's; lifetime, timers, posts, signals, fd watches and
  * counters check_loop*.c's; the decisions alone, without a loop,
@@ -162,6 +163,156 @@ START_TEST(test_policy_switch)
 	rk_loop_set_wait(p.loop, &w);
 	ck_assert(!rk__config_ctuning(rk_loop_config(p.loop))->wait.sqpoll);
 	ck_assert_mem_eq(tun, rk_loop_config(p.loop)->tuning, sizeof(tun));
+	policy_teardown(&p);
+}
+END_TEST
+
+/* ---- rk-serve's baselines (--bench-policies), set on a running loop ----------------- */
+
+/* @p's loop to its own config with @n knobs ("NAME", "VALUE" pairs) set. */
+static void policy_knobs(struct policy *p, const char *const *kv, unsigned int n)
+{
+	struct rk_config c = *rk_loop_config(p->loop);
+	char err[160];
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		ck_assert_msg(!rk_config_set(&c, kv[2 * i], kv[2 * i + 1], err, sizeof(err)),
+			      "%s", err);
+	ck_assert_int_eq(rk_loop_set_wait_config(p->loop, &c), 0);
+}
+
+static const char *const poll50[] = { "RK_SPIN_US", "0", "RK_PREDICT", "0", "RK_LEARN", "0",
+				      "RK_POLL_US", "50", "RK_POLL_FOR_MS", "50" };
+static const char *const yield1s[] = { "RK_SPIN_US", "1000000", "RK_SPIN_YIELD", "1",
+				       "RK_PREDICT", "0", "RK_LEARN", "0" };
+
+/*
+ * One empty iteration at @t parks as @want: 'T' a timed poll (RK_POLL_US, its
+ * own timeout), 'B' a block (until the next timer: the bound, P_BOUND away).
+ * Both count as a block; the wait's timeout tells them apart.
+ */
+static void assert_park(struct policy *p, uint64_t t, char want)
+{
+	ck_assert_phase(policy_step(p, t), 'B');
+	ck_assert_msg(rk__loop_parking_ns(p->loop) == (want == 'T' ? 50 * US : P_BOUND),
+		      "at +%" PRIu64 " ns: want %c, the wait's timeout was %" PRIu64 " ns",
+		      t - 1000 * SEC, want, rk__loop_parking_ns(p->loop));
+}
+
+/*
+ * poll50: timed polls of 50 us while within 50 ms of the last busy event,
+ * then a block; a busy event starts the 50 ms afresh, an idle one does not.
+ * It never spins.
+ */
+START_TEST(test_policy_poll50)
+{
+	struct policy p;
+	uint64_t b, b2;
+
+	policy_setup(&p, RK_WAIT_ADAPTIVE);
+	policy_knobs(&p, poll50, 5);
+	b = p.fc.t;
+	assert_park(&p, b, 'B');		/* never busy */
+	policy_post(&p, b + 1 * MS, &p.busy);
+	b += 1 * MS;
+	assert_park(&p, b, 'T');
+	assert_park(&p, b + 1, 'T');		/* and again: it looks, then polls again */
+	assert_park(&p, b + 20 * MS, 'T');
+	assert_park(&p, b + 50 * MS - 1, 'T');
+	assert_park(&p, b + 50 * MS, 'B');
+	assert_park(&p, b + 80 * MS, 'B');
+	policy_post(&p, b + 90 * MS, &p.idle);	/* housekeeping: no new budget */
+	assert_park(&p, b + 90 * MS, 'B');
+	b2 = b + 100 * MS;
+	policy_post(&p, b2, &p.busy);		/* busy work: 50 ms afresh */
+	assert_park(&p, b2, 'T');
+	assert_park(&p, b2 + 49 * MS, 'T');
+	policy_post(&p, b2 + 49 * MS, &p.busy);	/* ...from the latest */
+	assert_park(&p, b2 + 98 * MS, 'T');
+	assert_park(&p, b2 + 99 * MS, 'B');
+	ck_assert_uint_eq(p.after.spin_iters, 0);
+	ck_assert_uint_eq(rk__loop_yields(p.loop), 0);
+	policy_teardown(&p);
+}
+END_TEST
+
+/* One empty iteration at @t spins, and yields (RK_SPIN_YIELD=1: every time). */
+static void assert_spin_yield(struct policy *p, uint64_t t)
+{
+	uint64_t y = rk__loop_yields(p->loop);
+
+	ck_assert_phase(policy_step(p, t), 'S');
+	ck_assert_uint_eq(rk__loop_yields(p->loop), y + 1);
+}
+
+/*
+ * yield1s: spin, with sched_yield() at every iteration, for 1 s after each
+ * busy event, then block. Neither a learned quantile of the busy gaps, nor a
+ * link's learner, nor a prediction shortens it: 64 busy events 1 ms apart
+ * (with RK_LEARN a 4 ms window) still leave the whole second.
+ */
+START_TEST(test_policy_yield1s)
+{
+	struct policy p;
+	uint64_t b, y;
+	int i;
+
+	policy_setup(&p, RK_WAIT_ADAPTIVE);
+	policy_knobs(&p, yield1s, 4);
+	b = p.fc.t;
+	assert_park(&p, b, 'B');		/* never busy */
+	policy_post(&p, b + 1 * MS, &p.busy);
+	b += 1 * MS;
+	assert_spin_yield(&p, b);
+	assert_spin_yield(&p, b + 1);
+	assert_spin_yield(&p, b + 500 * MS);
+	assert_spin_yield(&p, b + 1 * SEC - 1);
+	y = rk__loop_yields(p.loop);
+	assert_park(&p, b + 1 * SEC, 'B');
+	ck_assert_uint_eq(rk__loop_yields(p.loop), y);
+	policy_post(&p, b + 2 * SEC, &p.idle);	/* housekeeping: no new window */
+	assert_park(&p, b + 2 * SEC, 'B');
+	b += 3 * SEC;
+	for (i = 0; i <= 64; i++)
+		policy_post(&p, b + (uint64_t)i * MS, &p.busy);
+	b += 64 * MS;
+	assert_spin_yield(&p, b + 5 * MS);
+	assert_spin_yield(&p, b + 999 * MS);
+	assert_park(&p, b + 1 * SEC, 'B');
+	ck_assert_uint_eq(p.after.window_cuts, 0);
+	policy_teardown(&p);
+}
+END_TEST
+
+/*
+ * rk_loop_set_wait_config() takes the whole wait policy, tuning included, and
+ * leaves no knob behind: back to the loop's first config, the spin window and
+ * RK_SPIN_YIELD are those again. A config nobody filled is refused.
+ */
+START_TEST(test_policy_set_wait_config)
+{
+	struct policy p;
+	struct rk_config first, zero;
+	uint64_t b, y;
+
+	policy_setup(&p, RK_WAIT_ADAPTIVE);
+	first = *rk_loop_config(p.loop);
+	policy_knobs(&p, poll50, 5);
+	ck_assert_uint_eq(rk_loop_config(p.loop)->wait.spin_ns, 0);
+	ck_assert_uint_eq(rk__config_ctuning(rk_loop_config(p.loop))->wait.poll_ns, 50 * US);
+	ck_assert_int_eq(rk_loop_set_wait_config(p.loop, &first), 0);
+	ck_assert_mem_eq(rk_loop_config(p.loop), &first, sizeof(first));
+	b = p.fc.t;
+	policy_post(&p, b, &p.busy);
+	y = rk__loop_yields(p.loop);
+	ck_assert_phase(policy_step(&p, b), 'S');	/* P_SPIN again */
+	ck_assert_uint_eq(rk__loop_yields(p.loop), y);	/* every 64th, not every one */
+	assert_park(&p, b + P_SPIN, 'B');		/* no timed poll */
+	memset(&zero, 0, sizeof(zero));
+	zero.wait.mode = RK_WAIT_SPIN;
+	ck_assert_int_eq(rk_loop_set_wait_config(p.loop, &zero), -EINVAL);
+	ck_assert_mem_eq(rk_loop_config(p.loop), &first, sizeof(first));
 	policy_teardown(&p);
 }
 END_TEST
@@ -479,6 +630,11 @@ static Suite *wait_suite(void)
 	tcase_add_test(tc, test_policy_block);
 	tcase_add_test(tc, test_policy_switch);
 	tcase_add_test(tc, test_run_once_returns_after_work);
+
+	tc = tcase(s, "baselines");
+	tcase_add_test(tc, test_policy_poll50);
+	tcase_add_test(tc, test_policy_yield1s);
+	tcase_add_test(tc, test_policy_set_wait_config);
 
 	tc = tcase(s, "sources");
 	tcase_add_test(tc, test_source_poll_spin);

@@ -93,13 +93,15 @@ hashes spin | while read -r s m d h; do
 	grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "spin: $s $m $d $h"; exit 1; }
 done || fail "spin hashes differ from tp2"
 
-# --bench-policies: every cell under each policy in one process pair, a prun line each,
-# the same hashes as tp2, and the follower really switched: started with RK_WAIT=block,
-# which never spins, it spun under the spin and default policies
+# --bench-policies: every cell under each policy in one process pair (rankrt's three and
+# the two baselines), a prun line each, the same hashes as tp2, and the follower really
+# switched: started with RK_WAIT=block, which never spins, it spun under the spin, default
+# and yield1s policies
 # shellcheck disable=SC2086
 run pol RK_WAIT=block "$launch" --hosts localhost,localhost -- "$serve" $args \
-	--bench-streams 1 --bench-modes greedy --bench-policies=spin,default,block --bench-idle 1
-for pol in default block spin; do
+	--bench-streams 1 --bench-modes greedy \
+	--bench-policies=spin,default,block,poll50,yield1s --bench-idle 1
+for pol in default block spin poll50 yield1s; do
 	[ "$(awk -v p=$pol '$1 == "prun" && $2 == p' "$tmp/pol.out" | wc -l)" = 2 ] ||
 		fail "pol: expected 2 prun lines of $pol"
 	awk -v p=$pol '$1 == "pcell" && $2 == p { print $3, $4, $5, $10 }' "$tmp/pol.out" |
@@ -138,6 +140,7 @@ opt_refused "exclude each other" --bench --demo
 opt_refused "trace-rounds: expected a file name" --bench --trace-rounds=
 opt_refused "bench-policies='default,fast'" --bench --bench-policies=default,fast
 opt_refused "bench-policies='spin,spin'" --bench --bench-policies=spin,spin
+opt_refused "bench-policies='poll50,poll'" --bench --bench-policies=poll50,poll
 opt_refused "bench-policies needs --bench" --bench-policies=spin --demo
 # an unknown RK_* variable: refused by name, with the whole list of known ones
 RK_NO_SUCH_KNOB=1 "$serve" --bench >/dev/null 2>"$tmp/opt.err"

@@ -158,8 +158,12 @@ static void usage(FILE *f)
 		"  --bench-policies=LIST     run every cell under each of these wait policies\n"
 		"                            in turn, in this one process (default: only the\n"
 		"                            configured one): default (the RK_* policy, cuda\n"
-		"                            --notify=auto), block (RK_WAIT=block, wake) and\n"
-		"                            spin (RK_WAIT=spin, poll); a \"prun\" line per run,\n"
+		"                            --notify=auto), block (RK_WAIT=block, wake), spin\n"
+		"                            (RK_WAIT=spin, poll), and two baselines: poll50\n"
+		"                            (timed polls of 50 us for 50 ms after the last\n"
+		"                            busy event, then block) and yield1s (spin with\n"
+		"                            sched_yield() for 1 s after it, then block; no\n"
+		"                            prediction); a \"prun\" line per run,\n"
 		"                            then \"pcell\" lines of medians; idle: default\n"
 		"  --trace-rounds=FILE       every rank records its rounds' events (leader:\n"
 		"                            ROUND sent; all: launch, done; CLOCK_MONOTONIC ns)\n"
@@ -226,8 +230,8 @@ static int parse_policies(const char *s, struct options *o)
 	if (o->b_n_pol)
 		return 0;
 bad:
-	fprintf(stderr, PROG ": --bench-policies='%s': expected a list of default, block and "
-		"spin, each at most once\n", s);
+	fprintf(stderr, PROG ": --bench-policies='%s': expected a list of default, block, "
+		"spin, poll50 and yield1s, each at most once\n", s);
 	o->b_n_pol = 0;
 	return -1;
 }

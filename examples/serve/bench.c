@@ -355,13 +355,12 @@ static int bench_policy(struct bench *bn, uint32_t p)
 	uint64_t deadline = now_ns() + 5000000000ull;
 	int ret;
 
-	srv->pol_wait = bench_policies[p].wait;
-	srv->pol_notify = bench_policies[p].notify;
+	srv->pol = p;
 	if (srv->size > 1) {
 		put32(msg, MSG_POLICY);
 		put64(msg + 8, p);
-		put32(msg + 16, (uint32_t)srv->pol_wait);
-		put32(msg + 20, (uint32_t)srv->pol_notify);
+		put32(msg + 16, (uint32_t)bench_policies[p].wait);
+		put32(msg + 20, (uint32_t)bench_policies[p].notify);
 		ret = send_msg(srv, -1, msg, sizeof(msg));
 		if (ret)
 			return ret;

@@ -215,26 +215,57 @@ static int stats_answer(struct server *srv, const uint8_t *req)
 	return send_msg(srv, 0, msg, sizeof(msg));
 }
 
-/* ---- --bench-policies: three wait policies in one process (loop thread) ---------- */
+/* ---- --bench-policies: several wait policies in one process (loop thread) ------- */
 
+/*
+ * rankrt's policies (default: the RK_* one; block; spin) and two baselines
+ * that are not rankrt's: poll50, the seed experiment's timed polls (a 50 us
+ * ring wait, then a look again, for 50 ms after the last busy event, then
+ * block); yield1s, vLLM's rule (spin, sched_yield() at every empty
+ * iteration, for 1 s after the last busy event, then block; nothing learned
+ * or predicted).
+ */
 const struct bench_policy bench_policies[BENCH_POLICIES] = {
-	{ "default", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO },
-	{ "block", RK_WAIT_BLOCK, RK_GPU_NOTIFY_WAKE },
-	{ "spin", RK_WAIT_SPIN, RK_GPU_NOTIFY_POLL },
+	{ "default", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO, { { NULL } } },
+	{ "block", RK_WAIT_BLOCK, RK_GPU_NOTIFY_WAKE, { { NULL } } },
+	{ "spin", RK_WAIT_SPIN, RK_GPU_NOTIFY_POLL, { { NULL } } },
+	{ "poll50", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO,
+	  { { "RK_SPIN_US", "0" }, { "RK_PREDICT", "0" }, { "RK_LEARN", "0" },
+	    { "RK_POLL_US", "50" }, { "RK_POLL_FOR_MS", "50" } } },
+	{ "yield1s", RK_WAIT_ADAPTIVE, RK_GPU_NOTIFY_AUTO,
+	  { { "RK_SPIN_US", "1000000" }, { "RK_SPIN_YIELD", "1" }, { "RK_PREDICT", "0" },
+	    { "RK_LEARN", "0" } } },
 };
 
 /*
- * Put srv->pol_wait into effect (the configured policy, that mode) and
- * srv->pol_notify on the CUDA notifier. Return: 0; -EBUSY while a mark is
- * outstanding (run the loop, retry); the notifier's error.
+ * Put bench_policies[srv->pol] into effect: the configured policy, that mode
+ * and those knobs, and its notify mode on the CUDA notifier. Every policy
+ * starts from the configuration the loop was created with, so none leaves a
+ * knob behind for the next. Return: 0; -EBUSY while a mark is outstanding
+ * (run the loop, retry); -RK_ECONFIG for a knob the library refused; the
+ * notifier's error.
  */
 int policy_apply(struct server *srv)
 {
-	struct rk_wait_policy w = srv->cfg.wait;
+	const struct bench_policy *bp = &bench_policies[srv->pol];
+	struct rk_config c = srv->cfg;
+	char err[160];
+	unsigned int i;
+	int ret;
 
-	w.mode = srv->pol_wait;
-	rk_loop_set_wait(srv->loop, &w);
-	return srv->cuda ? toy_cuda_set_notify(srv->cuda, srv->pol_notify) : 0;
+	c.wait.mode = bp->wait;
+	for (i = 0; i < BENCH_POL_KNOBS && bp->knobs[i].name; i++) {
+		ret = rk_config_set(&c, bp->knobs[i].name, bp->knobs[i].value, err, sizeof(err));
+		if (ret) {
+			fprintf(stderr, PROG "[r%d]: --bench-policies=%s: %s\n", srv->rank,
+				bp->name, err);
+			return ret == -ENOENT ? -RK_ECONFIG : ret;
+		}
+	}
+	ret = rk_loop_set_wait_config(srv->loop, &c);
+	if (ret)
+		return ret;
+	return srv->cuda ? toy_cuda_set_notify(srv->cuda, bp->notify) : 0;
 }
 
 /* Follower: the switch is done (or failed); answer the stats request it held back. */
@@ -274,8 +305,7 @@ static void policy_frame(struct server *srv, const uint8_t *d)
 {
 	int ret;
 
-	srv->pol_wait = (enum rk_wait_mode)get32(d + 16);
-	srv->pol_notify = (enum rk_gpu_notify_mode)get32(d + 20);
+	srv->pol = (uint32_t)get64(d + 8);
 	ret = policy_apply(srv);
 	if (ret != -EBUSY) {
 		policy_done(srv, ret);
@@ -354,8 +384,10 @@ static enum rk_activity serve_frame(struct server *srv, int peer, const struct r
 		}
 		return RK_BUSY;
 	case MSG_POLICY:
-		if (u->len != POLICY_LEN || get32(u->data + 16) > RK_WAIT_BLOCK ||
-		    get32(u->data + 20) > RK_GPU_NOTIFY_WAKE)
+		/* the index is this rank's table's too: the mode and notify check it */
+		if (u->len != POLICY_LEN || get64(u->data + 8) >= BENCH_POLICIES ||
+		    get32(u->data + 16) != bench_policies[get64(u->data + 8)].wait ||
+		    get32(u->data + 20) != bench_policies[get64(u->data + 8)].notify)
 			goto bad;
 		policy_frame(srv, u->data);
 		return RK_IDLE;

@@ -69,7 +69,8 @@ enum backend_kind {
 #define BENCH_TOP_P	0.95f
 #define BENCH_PROMPT	64u /* longest built-in prompt, in tokens */
 #define BENCH_WARM_TOK	16u /* tokens per warm-up request */
-#define BENCH_POLICIES	3u  /* default, block, spin */
+#define BENCH_POLICIES	5u  /* default, block, spin, poll50, yield1s */
+#define BENCH_POL_KNOBS 5u  /* tuning knobs a bench policy sets */
 #define POLICY_RETRY_MS 1u  /* a policy switch waits for the last marks this often */
 
 #if defined(RK_HAVE_CUDA) && defined(RK_HAVE_NCCL)
@@ -220,9 +221,9 @@ struct server {
 	struct rank_stats *st_ranks;
 	uint8_t txbuf[8 + STATS_REP_LEN];
 
-	/* --bench-policies: the policy asked for; a follower's switch waits for its marks */
-	enum rk_wait_mode pol_wait;
-	enum rk_gpu_notify_mode pol_notify;
+	/* --bench-policies: the policy asked for (bench_policies[pol]); a follower's
+	 * switch waits for its marks */
+	uint32_t pol;
 	struct rk_timer pol_timer;
 	bool pol_pending;
 	bool st_deferred;	   /* follower: a stats request waits for the switch */
@@ -247,11 +248,18 @@ struct server {
 	uint64_t peer_err[N_PEER_ERR];
 };
 
-/* --bench-policies: the wait policies a bench can switch every rank to (peers.c). */
+/*
+ * --bench-policies: the wait policies a bench can switch every rank to
+ * (peers.c): a mode and knobs set by name (rk_config_set()) on the
+ * configuration the loop was created with.
+ */
 struct bench_policy {
 	const char *name;
 	enum rk_wait_mode wait;
 	enum rk_gpu_notify_mode notify; /* cuda */
+	struct {
+		const char *name, *value;
+	} knobs[BENCH_POL_KNOBS]; /* up to the first NULL name */
 };
 
 extern const struct bench_policy bench_policies[BENCH_POLICIES];
@@ -350,7 +358,7 @@ void stats_fail_all(struct server *srv, int err);
 /* An HTTP thread's stats waiter reaches the loop. */
 enum rk_activity stats_post_cb(struct rk_post *p);
 #endif
-/* Put srv->pol_wait and srv->pol_notify into effect. Return: 0, -EBUSY (retry), an error. */
+/* Put bench_policies[srv->pol] into effect. Return: 0, -EBUSY (retry), an error. */
 int policy_apply(struct server *srv);
 /* Follower: srv->pol_timer's callback, a policy switch that waits for the last marks. */
 enum rk_activity policy_retry_cb(struct rk_timer *t, uint64_t now);
