@@ -179,15 +179,18 @@ awk -v idle_s="$IDLE" '
 			sp = order[i] " spin"; pp = order[i] " poll50"
 			rt_b = bp ? tps[d] / bp : 0
 			rt_s = (sp in tps) ? tps[d] / tps[sp] : 0
-			rc_p = (pp in cpu) && cpu[pp] > 0 ? cpu[d] / cpu[pp] : 0
-			rc_s = (sp in cpu) && cpu[sp] > 0 ? cpu[d] / cpu[sp] : 0
+			# a policy missing from the run: its ratio is -1, and the goal not met
+			rc_p = (pp in cpu) && cpu[pp] > 0 ? cpu[d] / cpu[pp] : -1
+			rc_s = (sp in cpu) && cpu[sp] > 0 ? cpu[d] / cpu[sp] : -1
+			if (!(sp in tps)) rt_s = -1
 			idle_ok = 1
 			if (idle_s > 0 && (f[1] in idle_tp))
 				for (r = 0; r < f[1]; r++)
 					if (idle[f[1] " r" r] * 60 / idle_s > 0.01) idle_ok = 0
 			if (f[2] + 0 >= 1) {
 				m++
-				ok = rt_b >= 1.00 && rt_s >= 0.99 && rc_p <= 0.25 && rc_s <= 0.10 && idle_ok
+				ok = rt_b >= 1.00 && rt_s >= 0.99 && rc_p >= 0 && rc_p <= 0.25 && rc_s >= 0 &&
+				     rc_s <= 0.10 && idle_ok
 				met += ok
 				v = ok ? "met" : "NOT met"
 			} else {
