@@ -48,7 +48,7 @@ IDLE=${IDLE:-60}
 POLICIES=${POLICIES:-block,poll50,spin,default,yield1s}
 OUT=${OUT:-seed-experiment.out}
 mkdir -p "$OUT" || exit 1
-rm -f "$OUT"/res "$OUT"/lag "$OUT"/idle "$OUT"/hash
+for f in res lag idle hash; do : >"$OUT/$f"; done
 
 echo "seed experiment: TP $TPS; device ms $DEVICE_MS; streams $STREAMS; $MODES; $DRAFTS;" \
 	"$RUNS runs of $REQUESTS requests x $TOKENS tokens; policies $POLICIES; idle $IDLE s;" \
@@ -111,8 +111,20 @@ for tp in $TPS; do
 			FILENAME ~ /\.out$/ && $1 == "pwin" { w[++nw] = $2 " " $3 " " $4 " " $5; t0[nw] = $6; t1[nw] = $7; next }
 			FILENAME ~ /\.out$/ { next }
 			rank == 0 && $2 == "sent" { sent[$1] = $3; next }
+			rank == 0 && $2 == "launch" { l0[$1] = $3; next }
+			rank == 0 && $2 == "done" { d0[$1] = $3; next }
 			rank > 0 && $2 == "launch" { nl++; lr[nl] = $1; lt[nl] = $3 }
 			END {
+				# the leader'"'"'s rounds, launch to done: "rt" lines
+				for (r in d0) {
+					if (!(r in l0) || !(r in sent))
+						continue
+					for (k = 1; k <= nw; k++)
+						if (sent[r] >= t0[k] && sent[r] <= t1[k]) {
+							printf "rt %s %s %s %.2f\n", tp, ms, w[k], (d0[r] - l0[r]) / 1000
+							break
+						}
+				}
 				for (i = 1; i <= nl; i++) {
 					if (!(lr[i] in sent))
 						continue
@@ -127,8 +139,16 @@ for tp in $TPS; do
 	done
 done
 
-# quantiles of the lag per cell and policy: tp ms policy streams mode draft p50 p99 n
-sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g "$OUT/lag" 2>/dev/null | awk '
+# quantiles of the lag (and of the leader's launch-to-done round time: "rt" lines) per cell
+# and policy: tp ms policy streams mode draft p50 p99 n
+sed -n 's/^rt //p' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g | awk '
+	function flush() {
+		if (n) print key, v[int((n - 1) * 0.5) + 1], v[int((n - 1) * 0.99) + 1], n
+		n = 0
+	}
+	{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; if (k != key) { flush(); key = k } v[++n] = $7 }
+	END { flush() }' >"$OUT/rtq"
+grep -v '^rt ' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g | awk '
 	function flush() {
 		if (n) print key, v[int((n - 1) * 0.5) + 1], v[int((n - 1) * 0.99) + 1], n
 		n = 0
@@ -139,6 +159,7 @@ sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g "$OUT/lag" 2>/dev/null | awk 
 # the table, the goals and the summary line
 awk -v idle_s="$IDLE" '
 	FILENAME ~ /lagq$/ { lag[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.1f %8.1f", $7, $8); next }
+	FILENAME ~ /rtq$/ { rt[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.3f", $7 / 1000); next }
 	FILENAME ~ /idle$/ { for (i = 3; i <= NF; i++) { split($i, a, "="); idle[$1 " " a[1]] = a[2] }
 			     idle_tp[$1] = 1; next }
 	{
@@ -149,9 +170,9 @@ awk -v idle_s="$IDLE" '
 		pol[$3] = 1; line[c " " $3] = $0
 	}
 	END {
-		printf "%-4s %6s %7s %-7s %-7s  %-8s %10s %8s %9s %8s %8s   %s\n", "tp", "dev_ms",
+		printf "%-4s %6s %7s %-7s %-7s  %-8s %10s %8s %9s %8s %8s %8s   %s\n", "tp", "dev_ms",
 		       "streams", "mode", "draft", "policy", "tok/s", "accept", "cpu_s", "lag_p50",
-		       "lag_p99", "cpu_s per rank"
+		       "lag_p99", "round_ms", "cpu_s per rank"
 		np = split("block poll50 spin default yield1s", P, " ")
 		for (i = 1; i <= nc; i++) {
 			split(order[i], f, " ")
@@ -162,9 +183,10 @@ awk -v idle_s="$IDLE" '
 				per = ""
 				for (x = 10; x <= nf; x++) per = per " " l[x]
 				lk = f[1] " " f[2] " " P[j] " " f[3] " " f[4] " " f[5]
-				printf "%-4s %6s %7s %-7s %-7s  %-8s %10.1f %8s %9.4f %s  %s\n", f[1], f[2],
+				printf "%-4s %6s %7s %-7s %-7s  %-8s %10.1f %8s %9.4f %s %s  %s\n", f[1], f[2],
 				       f[3], f[4], f[5], P[j], tps[k], acc[k], cpu[k],
-				       (lk in lag) ? lag[lk] : "       -        -", per
+				       (lk in lag) ? lag[lk] : "       -        -",
+				       (lk in rt) ? rt[lk] : "       -", per
 			}
 		}
 		printf "\nper cell, default against the others (tokens/s ratio, CPU ratio):\n"
@@ -203,7 +225,7 @@ awk -v idle_s="$IDLE" '
 		printf "\nidle %s s, cpu_s per rank (default):", idle_s
 		for (k in idle) printf " tp%s=%s", k, idle[k]
 		printf "\nseed goal: %d of %d cells met\n", met, m
-	}' "$OUT/lagq" "$OUT/idle" "$OUT/res" | tee "$OUT/table"
+	}' "$OUT/lagq" "$OUT/rtq" "$OUT/idle" "$OUT/res" | tee "$OUT/table"
 
 # the hashes of a mode: one across TP and device time
 if [ -s "$OUT/hash" ]; then
