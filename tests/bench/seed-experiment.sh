@@ -26,6 +26,9 @@
 # DRAFTS (plain,drafted), RUNS (3), REQUESTS (8), TOKENS (48), IDLE (60; 0 = none), POLICIES
 # (block,poll50,spin,default,yield1s), SERVE_ARGS (more rk-serve options, e.g. --draft-accept=0.8),
 # OUT (where the outputs, table and plot go: ./seed-experiment.out), TIMEOUT (s per job, 1200).
+# BACKEND=cuda: the CUDA backend's own rounds instead of emulated ones: SIZES ("name:rk-serve
+# options;...", default two toy sizes) replaces DEVICE_MS, and a size's cells are judged when its
+# rounds (spin's leader, launch to done, p50) take 1 ms or more.
 b=${builddir:-.}
 launch=$b/examples/launch/rk-launch
 serve=$b/examples/serve/rk-serve
@@ -47,6 +50,13 @@ TOKENS=${TOKENS:-48}
 IDLE=${IDLE:-60}
 POLICIES=${POLICIES:-block,poll50,spin,default,yield1s}
 OUT=${OUT:-seed-experiment.out}
+BACKEND=${BACKEND:-cpu}
+if [ "$BACKEND" = cuda ]; then
+	# the GPU's own rounds: sizes instead of emulated device times; a size is judged when its
+	# rounds (spin's leader, launch to done, p50) take 1 ms or more
+	SIZES=${SIZES:-v32k-h16k:--vocab 32768 --hidden 16384;v64k-h32k:--vocab 65536 --hidden 32768}
+	DEVICE_MS=$(echo "$SIZES" | tr ';' '\n' | sed 's/:.*//' | tr '\n' ' ')
+fi
 mkdir -p "$OUT" || exit 1
 for f in res lag idle hash; do : >"$OUT/$f"; done
 
@@ -64,7 +74,11 @@ for tp in $TPS; do
 		i=$((i + 1))
 	done
 	for ms in $DEVICE_MS; do
-		us=$(awk -v m="$ms" 'BEGIN { printf "%d", m * 1000 }')
+		if [ "$BACKEND" = cuda ]; then
+			dev="--backend=cuda $(echo "$SIZES" | tr ';' '\n' | sed -n "s/^$ms://p")"
+		else
+			dev=--device-time=$(awk -v m="$ms" 'BEGIN { printf "%d", m * 1000 }')
+		fi
 		name=tp$tp-${ms}ms
 		idle=
 		# idle once per TP (QUICK: once), after its last device time
@@ -75,7 +89,7 @@ for tp in $TPS; do
 		echo "== $name"
 		# shellcheck disable=SC2086
 		timeout -s KILL "${TIMEOUT:-1200}" "$launch" --hosts "$hosts" -- "$serve" --bench \
-			--bench-policies="$POLICIES" --device-time="$us" --bench-streams="$STREAMS" \
+			--bench-policies="$POLICIES" $dev --bench-streams="$STREAMS" \
 			--bench-modes="$MODES" --bench-draft="$DRAFTS" --bench-runs="$RUNS" \
 			--bench-requests="$REQUESTS" --bench-max-tokens="$TOKENS" \
 			--trace-rounds="$OUT/$name.trace" $idle ${SERVE_ARGS:-} \
@@ -159,7 +173,8 @@ grep -v '^rt ' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g |
 # the table, the goals and the summary line
 awk -v idle_s="$IDLE" '
 	FILENAME ~ /lagq$/ { lag[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.1f %8.1f", $7, $8); next }
-	FILENAME ~ /rtq$/ { rt[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.3f", $7 / 1000); next }
+	FILENAME ~ /rtq$/ { rt[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.3f", $7 / 1000)
+			    rtv[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = $7 / 1000; next }
 	FILENAME ~ /idle$/ { for (i = 3; i <= NF; i++) { split($i, a, "="); idle[$1 " " a[1]] = a[2] }
 			     idle_tp[$1] = 1; next }
 	{
@@ -209,7 +224,12 @@ awk -v idle_s="$IDLE" '
 			if (idle_s > 0 && (f[1] in idle_tp))
 				for (r = 0; r < f[1]; r++)
 					if (idle[f[1] " r" r] * 60 / idle_s > 0.01) idle_ok = 0
-			if (f[2] + 0 >= 1) {
+			# the device time: emulated (ms), or the GPU'"'"'s rounds under spin (a size name)
+			dms = f[2] + 0
+			sk = f[1] " " f[2] " spin " f[3] " " f[4] " " f[5]
+			if (f[2] !~ /^[0-9.]+$/)
+				dms = (sk in rtv) ? rtv[sk] : 0
+			if (dms >= 1) {
 				m++
 				ok = rt_b >= 1.00 && rt_s >= 0.99 && rc_p >= 0 && rc_p <= 0.25 && rc_s >= 0 &&
 				     rc_s <= 0.10 && idle_ok
