@@ -52,6 +52,7 @@ struct bench {
 	struct rank_stats *before, *after; /* [world size] */
 	struct rk_timer idle_timer;
 	bool idle_over;
+	uint64_t pass_t0, pass_t1; /* the last pass: first submit, last done (CLOCK_MONOTONIC) */
 	uint32_t *ref[2]; /* greedy, sampled: request i's TP1 tokens at i * max_tokens (the
 			   * drafter's; NULL without drafted cells or with prompt lookup) */
 };
@@ -251,6 +252,8 @@ static int bench_pass(struct bench *bn, const struct bench_cell *c, uint32_t n,
 		}
 	}
 	*ns = now_ns() - t0;
+	bn->pass_t0 = t0;
+	bn->pass_t1 = t0 + *ns;
 	return 0;
 fail:
 	/* the requests still queued or running write into bn: the scheduler fails them now */
@@ -405,10 +408,15 @@ static void bench_print_cell(const struct server *srv, const struct bench_cell *
 	fflush(stdout);
 }
 
-/* --bench-policies: the run just done, "prun POLICY streams mode draft tok/s cpu_r0.. hash". */
-static void bench_print_run(const struct server *srv, const struct bench_cell *c,
+/*
+ * --bench-policies: the run just done, "prun POLICY streams mode draft tok/s
+ * cpu_r0.. hash", then "pwin POLICY streams mode draft t0_ns t1_ns": when its
+ * pass ran (CLOCK_MONOTONIC, as --trace-rounds stamps), to find its rounds.
+ */
+static void bench_print_run(const struct bench *bn, const struct bench_cell *c,
 			    const struct bench_result *cr, const char *policy)
 {
+	const struct server *srv = bn->srv;
 	uint32_t q = cr->runs - 1;
 	int r;
 
@@ -417,6 +425,8 @@ static void bench_print_run(const struct server *srv, const struct bench_cell *c
 	for (r = 0; r < srv->size; r++)
 		printf("  %9.4f", cr->cpu[q * (uint32_t)srv->size + (uint32_t)r]);
 	printf("  %s\n", cr->hash);
+	printf("pwin %-7s %7" PRIu32 "  %-7s  %-7s  %" PRIu64 "  %" PRIu64 "\n", policy, c->streams,
+	       mode_name(c->sampled), draft_name(c->drafted), bn->pass_t0, bn->pass_t1);
 	fflush(stdout);
 }
 
@@ -514,7 +524,7 @@ static int bench_cell_policy(struct bench *bn, const struct bench_cell *c,
 		fprintf(stderr, PROG ": bench: %" PRIu32 " streams, %s, %s: %s\n", c->streams,
 			mode_name(c->sampled), draft_name(c->drafted), rk_strerror(ret));
 	else if (!ret && pol >= 0)
-		bench_print_run(bn->srv, c, cr, bench_policies[pol].name);
+		bench_print_run(bn, c, cr, bench_policies[pol].name);
 	return ret;
 }
 

@@ -61,6 +61,10 @@
 #                   rk-sqpoll-spin/-adaptive rows, DEFER=1 rk-defer-MODE rows, VARIANTS
 #                   rk-VARIANT-MODE rows, BASE=DIR a built tree's rk-pingpong as
 #                   rk-base-* rows): peers.txt)
+#                   seed (not by default: tests/bench/seed-experiment.sh, the CPU backend
+#                   with emulated device time, SEED_CPU_ENV (default QUICK=1), then the CUDA
+#                   backend at TP1 with the same policies, SEED_CUDA_ENV; SEED_S seconds
+#                   each, default 240: seed.txt, seed-cpu.png, seed-cuda.png)
 #   THREADS_IDLE    the threads step's idle period (default 40 s; 30 s are measured)
 #   CHECK_GPU_S     the GPU test suite's time limit (default 300 s)
 #   WORK            build in this folder and keep it (default: a temporary one, removed)
@@ -392,6 +396,30 @@ if want decode && [ -x examples/serve/rk-serve ]; then
 	fi
 elif want decode; then
 	say "decode-tp2: examples/serve/rk-serve was not built"
+fi
+
+# ---- the seed experiment (tests/bench/seed-experiment.sh; STEPS=seed, not by default) -------
+# the CPU backend with emulated device time (this host's 16 cores: SEED_CPU_ENV, default the
+# QUICK cells), then the CUDA backend's own rounds at sizes of 1-5 ms (SEED_CUDA_ENV); SEED_S
+# bounds each (default 240 s); seed.txt and the plots
+if want seed && [ -x examples/serve/rk-serve ]; then
+	zlog=$OUT/seed.txt
+	: >"$zlog"
+	zlim=${SEED_S:-240}
+	# shellcheck disable=SC2086
+	step seed-cpu "$zlim" "$zlog" env ${SEED_CPU_ENV:-QUICK=1} OUT="$work/seed-cpu" \
+		TIMEOUT=$((zlim - 10)) builddir=. sh tests/bench/seed-experiment.sh
+	if [ "$dbackend" = cuda ] && [ "$(left)" -gt 120 ]; then
+		zlim=$(($(left) - 60 < zlim ? $(left) - 60 : zlim))
+		# shellcheck disable=SC2086
+		step seed-cuda "$zlim" "$zlog" env BACKEND=cuda TPS=1 QUICK=1 ${SEED_CUDA_ENV:-} \
+			OUT="$work/seed-cuda" TIMEOUT=$((zlim - 10)) builddir=. \
+			sh tests/bench/seed-experiment.sh
+	fi
+	for f in "$work"/seed-*/seed-experiment.png; do
+		[ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").png"
+	done
+	grep -E '^(tp|[0-9]+ |seed goal|hashes|idle|per cell|==)' "$zlog" | tee -a "$summary"
 fi
 
 # ---- rankrt beside its peers (tests/bench/peers.sh; STEPS=peers, not by default) -----------
