@@ -225,7 +225,8 @@ const struct bench_policy bench_policies[BENCH_POLICIES] = {
 
 /*
  * Put srv->pol_wait into effect (the configured policy, that mode) and
- * srv->pol_notify on the CUDA notifier. Return: 0; -EBUSY while a mark is
+ * srv->pol_notify on the CUDA notifier (or the emulated device's, cpu with
+ * --device-time). Return: 0; -EBUSY while a mark is
  * outstanding (run the loop, retry); the notifier's error.
  */
 int policy_apply(struct server *srv)
@@ -234,7 +235,12 @@ int policy_apply(struct server *srv)
 
 	w.mode = srv->pol_wait;
 	rk_loop_set_wait(srv->loop, &w);
-	return srv->cuda ? toy_cuda_set_notify(srv->cuda, srv->pol_notify) : 0;
+	if (srv->cuda)
+		return toy_cuda_set_notify(srv->cuda, srv->pol_notify);
+	/* --device-time: the emulated device's notifier, the same switch */
+	if (srv->cpu && toy_cpu_notifier(srv->cpu))
+		return rk_gpu_notifier_set_mode(toy_cpu_notifier(srv->cpu), srv->pol_notify);
+	return 0;
 }
 
 /* Follower: the switch is done (or failed); answer the stats request it held back. */
