@@ -104,7 +104,8 @@ struct rk_gpu_notifier {
 
 static inline uint64_t word_load(const struct rk_gpu_notifier *n)
 {
-	return __atomic_load_n(n->word, __ATOMIC_ACQUIRE);	/* pairs with the device's fenced write */
+	/* pairs with the device's fenced write */
+	return __atomic_load_n(n->word, __ATOMIC_ACQUIRE);
 }
 
 /* Run the callbacks of marks (delivered, upto]. Return how many reported RK_BUSY. */

@@ -284,7 +284,8 @@ START_TEST(test_auto_learns)
 	}
 	s = nstats(n);
 	ck_assert_uint_eq(s.marks, 40);
-	ck_assert_uint_eq(s.via_poll, 40);	/* the word is first: the host function is 23 us later */
+	/* the word is first: the host function comes 23 us after it */
+	ck_assert_uint_eq(s.via_poll, 40);
 	ck_assert_uint_gt(s.predicted, 0);	/* warm: marks without a host function */
 	ck_assert_uint_lt(s.predicted, 40);	/* cold: the first ones had one */
 	ck_assert_uint_ge(s.pred_q_ns, 900 * US);

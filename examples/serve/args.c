@@ -426,9 +426,9 @@ int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_DEVICE_TIME:
 			if (toy_device_parse(optarg, &o->model.device)) {
-				fprintf(stderr, PROG ": --device-time='%s': expected a preset (8b-h200, "
-					"70b-tp8, 1ms, 5ms, 10ms) or BASE_US[,PER_STREAM_US,"
-					"PER_TOKEN_US], each 0..10000000\n", optarg);
+				fprintf(stderr, PROG ": --device-time='%s': expected a preset "
+					"(8b-h200, 70b-tp8, 1ms, 5ms, 10ms) or BASE_US[,"
+					"PER_STREAM_US,PER_TOKEN_US], each 0..10000000\n", optarg);
 				return 2;
 			}
 			break;

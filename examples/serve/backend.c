@@ -125,10 +125,10 @@ void print_notify(const struct server *srv)
 		       ", compute longer than the device %" PRIu64 "\n", srv->rank,
 		       dm->base_ns / 1e3, dm->per_stream_ns / 1e3, dm->per_token_ns / 1e3,
 		       dm->wake_ns / 1e3, ts.device_ns / 1e9, ts.device_held, ts.device_late);
-		printf("notify r%d: emu %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
-		       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
-		       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f"
-		       " us\n", srv->rank, rk_gpu_notify_mode_name(rk_gpu_notifier_mode(nf)),
+		printf("notify r%d: emu %s, marks %" PRIu64 " via poll %" PRIu64
+		       " via wake %" PRIu64 " predicted (no host function) %" PRIu64
+		       " host function armed late %" PRIu64 " bounded samples %" PRIu64
+		       ", a mark %.1f us +- %.1f us, expected after %.1f us\n", srv->rank, rk_gpu_notify_mode_name(rk_gpu_notifier_mode(nf)),
 		       n->marks, n->via_poll, n->via_wake, n->predicted, n->wake_armed_late,
 		       n->pred_bounded, n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3,
 		       n->pred_q_ns / 1e3);
