@@ -279,7 +279,8 @@ RK_EXPORT void rk_gpu_emu_attr_init(struct rk_gpu_emu_attr *a);
 
 /**
  * rk_gpu_emu_create() - an emulated device (@a NULL: the defaults), for
- * benchmarks and tests. Starts its device thread unless @a->manual.
+ * benchmarks and tests. Starts its device thread unless @a->manual. The
+ * caller owns *@out and releases it with rk_gpu_emu_destroy(); @a is copied.
  * Return: 0 and *@out; -EINVAL (NULL @out); -ENOMEM; -errno from
  * pthread_create. Any thread.
  */
@@ -313,8 +314,9 @@ RK_EXPORT int rk_gpu_emu_destroy(struct rk_gpu_emu *e);
  * device @e instead of a CUDA stream: every mark covers the work launched on
  * @e before it (rk_gpu_emu_launch()); the word and the host functions are the
  * emulator's (see above). Every notifier call works on it as on CUDA's
- * (rk_gpu_notifier_set_mode() included: it has every path). @e must outlive
- * the notifier.
+ * (rk_gpu_notifier_set_mode() included: it has every path). The caller owns
+ * *@out (rk_gpu_notifier_destroy()); @e is borrowed and must outlive it
+ * (rk_gpu_emu_destroy() says -EBUSY until then).
  * Return: 0 and *@out; -EINVAL (NULL @loop, @e, @cb or @out, unknown mode);
  * -ENOMEM. Loop thread.
  */
