@@ -2,7 +2,8 @@
 /*
  * gpu/: the device probe, the driver entry points, and the -EOPNOTSUPP stubs
  * of everything that a build without CUDA (or without NCCL) compiles out.
- * The notifier is gpu/notifier.c, the NCCL bootstrap gpu/nccl.c, the loading
+ * The notifier is gpu/notifier.c (its CUDA device gpu/notifier_cuda.c, the
+ * emulated one gpu/emu.c), the NCCL bootstrap gpu/nccl.c, the loading
  * of the CUDA and NCCL libraries at run time gpu/load.c.
  */
 #include "config.h"
@@ -180,53 +181,6 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	return -EOPNOTSUPP;
 }
 
-int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
-{
-	(void)n;
-	(void)cookie;
-	return -EOPNOTSUPP;
-}
-
-void rk_gpu_notifier_set_lazy(struct rk_gpu_notifier *n, bool lazy)
-{
-	(void)n;
-	(void)lazy;
-}
-
-int rk_gpu_notifier_set_mode(struct rk_gpu_notifier *n, enum rk_gpu_notify_mode mode)
-{
-	(void)n;
-	(void)mode;
-	return -EOPNOTSUPP;
-}
-
-unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier *n)
-{
-	(void)n;
-	return 0;
-}
-
-enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n)
-{
-	(void)n;
-	return RK_GPU_NOTIFY_AUTO;
-}
-
-size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_notifier_stats *out,
-			     size_t size)
-{
-	(void)n;
-	if (size)
-		memset(out, 0, size);
-	return 0;
-}
-
-int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force)
-{
-	(void)n;
-	(void)force;
-	return 0;
-}
 #endif /* RK_HAVE_CUDA */
 
 #ifndef RK_HAVE_NCCL

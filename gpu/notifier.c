@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Stream notifications: "the work enqueued so far on this stream is done",
- * turned into a loop event. Built only with CUDA.
+ * turned into a loop event. Built in every configuration: the device is
+ * behind struct rk__notify_dev_ops (gpu/notify_int.h), CUDA's in
+ * gpu/notifier_cuda.c, the emulated one's in gpu/emu.c. The text below names
+ * the CUDA calls; the emulated device does the same things in order.
  *
  * Two paths, one sequence. Mark k (k = 1, 2, ...) enqueues, on the compute
  * stream and in this order:
@@ -47,7 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_int.h"
+#include "notify_int.h"
 
 struct slot {
 	struct rk_post post;		/* owned by the loop while post_inflight */
@@ -64,10 +67,9 @@ struct rk_gpu_notifier {
 	struct rk_source src;
 	struct rk_loop *loop;
 	int rank;
-	int dev;
-	cudaStream_t stream;
-	cudaStream_t side;		/* wake path: waits on ev, runs host functions */
-	cudaEvent_t ev;
+	const struct rk__notify_dev_ops *ops;	/* the device (gpu/notify_int.h) */
+	void *dev;
+	bool all_paths;			/* the device set up the word and host functions */
 	enum rk_gpu_notify_mode mode;
 	bool use_poll, use_wake;
 	bool lazy;			/* rk_gpu_notifier_set_lazy() */
@@ -75,16 +77,15 @@ struct rk_gpu_notifier {
 	void *arg;
 
 	/*
-	 * The fast path's word: host-mapped pinned memory, written by the GPU
-	 * (a stream memory operation, preceded by a system-scope fence by default:
-	 * CU_STREAM_WRITE_VALUE_DEFAULT), read by the loop with an acquire load.
-	 * Pairs: GPU fence + write (the stream's earlier work and copies into
-	 * pinned memory are visible first) -> our acquire load -> the callback
-	 * reads those results.
+	 * The fast path's word, the device's (write_word): on CUDA host-mapped
+	 * pinned memory, written by the GPU (a stream memory operation, preceded
+	 * by a system-scope fence by default: CU_STREAM_WRITE_VALUE_DEFAULT); on
+	 * the emulated device a release store by its thread. Read by the loop
+	 * with an acquire load. Pairs: device fence + write (the stream's earlier
+	 * work and copies into pinned memory are visible first) -> our acquire
+	 * load -> the callback reads those results.
 	 */
 	uint64_t *word;
-	CUdeviceptr dword;
-	rk__cu_write_value64_fn write64;
 
 	/* the predictor (loop clock, ns) */
 	struct rk__pred pred;		/* a mark's duration */
@@ -103,7 +104,8 @@ struct rk_gpu_notifier {
 
 static inline uint64_t word_load(const struct rk_gpu_notifier *n)
 {
-	return __atomic_load_n(n->word, __ATOMIC_ACQUIRE);	/* pairs with the GPU's fenced write */
+	/* pairs with the device's fenced write */
+	return __atomic_load_n(n->word, __ATOMIC_ACQUIRE);
 }
 
 /* Run the callbacks of marks (delivered, upto]. Return how many reported RK_BUSY. */
@@ -132,8 +134,6 @@ static int deliver(struct rk_gpu_notifier *n, uint64_t upto, bool via_poll)
 }
 
 /* ---- the loop source: the fast path -------------------------------------------- */
-
-static void CUDART_CB host_fn(void *p);
 
 static const struct slot *oldest(const struct rk_gpu_notifier *n)
 {
@@ -221,9 +221,7 @@ static int arm_wake_now(struct rk_gpu_notifier *n)
 
 	if (sl->post_inflight)
 		return 0;	/* its host function is on the way */
-	ret = RK_CUDA(n->rank, cudaStreamWaitEvent, n->side, n->ev, 0);
-	if (!ret)
-		ret = RK_CUDA(n->rank, cudaLaunchHostFunc, n->side, host_fn, sl);
+	ret = n->ops->host_fn(n->dev, sl);
 	if (ret) {
 		n->broken = true;
 		return ret;
@@ -273,14 +271,15 @@ static const struct rk_source_ops notifier_source_ops = {
 /* ---- the wake path ------------------------------------------------------------------ */
 
 /*
- * Runs on a CUDA worker thread once the event (the mark) has completed. It may
- * make no CUDA call, must not block or allocate: it only pushes the slot's
- * preallocated post (a lock-free push plus, if the loop sleeps, one eventfd
- * write). The notifier outlives it: destroy synchronizes the side stream.
+ * Runs on a device thread (a CUDA worker, the emulated device's) once the
+ * event (the mark) has completed. It may make no device call, must not block
+ * or allocate: it only pushes the slot's preallocated post (a lock-free push
+ * plus, if the loop sleeps, one eventfd write). The notifier outlives it:
+ * destroy's close op waits for every host function.
  */
-static void CUDART_CB host_fn(void *p)
+void rk__notify_fire(void *token)
 {
-	struct slot *sl = p;
+	struct slot *sl = token;
 
 	rk_loop_post(sl->loop, &sl->post);
 }
@@ -332,10 +331,7 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	sl->cookie = cookie;
 	if (n->use_poll) {
 		/* first, so the fast path is queued as early as possible */
-		ret = rk__cu_check(n->rank,
-				   n->write64((CUstream)n->stream, n->dword, seq,
-					      CU_STREAM_WRITE_VALUE_DEFAULT),
-				   "cuStreamWriteValue64");
+		ret = n->ops->write_word(n->dev, seq);
 		if (ret)
 			return ret;	/* nothing enqueued */
 		wrote = true;
@@ -344,11 +340,9 @@ int rk_gpu_notifier_mark(struct rk_gpu_notifier *n, uint64_t cookie)
 	hostfn = n->use_wake && (!n->use_poll || (!n->lazy && n->pred.n < RK__PRED_WARM) ||
 				 !rk_loop_predicts(n->loop));
 	if (n->use_wake) {
-		ret = RK_CUDA(n->rank, cudaEventRecord, n->ev, n->stream);
+		ret = n->ops->record(n->dev);
 		if (!ret && hostfn)
-			ret = RK_CUDA(n->rank, cudaStreamWaitEvent, n->side, n->ev, 0);
-		if (!ret && hostfn)
-			ret = RK_CUDA(n->rank, cudaLaunchHostFunc, n->side, host_fn, sl);
+			ret = n->ops->host_fn(n->dev, sl);
 		if (ret) {
 			if (wrote) {
 				/* the word will reach seq: keep the sequence whole */
@@ -383,7 +377,7 @@ int rk_gpu_notifier_set_mode(struct rk_gpu_notifier *n, enum rk_gpu_notify_mode 
 {
 	if (mode != RK_GPU_NOTIFY_AUTO && mode != RK_GPU_NOTIFY_POLL && mode != RK_GPU_NOTIFY_WAKE)
 		return -EINVAL;
-	if (!n->word || !n->side)
+	if (!n->all_paths)
 		return -EOPNOTSUPP;
 	if (n->issued != n->delivered)
 		return -EBUSY;
@@ -415,104 +409,36 @@ size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n, struct rk_gpu_noti
 	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
-/* Make @dev current, remembering the previous device in *@old. */
-static int dev_enter(int rank, int dev, int *old)
+int rk__notifier_rank(const struct rk_gpu_notifier *n)
 {
-	int ret = RK_CUDA(rank, cudaGetDevice, old);
-
-	if (!ret && *old != dev)
-		ret = RK_CUDA(rank, cudaSetDevice, dev);
-	return ret;
+	return n->rank;
 }
 
-static void dev_leave(int rank, int dev, int old)
-{
-	if (old >= 0 && old != dev)
-		RK_CUDA(rank, cudaSetDevice, old);
-}
-
-int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
-			   enum rk_gpu_notify_mode mode, rk_gpu_done_cb cb, void *arg,
-			   struct rk_gpu_notifier **out)
+int rk__notifier_create(struct rk_loop *loop, enum rk_gpu_notify_mode mode, rk_gpu_done_cb cb,
+			void *arg, const struct rk__notify_dev_ops *ops, void *dev, uint64_t *word,
+			bool all_paths, struct rk_gpu_notifier **out)
 {
 	struct rk_gpu_notifier *n;
-	void *dptr = NULL;
-	int ret, old = -1, can, i;
+	int ret, i;
 
-	ret = rk__cuda_load();
-	if (ret) {
-		if (out)
-			*out = NULL;
-		return ret;
-	}
-	if (!loop || !cb || !out ||
+	if (!loop || !cb || !ops || !out ||
 	    (mode != RK_GPU_NOTIFY_AUTO && mode != RK_GPU_NOTIFY_POLL &&
-	     mode != RK_GPU_NOTIFY_WAKE))
+	     mode != RK_GPU_NOTIFY_WAKE) || (mode != RK_GPU_NOTIFY_WAKE && !word))
 		return -EINVAL;
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
 	n->loop = loop;
 	n->rank = rk__loop_rank(loop);
-	n->stream = stream;
+	n->ops = ops;
+	n->dev = dev;
+	n->word = word;
+	n->all_paths = all_paths;
 	n->cb = cb;
 	n->arg = arg;
 	n->mode = mode;
 	n->use_poll = mode != RK_GPU_NOTIFY_WAKE;
 	n->use_wake = mode != RK_GPU_NOTIFY_POLL;
-
-	ret = RK_CUDA(n->rank, cudaGetDevice, &old);
-	if (ret)
-		goto err_free;
-	n->dev = old;
-	if (stream) {
-		ret = RK_CUDA(n->rank, cudaStreamGetDevice, stream, &n->dev);
-		if (ret)
-			goto err_free;
-	}
-	ret = dev_enter(n->rank, n->dev, &old);
-	if (ret)
-		goto err_free;
-
-	if (n->use_poll) {
-		can = rk__cu_can_write64(n->rank, n->dev);
-		if (can < 0) {
-			ret = can;
-			goto err_dev;
-		}
-		if (!can && mode == RK_GPU_NOTIFY_POLL) {
-			rk__err(n->rank, "gpu notifier: device %d has no 64-bit stream memory "
-				"operations (or the driver lacks cuStreamWriteValue64)", n->dev);
-			ret = -EOPNOTSUPP;
-			goto err_dev;
-		}
-		if (!can) {
-			rk__warn(n->rank, "gpu notifier: device %d has no 64-bit stream memory "
-				 "operations: wake path only", n->dev);
-			n->use_poll = false;
-			n->mode = RK_GPU_NOTIFY_WAKE;
-		}
-	}
-	if (n->use_poll) {
-		n->write64 = rk__cu_driver()->write_value64;
-		ret = RK_CUDA(n->rank, cudaHostAlloc, (void **)&n->word, 64,
-			      cudaHostAllocMapped | cudaHostAllocPortable);
-		if (ret)
-			goto err_dev;
-		__atomic_store_n(n->word, 0, __ATOMIC_RELEASE);
-		ret = RK_CUDA(n->rank, cudaHostGetDevicePointer, &dptr, n->word, 0);
-		if (ret)
-			goto err_word;
-		n->dword = (CUdeviceptr)(uintptr_t)dptr;
-	}
-	if (n->use_wake) {
-		ret = RK_CUDA(n->rank, cudaStreamCreateWithFlags, &n->side, cudaStreamNonBlocking);
-		if (ret)
-			goto err_word;
-		ret = RK_CUDA(n->rank, cudaEventCreateWithFlags, &n->ev, cudaEventDisableTiming);
-		if (ret)
-			goto err_side;
-	}
 	for (i = 0; i < RK_GPU_NOTIFY_SLOTS; i++) {
 		n->slots[i].n = n;
 		n->slots[i].loop = loop;
@@ -522,67 +448,34 @@ int rk_gpu_notifier_create(struct rk_loop *loop, struct CUstream_st *stream,
 	n->src.ops = &notifier_source_ops;
 	n->src.data = n;
 	ret = rk_loop_add_source(loop, &n->src);
-	if (ret)
-		goto err_event;
-	dev_leave(n->rank, n->dev, old);
+	if (ret) {
+		free(n);
+		return ret;
+	}
 	*out = n;
 	return 0;
-err_event:
-	if (n->ev)
-		rk__cudart.cudaEventDestroy(n->ev);
-err_side:
-	if (n->side)
-		rk__cudart.cudaStreamDestroy(n->side);
-err_word:
-	if (n->word)
-		rk__cudart.cudaFreeHost(n->word);
-err_dev:
-	dev_leave(n->rank, n->dev, old);
-err_free:
-	free(n);
-	return ret;
 }
 
 int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force)
 {
-	int ret = 0, r, old = -1;
-	bool leak = false;
+	bool pending = false, sync;
+	int ret;
 
 	if (!n)
 		return 0;
 	if (n->issued != n->delivered && !force)
 		return -EBUSY;
-	r = dev_enter(n->rank, n->dev, &old);
-	ret = r;
-	if (n->issued != n->delivered) {
-		/* forced: the stream must not write into the word after it is freed */
-		r = RK_CUDA(n->rank, cudaStreamSynchronize, n->stream);
-		ret = ret ? ret : r;
-		n->delivered = n->issued;
-	}
+	/* forced: the device must not write into the word after it is freed */
+	sync = n->issued != n->delivered;
+	n->delivered = n->issued;
 	n->closing = true;
-	if (n->use_wake) {
-		/* every host function has run: their posts are on the loop's inbox */
-		r = RK_CUDA(n->rank, cudaStreamSynchronize, n->side);
-		if (r) {
-			/* a host function may still run: keep its memory forever */
-			leak = true;
-			ret = ret ? ret : r;
-		}
-		r = RK_CUDA(n->rank, cudaEventDestroy, n->ev);
-		ret = ret ? ret : r;
-		r = RK_CUDA(n->rank, cudaStreamDestroy, n->side);
-		ret = ret ? ret : r;
-	}
-	if (n->word) {
-		r = RK_CUDA(n->rank, cudaFreeHost, n->word);
-		ret = ret ? ret : r;
-		n->word = NULL;
-	}
+	/* every host function has run after this: their posts are on the loop's inbox */
+	ret = n->ops->close(n->dev, sync, &pending);
+	n->word = NULL;
 	n->use_poll = false;
-	dev_leave(n->rank, n->dev, old);
-	if (leak)
-		rk_loop_remove_source(n->loop, &n->src);
+	if (pending)
+		rk_loop_remove_source(n->loop, &n->src);	/* a host function may still run:
+								 * keep its memory forever */
 	else if (!n->posts_inflight)
 		release(n);
 	/* else the last post_cb() releases it */

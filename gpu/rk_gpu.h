@@ -2,8 +2,9 @@
 /*
  * rankrt GPU: CUDA stream completion notifications and the NCCL bootstrap.
  *
- * Built only with --with-cuda (the notifier) and --with-nccl (the NCCL part);
- * otherwise every call returns -EOPNOTSUPP (the pointer getters NULL; the
+ * Built only with --with-cuda (the CUDA notifier) and --with-nccl (the NCCL
+ * part); the notifier on an emulated device (rk_gpu_emu_create()) is built in
+ * every configuration. Otherwise every call returns -EOPNOTSUPP (the pointer getters NULL; the
  * release calls 0), so programs build and link in every configuration. No CUDA or NCCL header is
  * included here: a stream is a struct CUstream_st * (cudaStream_t and CUstream
  * are both that pointer), a communicator is handed out as void *.
@@ -217,8 +218,7 @@ RK_EXPORT unsigned int rk_gpu_notifier_outstanding(const struct rk_gpu_notifier 
 RK_EXPORT enum rk_gpu_notify_mode rk_gpu_notifier_mode(const struct rk_gpu_notifier *n);
 
 /** rk_gpu_notifier_stats() - copy the counters into @out of @size bytes (sizeof(*out)), as
- * rk_loop_stats() does. Return: the bytes of counters written (0 in a build
- * without CUDA, which zeroes @out). Loop thread. */
+ * rk_loop_stats() does. Return: the bytes of counters written. Loop thread. */
 RK_EXPORT size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n,
 				       struct rk_gpu_notifier_stats *out, size_t size);
 
@@ -237,6 +237,92 @@ RK_EXPORT size_t rk_gpu_notifier_stats(const struct rk_gpu_notifier *n,
  * Loop thread, not from the notifier's own callback.
  */
 RK_EXPORT int rk_gpu_notifier_destroy(struct rk_gpu_notifier *n, bool force);
+
+/* ---- an emulated device, for benchmarks and tests ------------------------------- */
+
+/*
+ * An emulated device: a compute stream whose work items take a given device
+ * time, run in order, and a notifier on it that is the CUDA notifier (the
+ * same marks, polled word, wake path, predictor and lazy marks: gpu/notifier.c)
+ * with the device side emulated. Built in every configuration (no CUDA).
+ * Device time follows the emulator's clock (CLOCK_MONOTONIC, the loop's, by
+ * default): work launched at t on an idle device of duration d ends at t + d,
+ * and behind earlier work otherwise. A mark's word is written when the work
+ * before it ends; a host function (the wake path) runs wake_ns after its mark
+ * is done (or after it was enqueued, if later), then posts to the loop.
+ *
+ * RK_GPU_EMU_WAKE_NS: the host-function hop measured on an H200 (docs/GPU.md,
+ * "Stream notifications"): host function -> eventfd -> blocked read is 32.3 us
+ * at p50, the raw word (cuStreamWriteValue64 seen by a spinning reader) 9.0 us;
+ * the difference, 23 us, is what the wake path costs on top of the word. The
+ * emulated word itself costs nothing extra.
+ */
+#define RK_GPU_EMU_WAKE_NS	23000ull
+
+struct rk_gpu_emu;
+
+struct rk_gpu_emu_attr {
+	uint64_t wake_ns;		/* a host function's cost (default RK_GPU_EMU_WAKE_NS) */
+	/* device time, ns (NULL: CLOCK_MONOTONIC); tests pass the loop's injected clock */
+	uint64_t (*clock)(void *arg);
+	void *clock_arg;
+	/*
+	 * false: a device thread makes the word writes and runs the host functions
+	 * at their times. true: no thread; rk_gpu_emu_run() does what is due by
+	 * the clock (tests step the device by hand).
+	 */
+	bool manual;
+};
+
+/** rk_gpu_emu_attr_init() - the defaults: wake_ns RK_GPU_EMU_WAKE_NS, CLOCK_MONOTONIC, a thread. */
+RK_EXPORT void rk_gpu_emu_attr_init(struct rk_gpu_emu_attr *a);
+
+/**
+ * rk_gpu_emu_create() - an emulated device (@a NULL: the defaults), for
+ * benchmarks and tests. Starts its device thread unless @a->manual. The
+ * caller owns *@out and releases it with rk_gpu_emu_destroy(); @a is copied.
+ * Return: 0 and *@out; -EINVAL (NULL @out); -ENOMEM; -errno from
+ * pthread_create. Any thread.
+ */
+RK_EXPORT int rk_gpu_emu_create(const struct rk_gpu_emu_attr *a, struct rk_gpu_emu **out);
+
+/**
+ * rk_gpu_emu_launch() - enqueue work of @duration_ns device time on the
+ * compute stream, behind the work already there. Nothing runs on the host:
+ * the device is only busy until then. Return: 0 and the device time at which
+ * this work ends in *@end (may be NULL); -EINVAL (NULL @e). Any thread.
+ */
+RK_EXPORT int rk_gpu_emu_launch(struct rk_gpu_emu *e, uint64_t duration_ns, uint64_t *end);
+
+/**
+ * rk_gpu_emu_run() - a manual device: make the word writes and run the host
+ * functions due by the clock now, in time order. Return: how many ran (0 when
+ * nothing was due); -EINVAL (NULL @e, or a device with its own thread). Any
+ * thread; the host functions post to their loops (rk_loop_post()).
+ */
+RK_EXPORT int rk_gpu_emu_run(struct rk_gpu_emu *e);
+
+/**
+ * rk_gpu_emu_destroy() - stop the device thread and free @e. Return: 0;
+ * -EBUSY (nothing changes) while a notifier is still created on it: destroy
+ * those first. NULL: 0. Any thread, not a device's host function.
+ */
+RK_EXPORT int rk_gpu_emu_destroy(struct rk_gpu_emu *e);
+
+/**
+ * rk_gpu_notifier_create_emu() - rk_gpu_notifier_create() on the emulated
+ * device @e instead of a CUDA stream: every mark covers the work launched on
+ * @e before it (rk_gpu_emu_launch()); the word and the host functions are the
+ * emulator's (see above). Every notifier call works on it as on CUDA's
+ * (rk_gpu_notifier_set_mode() included: it has every path). The caller owns
+ * *@out (rk_gpu_notifier_destroy()); @e is borrowed and must outlive it
+ * (rk_gpu_emu_destroy() says -EBUSY until then).
+ * Return: 0 and *@out; -EINVAL (NULL @loop, @e, @cb or @out, unknown mode);
+ * -ENOMEM. Loop thread.
+ */
+RK_EXPORT int rk_gpu_notifier_create_emu(struct rk_loop *loop, struct rk_gpu_emu *e,
+					 enum rk_gpu_notify_mode mode, rk_gpu_done_cb cb,
+					 void *arg, struct rk_gpu_notifier **out);
 
 /** rk_gpu_notify_mode_name() - "auto", "poll", "wake" ("?" out of range). */
 RK_EXPORT const char *rk_gpu_notify_mode_name(enum rk_gpu_notify_mode mode);

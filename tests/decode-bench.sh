@@ -124,6 +124,21 @@ awk 'FNR == 1 { f++ }
 	END { exit !(ns > 0 && nl == ns && !bad) }' "$tmp/tr.r0" "$tmp/tr.r1" ||
 	fail "trace: sends and follower launches do not pair up in time order"
 
+# --device-time: rounds complete through the GPU notifier on an emulated device, on
+# both ranks, under every policy (which switch its mode); the tokens are the same
+# shellcheck disable=SC2086
+run dev RK_WAIT=adaptive "$launch" --hosts localhost,localhost -- "$serve" $args \
+	--bench-modes greedy --device-time=1ms --bench-policies=default,block,spin
+for pol in default block spin; do
+	awk -v p=$pol '$1 == "pcell" && $2 == p { print $3, $4, $5, $10 }' "$tmp/dev.out" |
+		while read -r s m d h; do
+			grep -q "^$s $m $d $h\$" "$tmp/h.tp2" || { echo "$pol: $s $m $d $h"; exit 1; }
+		done || fail "dev: $pol hashes differ from tp2"
+done
+[ "$(awk '$1 == "pcell"' "$tmp/dev.out" | wc -l)" = 12 ] || fail "dev: expected 12 pcell lines"
+grep -q '^device r0: emulated, base 1000.0 us' "$tmp/dev.out" || fail "dev: no device line"
+grep -q '^notify r0: emu ' "$tmp/dev.out" || fail "dev: no emulated notifier line"
+
 # option checks: refused by name, exit 2
 opt_refused()
 {
@@ -135,7 +150,13 @@ opt_refused()
 	grep -q -- "$want" "$tmp/opt.err" ||
 		fail "rk-serve $*: no '$want' in: $(cat "$tmp/opt.err")"
 }
-opt_refused "apply to --backend=cuda only" --bench --notify=poll
+opt_refused "notify applies to --backend=cuda, or to cpu with --device-time" --bench --notify=poll
+opt_refused "cuda-graphs and --device apply to --backend=cuda only" --bench --cuda-graphs=off
+opt_refused "device-time='8b-h100'" --bench --device-time=8b-h100
+opt_refused "device-time='1,2'" --bench --device-time=1,2
+opt_refused "device-wake-us needs --device-time" --bench --device-wake-us=5
+opt_refused "device-wake-us" --bench --device-time=1ms --device-wake-us=x
+opt_refused "device-time applies to --backend=cpu only" --bench --backend=cuda --device-time=1ms
 opt_refused "exclude each other" --bench --demo
 opt_refused "trace-rounds: expected a file name" --bench --trace-rounds=
 opt_refused "bench-policies='default,fast'" --bench --bench-policies=default,fast
@@ -156,4 +177,5 @@ if "$serve" --help | grep -q 'without its HTTP server'; then
 	opt_refused "built without its HTTP server"
 fi
 rm -f "$tmp"/*
-echo "PASS: bench hashes agree across cells, TP1/TP2 and wait policies; options checked"
+echo "PASS: bench hashes agree across cells, TP1/TP2, wait policies and emulated device time;" \
+	"options checked"

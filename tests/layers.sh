@@ -61,6 +61,8 @@ rdma/verbs.c		transport	rdma
 gpu/gpu.c		transport	gpu
 gpu/load.c		transport	gpu
 gpu/notifier.c		transport	gpu
+gpu/notifier_cuda.c	transport	gpu
+gpu/emu.c		transport	gpu
 gpu/epoch.c		transport	gpu
 runtime/world.c		world		world
 runtime/sched.c		sched		sched

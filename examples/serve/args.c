@@ -112,7 +112,18 @@ static void usage(FILE *f)
 		"                     below) on rank 0, then end the job\n"
 		"  --backend=NAME     cpu (default: the toy model's CPU backend, a worker\n"
 		"                     thread per rank) or cuda (one GPU per rank, NCCL)\n"
-		"  --notify=MODE      cuda: how the loop learns that a round's GPU work is done:\n"
+		"  --device-time=SPEC cpu: emulate GPU device time: each round completes no\n"
+		"                     sooner than BASE + PER_STREAM x streams + PER_TOKEN x\n"
+		"                     tokens after its launch, through rankrt's GPU notifier\n"
+		"                     on an emulated device (word, wake, prediction; the\n"
+		"                     tokens are still the toy's). SPEC: a preset (8b-h200:\n"
+		"                     3500,25,15; 70b-tp8: 9500,10,20; 1ms, 5ms, 10ms) or\n"
+		"                     BASE_US[,PER_STREAM_US,PER_TOKEN_US]; resident rounds\n"
+		"                     are off with it (examples/toy/TOY.md)\n"
+		"  --device-wake-us=N cpu, --device-time: the wake path's cost, us (default\n"
+		"                     23: an H200's host-function hop, docs/GPU.md; 0..1000000)\n"
+		"  --notify=MODE      cuda, or cpu with --device-time: how the loop learns that\n"
+		"                     a round's GPU work is done:\n"
 		"                     auto (default: both), poll (a host word the loop reads\n"
 		"                     while it spins) or wake (a CUDA host function wakes it)\n"
 		"  --cuda-graphs=on|off  cuda: run each round's kernels and allreduce as one\n"
@@ -287,6 +298,8 @@ enum {
 	OPT_HTTP_MAX_CONNS,
 	OPT_HTTP_IDLE,
 	OPT_DRAFT_ACCEPT,
+	OPT_DEVICE_TIME,
+	OPT_DEVICE_WAKE,
 };
 
 int parse_args(int argc, char **argv, struct options *o)
@@ -304,6 +317,8 @@ int parse_args(int argc, char **argv, struct options *o)
 		{ "draft-accept", required_argument, NULL, OPT_DRAFT_ACCEPT },
 		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ "notify", required_argument, NULL, OPT_NOTIFY },
+		{ "device-time", required_argument, NULL, OPT_DEVICE_TIME },
+		{ "device-wake-us", required_argument, NULL, OPT_DEVICE_WAKE },
 		{ "cuda-graphs", required_argument, NULL, OPT_GRAPHS },
 		{ "cpu-worker-spin-us", required_argument, NULL, OPT_WORKER_SPIN },
 		{ "device", required_argument, NULL, OPT_DEVICE },
@@ -329,7 +344,7 @@ int parse_args(int argc, char **argv, struct options *o)
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 #endif
-	uint32_t dev;
+	uint32_t dev, wake_us = UINT32_MAX;
 	int c, mode;
 
 	toy_params_init(&o->model);
@@ -444,6 +459,18 @@ int parse_args(int argc, char **argv, struct options *o)
 			}
 			o->notify = (enum rk_gpu_notify_mode)mode;
 			o->notify_set = true;
+			break;
+		case OPT_DEVICE_TIME:
+			if (toy_device_parse(optarg, &o->model.device)) {
+				fprintf(stderr, PROG ": --device-time='%s': expected a preset "
+					"(8b-h200, 70b-tp8, 1ms, 5ms, 10ms) or BASE_US[,"
+					"PER_STREAM_US,PER_TOKEN_US], each 0..10000000\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_DEVICE_WAKE:
+			if (cli_u32(PROG, "device-wake-us", optarg, 0, 1000000, &wake_us))
+				return 2;
 			break;
 		case OPT_GRAPHS:
 			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
@@ -563,11 +590,24 @@ int parse_args(int argc, char **argv, struct options *o)
 			"policies switch the notifier's mode)\n");
 		return 2;
 	}
-	if (o->backend != BACKEND_CUDA && (o->notify_set || o->graphs_set || o->device >= 0)) {
-		fprintf(stderr, PROG ": --notify, --cuda-graphs and --device apply to "
-			"--backend=cuda only\n");
+	if (o->backend != BACKEND_CUDA && (o->graphs_set || o->device >= 0)) {
+		fprintf(stderr, PROG ": --cuda-graphs and --device apply to --backend=cuda only\n");
 		return 2;
 	}
+	if (o->backend == BACKEND_CPU && o->notify_set && !o->model.device.on) {
+		fprintf(stderr, PROG ": --notify applies to --backend=cuda, or to cpu with "
+			"--device-time\n");
+		return 2;
+	}
+	if ((o->backend != BACKEND_CPU && o->model.device.on) ||
+	    (wake_us != UINT32_MAX && !o->model.device.on)) {
+		fprintf(stderr, PROG ": --device-time applies to --backend=cpu only, and "
+			"--device-wake-us needs --device-time\n");
+		return 2;
+	}
+	if (wake_us != UINT32_MAX)
+		o->model.device.wake_ns = (uint64_t)wake_us * 1000;
+	o->model.device_notify = o->notify;
 	if (o->backend != BACKEND_CPU && o->worker_spin_set) {
 		fprintf(stderr, PROG ": --cpu-worker-spin-us applies to --backend=cpu only\n");
 		return 2;

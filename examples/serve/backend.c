@@ -112,6 +112,29 @@ void print_notify(const struct server *srv)
 		       ts.lane_refused, ss.off_loop_rounds);
 		fflush(stdout);
 	}
+	if (srv->cpu && srv->opt.bench && toy_cpu_notifier(srv->cpu)) {
+		struct rk_gpu_notifier *nf = toy_cpu_notifier(srv->cpu);
+		const struct toy_device_model *dm = &srv->opt.model.device;
+		struct toy_cpu_stats ts;
+
+		/* --device-time: the same line as cuda's, from the emulated device's notifier */
+		toy_cpu_stats(srv->cpu, &ts);
+		rk_gpu_notifier_stats(nf, &cs.notify, sizeof(cs.notify));
+		printf("device r%d: emulated, base %.1f us + %.1f us/stream + %.1f us/token, wake "
+		       "%.1f us; device time %.3f s, rounds held for the device %" PRIu64
+		       ", compute longer than the device %" PRIu64 "\n", srv->rank,
+		       dm->base_ns / 1e3, dm->per_stream_ns / 1e3, dm->per_token_ns / 1e3,
+		       dm->wake_ns / 1e3, ts.device_ns / 1e9, ts.device_held, ts.device_late);
+		printf("notify r%d: emu %s, marks %" PRIu64 " via poll %" PRIu64
+		       " via wake %" PRIu64 " predicted (no host function) %" PRIu64
+		       " host function armed late %" PRIu64 " bounded samples %" PRIu64
+		       ", a mark %.1f us +- %.1f us, expected after %.1f us\n", srv->rank, rk_gpu_notify_mode_name(rk_gpu_notifier_mode(nf)),
+		       n->marks, n->via_poll, n->via_wake, n->predicted, n->wake_armed_late,
+		       n->pred_bounded, n->pred_mean_ns / 1e3, n->pred_dev_ns / 1e3,
+		       n->pred_q_ns / 1e3);
+		fflush(stdout);
+		return;
+	}
 	if (!srv->cuda || !srv->opt.bench)
 		return;
 	toy_cuda_stats(srv->cuda, &cs);

@@ -346,6 +346,10 @@ void metrics_own(struct server *srv, struct rank_metrics *m)
 		toy_cuda_stats(srv->cuda, &cs);
 		m->notify = cs.notify;
 		m->has_notify = true;
+	} else if (srv->cpu && toy_cpu_notifier(srv->cpu)) {
+		/* --device-time: the emulated device's notifier */
+		rk_gpu_notifier_stats(toy_cpu_notifier(srv->cpu), &m->notify, sizeof(m->notify));
+		m->has_notify = true;
 	}
 	memcpy(m->peer_err, srv->peer_err, sizeof(m->peer_err));
 }

@@ -239,9 +239,10 @@ const struct bench_policy bench_policies[BENCH_POLICIES] = {
 
 /*
  * Put bench_policies[srv->pol] into effect: the configured policy, that mode
- * and those knobs, and its notify mode on the CUDA notifier. Every policy
- * starts from the configuration the loop was created with, so none leaves a
- * knob behind for the next. Return: 0; -EBUSY while a mark is outstanding
+ * and those knobs, and its notify mode on the CUDA notifier (or the emulated
+ * device's, cpu with --device-time). Every policy starts from the
+ * configuration the loop was created with, so none leaves a knob behind for
+ * the next. Return: 0; -EBUSY while a mark is outstanding
  * (run the loop, retry); -RK_ECONFIG for a knob the library refused; the
  * notifier's error.
  */
@@ -265,7 +266,12 @@ int policy_apply(struct server *srv)
 	ret = rk_loop_set_wait_config(srv->loop, &c);
 	if (ret)
 		return ret;
-	return srv->cuda ? toy_cuda_set_notify(srv->cuda, bp->notify) : 0;
+	if (srv->cuda)
+		return toy_cuda_set_notify(srv->cuda, bp->notify);
+	/* --device-time: the emulated device's notifier, the same switch */
+	if (srv->cpu && toy_cpu_notifier(srv->cpu))
+		return rk_gpu_notifier_set_mode(toy_cpu_notifier(srv->cpu), bp->notify);
+	return 0;
 }
 
 /* Follower: the switch is done (or failed); answer the stats request it held back. */

@@ -1050,3 +1050,121 @@ bool toy_resident_on(enum rk_resident_mode mode, uint32_t size, enum rk_wait_mod
 		return true;
 	return mode == RK_RESIDENT_AUTO && size >= 2 && toy_cpus_spare(size, wait);
 }
+
+/* ---- emulated device time ----------------------------------------------------------- */
+
+/*
+ * The presets, each with the figures it comes from (TOY.md, "Emulated device
+ * time", says the same). Decode at small batch is memory-bound: a round reads
+ * every weight once, so base ~ weight bytes / HBM bandwidth plus launch and
+ * synchronisation overheads; a stream adds its KV-cache reads; a token adds
+ * its FLOPs (2 x parameters), mostly hidden under the weight reads while the
+ * round is memory-bound, so the linear term overstates small batches a little.
+ */
+static const struct {
+	const char *name;
+	uint64_t base_us, per_stream_us, per_token_us;
+} device_presets[] = {
+	/*
+	 * An 8B model (Llama-3-8B class) in BF16 on one H200: 16 GB of weights at
+	 * 4.8 TB/s is 3.3 ms; public batch-1 figures are 3-6 ms a token, so base
+	 * 3.5 ms. A stream: ~128 KB of KV per token of context (32 layers x 8 KV
+	 * heads x 128 x 2 x 2 bytes), ~1k tokens -> 128 MB -> ~25 us. A token:
+	 * 16 GFLOP at ~1000 TFLOPS dense BF16 -> ~15 us. Batch 1: ~3.54 ms.
+	 */
+	{ "8b-h200", 3500, 25, 15 },
+	/*
+	 * A 70B model at TP8 (8 x H100/H200): public figures ~10 ms a round at
+	 * small batch. Per GPU 17.5 GB of weights (3.6 ms at 4.8 TB/s) plus two
+	 * all-reduces per layer over 80 layers (~5 ms) and overheads: base
+	 * 9.5 ms. A stream: ~40 KB of KV per token per GPU, ~1k tokens -> ~10 us.
+	 * A token: 17.5 GFLOP per GPU -> ~20 us.
+	 */
+	{ "70b-tp8", 9500, 10, 20 },
+	/* fixed device times, whatever the round's shape */
+	{ "1ms", 1000, 0, 0 },
+	{ "5ms", 5000, 0, 0 },
+	{ "10ms", 10000, 0, 0 },
+};
+
+int toy_device_preset(const char *name, struct toy_device_model *m)
+{
+	size_t i;
+
+	if (!name || !m)
+		return -EINVAL;
+	for (i = 0; i < sizeof(device_presets) / sizeof(device_presets[0]); i++) {
+		if (strcmp(name, device_presets[i].name))
+			continue;
+		m->on = true;
+		m->base_ns = device_presets[i].base_us * 1000;
+		m->per_stream_ns = device_presets[i].per_stream_us * 1000;
+		m->per_token_ns = device_presets[i].per_token_us * 1000;
+		m->wake_ns = RK_GPU_EMU_WAKE_NS;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+#define DEVICE_MAX_US 1e7	/* 10 s: a term above it is a typo */
+
+/* One microsecond figure of @s up to @end (exclusive): 0 and *@ns, or -EINVAL. */
+static int parse_us(const char *s, const char *end, uint64_t *ns)
+{
+	char buf[32], *e;
+	size_t n = (size_t)(end - s);
+	double v;
+
+	if (!n || n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	if (buf[0] == '-' || buf[0] == '+' || buf[0] == ' ')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(buf, &e);
+	if (errno || *e || !(v >= 0) || v > DEVICE_MAX_US)
+		return -EINVAL;
+	*ns = (uint64_t)(v * 1000 + 0.5);
+	return 0;
+}
+
+int toy_device_parse(const char *spec, struct toy_device_model *m)
+{
+	struct toy_device_model t;
+	const char *c1, *c2;
+
+	if (!spec || !m)
+		return -EINVAL;
+	t = *m;
+	if (!toy_device_preset(spec, &t)) {
+		if (m->on)
+			t.wake_ns = m->wake_ns;
+		*m = t;
+		return 0;
+	}
+	if (!t.on)
+		t.wake_ns = RK_GPU_EMU_WAKE_NS;
+	t.on = true;
+	t.per_stream_ns = 0;
+	t.per_token_ns = 0;
+	c1 = strchr(spec, ',');
+	if (!c1) {
+		if (parse_us(spec, spec + strlen(spec), &t.base_ns))
+			return -EINVAL;
+	} else {
+		c2 = strchr(c1 + 1, ',');
+		if (!c2 || strchr(c2 + 1, ','))
+			return -EINVAL;	/* one figure or three */
+		if (parse_us(spec, c1, &t.base_ns) || parse_us(c1 + 1, c2, &t.per_stream_ns) ||
+		    parse_us(c2 + 1, c2 + 1 + strlen(c2 + 1), &t.per_token_ns))
+			return -EINVAL;
+	}
+	*m = t;
+	return 0;
+}
+
+uint64_t toy_device_round_ns(const struct toy_device_model *m, uint32_t streams, uint32_t tokens)
+{
+	return m->base_ns + m->per_stream_ns * streams + m->per_token_ns * tokens;
+}

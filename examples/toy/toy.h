@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rk_gpu.h"
 #include "rk_sched.h"
 
 #ifdef __cplusplus
@@ -280,6 +281,47 @@ const struct toy_entry *toy_table_find(const struct toy_table *t, uint64_t id);
 /** toy_table_get() - toy_table_find() for the table's owner, to advance the entry. */
 struct toy_entry *toy_table_get(struct toy_table *t, uint64_t id);
 
+/* ---- emulated device time ------------------------------------------------------ */
+
+/*
+ * The CPU backend's emulated device (toy_params.device): each round takes a
+ * modelled device time and completes the way a GPU round does, through the
+ * rankrt notifier on an emulated device (rk_gpu_notifier_create_emu()): the
+ * polled word, the wake path after wake_ns, the predictor. The worker still
+ * computes the round (the tokens are the toy model's); the device time only
+ * decides when the round completes: never before launch + the modelled time,
+ * and at the compute's end if that is later. A round's device time is
+ * base_ns + per_stream_ns * streams + per_token_ns * tokens, tokens being
+ * every stream's inputs and drafts (a drafted round costs what verifying its
+ * k + 1 tokens costs). examples/toy/TOY.md, "Emulated device time", has the
+ * presets and where their figures come from.
+ */
+struct toy_device_model {
+	bool on;
+	uint64_t base_ns;
+	uint64_t per_stream_ns;
+	uint64_t per_token_ns;
+	uint64_t wake_ns;	/* the host-function hop: RK_GPU_EMU_WAKE_NS by default */
+};
+
+/**
+ * toy_device_preset() - fill @m (on) from a preset name: "8b-h200", "70b-tp8",
+ * "1ms", "5ms", "10ms"; wake_ns RK_GPU_EMU_WAKE_NS. Return: 0, -EINVAL for
+ * an unknown name (@m unchanged). Pure.
+ */
+int toy_device_preset(const char *name, struct toy_device_model *m);
+
+/**
+ * toy_device_parse() - a preset name, or BASE_US[,PER_STREAM_US,PER_TOKEN_US]
+ * (decimal microseconds, fractions allowed; the two per-unit terms default to
+ * 0). wake_ns is left as it was (RK_GPU_EMU_WAKE_NS when @m was off). Return:
+ * 0, -EINVAL when malformed (@m unchanged). Pure.
+ */
+int toy_device_parse(const char *spec, struct toy_device_model *m);
+
+/** toy_device_round_ns() - the device time of a round of @streams streams and @tokens tokens. */
+uint64_t toy_device_round_ns(const struct toy_device_model *m, uint32_t streams, uint32_t tokens);
+
 /* ---- the CPU backend ----------------------------------------------------------- */
 
 struct toy_params {
@@ -306,6 +348,17 @@ struct toy_params {
 	 */
 	void (*test_hook)(void *arg, int where, const struct rk_epoch *ep, uint64_t round_id);
 	void *test_arg;
+	/*
+	 * CPU backend: emulated device time (off by default). With it on, every
+	 * round is launched (resident rounds are off: a GPU round is launched
+	 * too) and a follower's partials leave from the loop once the round's
+	 * mark is delivered (no lane from the worker).
+	 */
+	struct toy_device_model device;
+	enum rk_gpu_notify_mode device_notify;	/* the emulated notifier's mode, AUTO */
+	/* tests only, NULL otherwise: the emulated device's attributes (a manual
+	 * device on the loop's injected clock); wake_ns still comes from @device */
+	const struct rk_gpu_emu_attr *device_attr;
 };
 
 #define TOY_HOOK_LOOP_WINDOW	1
@@ -374,6 +427,10 @@ struct toy_cpu_stats {
 	/* a follower on a same-host link (RK_LANE): who sent its partials */
 	uint64_t lane_sent;	/* rounds whose partials the worker sent on the lane */
 	uint64_t lane_refused;	/* ...that the lane could not take: the loop sent them */
+	/* emulated device time (toy_params.device) */
+	uint64_t device_ns;	/* device time launched, the sum of the rounds' */
+	uint64_t device_held;	/* rounds whose compute ended first: held for the mark */
+	uint64_t device_late;	/* rounds whose mark came first: the compute ran longer */
 };
 
 /**
@@ -397,6 +454,15 @@ uint64_t toy_cpu_reports(const struct toy_cpu *b, uint64_t *round_id, int *statu
  * with -ECONNRESET, so no round waits for a dead rank. Loop thread.
  */
 void toy_cpu_abort(struct toy_cpu *b);
+
+/**
+ * toy_cpu_notifier() - the emulated device's notifier (toy_params.device on),
+ * else NULL: rk_gpu_notifier_set_mode() and rk_gpu_notifier_stats() on it.
+ * toy_cpu_device() - the emulated device itself, else NULL (tests step a
+ * manual one with rk_gpu_emu_run()). Loop thread.
+ */
+struct rk_gpu_notifier *toy_cpu_notifier(const struct toy_cpu *b);
+struct rk_gpu_emu *toy_cpu_device(const struct toy_cpu *b);
 
 /** toy_cpu_busy() - true while the worker holds a launched round. */
 bool toy_cpu_busy(const struct toy_cpu *b);

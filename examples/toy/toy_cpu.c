@@ -8,6 +8,13 @@
  * and posts the job back to the loop (the job carries its own struct rk_post:
  * nothing is allocated on that path). Everything else runs on the loop thread.
  *
+ * Emulated device time (toy_params.device): launch() also enqueues the
+ * round's modelled device time on an emulated device (rk_gpu_emu_launch())
+ * and a notifier mark after it; the round completes (job_finish()) once both
+ * the worker's post and the mark are back, whichever comes second. The
+ * completion path is rankrt's GPU notifier (gpu/notifier.c): the polled
+ * word, the wake path, the predictor.
+ *
  * Rounds that run without the loop are toy_cpu_resident.c's: resident rounds
  * (RK_RESIDENT: the worker, pre-armed, takes a round from the scheduler's
  * epoch region before launch()) and a follower's partials sent by the worker
@@ -42,6 +49,9 @@ void toy_params_init(struct toy_params *p)
 	p->worker_spin_us = TOY_WORKER_SPIN_AUTO;
 	p->test_hook = NULL;
 	p->test_arg = NULL;
+	memset(&p->device, 0, sizeof(p->device));
+	p->device_notify = RK_GPU_NOTIFY_AUTO;
+	p->device_attr = NULL;
 }
 
 /* ---- the worker ------------------------------------------------------------------- */
@@ -96,13 +106,16 @@ struct toy_job *toy__job_get(struct toy_cpu *b)
 
 	if (job) {
 		b->free_jobs = job->next;
-		return job;
+	} else {
+		job = calloc(1, sizeof(*job));
+		if (!job)
+			return NULL;
+		job->b = b;
+		rk_post_init(&job->post, job_done, job);
 	}
-	job = calloc(1, sizeof(*job));
-	if (!job)
-		return NULL;
-	job->b = b;
-	rk_post_init(&job->post, job_done, job);
+	/* no device time to wait for unless launch() enqueues it */
+	job->computed = false;
+	job->dev_done = true;
 	return job;
 }
 
@@ -250,9 +263,9 @@ static int send_partials(struct toy_cpu *b, const struct toy_job *job)
 
 /* ---- completion of the worker's job (loop thread) ----------------------------------- */
 
-static enum rk_activity job_done(struct rk_post *p)
+/* The round is computed and (with a device) its mark is delivered: report it. */
+static enum rk_activity job_finish(struct toy_job *job)
 {
-	struct toy_job *job = p->data;
 	struct toy_cpu *b = job->b;
 	struct rk_sched *s = job->s;
 	uint64_t id = job->r.round_id;
@@ -260,8 +273,6 @@ static enum rk_activity job_done(struct rk_post *p)
 	enum rk_activity act;
 	uint32_t i;
 
-	if (job->armed && toy__resident_back(b, job, &act))
-		return act;
 	b->inflight--;
 	b->stats.rounds++;
 	b->stats.outputs += job->r.n_out;
@@ -299,6 +310,36 @@ static enum rk_activity job_done(struct rk_post *p)
 		acc_count(b);
 	}
 	return RK_BUSY;
+}
+
+static enum rk_activity job_done(struct rk_post *p)
+{
+	struct toy_job *job = p->data;
+	enum rk_activity act;
+
+	if (job->armed && toy__resident_back(job->b, job, &act))
+		return act;
+	job->computed = true;
+	if (!job->dev_done) {
+		job->b->stats.device_held++;	/* the device time is not over yet */
+		return RK_IDLE;
+	}
+	return job_finish(job);
+}
+
+/* The emulated device is past the round's modelled time (its notifier's callback). */
+static enum rk_activity device_done(struct rk_gpu_notifier *n, uint64_t cookie, void *arg)
+{
+	struct toy_job *job = (struct toy_job *)(uintptr_t)cookie;
+
+	(void)n;
+	(void)arg;
+	job->dev_done = true;
+	if (!job->computed) {
+		job->b->stats.device_late++;	/* the compute runs longer: its post reports */
+		return RK_IDLE;
+	}
+	return job_finish(job);
 }
 
 /* A follower's partials (TOY_TAG), handed over by the scheduler (toy_cpu_ops.frame). */
@@ -345,6 +386,20 @@ bad:
 
 /* ---- the ops -------------------------------------------------------------------------- */
 
+/* The round's device time, then a mark after it that carries @job. */
+static int device_launch(struct toy_cpu *b, struct toy_job *job)
+{
+	uint64_t ns = toy_device_round_ns(&b->dev, job->r.n_streams, job->r.n_tok);
+	int ret;
+
+	ret = rk_gpu_emu_launch(b->emu, ns, NULL);
+	if (!ret)
+		ret = rk_gpu_notifier_mark(b->notif, (uint64_t)(uintptr_t)job);
+	if (!ret)
+		b->stats.device_ns += ns;
+	return ret;
+}
+
 void toy__queue_job(struct toy_cpu *b, struct toy_job *job)
 {
 	job->next = NULL;
@@ -368,7 +423,8 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	int ret;
 
 	(void)flags;
-	if (b->rank != 0)
+	/* with a device, partials leave after its mark, from the loop: no lane */
+	if (b->rank != 0 && !b->emu)
 		toy__lane_open(b);
 	/* a resident round: the armed worker's job that takes it from the region */
 	job = toy__resident_take(b, ep, round);
@@ -399,6 +455,12 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 				goto fail;
 			job->out = o;
 			job->out_cap = need;
+		}
+		if (b->emu) {
+			job->dev_done = false;
+			ret = device_launch(b, job);
+			if (ret)
+				goto fail;
 		}
 		toy__queue_job(b, job);
 		b->stats.posted++;
@@ -470,6 +532,47 @@ const struct rk_backend_ops toy_cpu_ops = {
 
 /* ---- lifetime --------------------------------------------------------------------------- */
 
+/*
+ * The emulated device and its notifier. Resident rounds are off with it: a
+ * GPU round is launched, so every round is.
+ */
+static int device_create(struct toy_cpu *b, const struct toy_params *p)
+{
+	struct rk_gpu_emu_attr a;
+	int ret;
+
+	if (p->device_attr)
+		a = *p->device_attr;
+	else
+		rk_gpu_emu_attr_init(&a);
+	a.wake_ns = p->device.wake_ns;
+	b->dev = p->device;
+	ret = rk_gpu_emu_create(&a, &b->emu);
+	if (ret)
+		return ret;
+	ret = rk_gpu_notifier_create_emu(b->loop, b->emu, p->device_notify, device_done, b,
+					 &b->notif);
+	if (ret) {
+		rk_gpu_emu_destroy(b->emu);
+		b->emu = NULL;
+		return ret;
+	}
+	b->res_set = true;
+	b->res_on = false;
+	return 0;
+}
+
+/* Not busy: no mark is outstanding. Posts its notifier left on the loop free it later. */
+static void device_destroy(struct toy_cpu *b)
+{
+	if (!b->emu)
+		return;
+	rk_gpu_notifier_destroy(b->notif, true);
+	rk_gpu_emu_destroy(b->emu);
+	b->notif = NULL;
+	b->emu = NULL;
+}
+
 int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cpu **out)
 {
 	struct toy_params def;
@@ -513,11 +616,18 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	ret = -pthread_cond_init(&b->cv, NULL);
 	if (ret)
 		goto err_mutex;
+	if (p->device.on) {
+		ret = device_create(b, p);
+		if (ret)
+			goto err_cond;
+	}
 	ret = -pthread_create(&b->thr, NULL, worker_main, b);
 	if (ret)
-		goto err_cond;
+		goto err_device;
 	*out = b;
 	return 0;
+err_device:
+	device_destroy(b);
 err_cond:
 	pthread_cond_destroy(&b->cv);
 err_mutex:
@@ -546,6 +656,16 @@ void toy_cpu_abort(struct toy_cpu *b)
 		b->aborted = -ECONNRESET;
 	if (b->rank == 0 && owes_report(b))
 		leader_fail(b, b->launched, -ECONNRESET);
+}
+
+struct rk_gpu_notifier *toy_cpu_notifier(const struct toy_cpu *b)
+{
+	return b->notif;
+}
+
+struct rk_gpu_emu *toy_cpu_device(const struct toy_cpu *b)
+{
+	return b->emu;
 }
 
 bool toy_cpu_busy(const struct toy_cpu *b)
@@ -591,6 +711,7 @@ int toy_cpu_destroy(struct toy_cpu *b)
 	pthread_mutex_unlock(&b->mu);
 	toy__resident_halt(b);
 	pthread_join(b->thr, NULL);
+	device_destroy(b);
 	pthread_cond_destroy(&b->cv);
 	pthread_mutex_destroy(&b->mu);
 	pthread_mutex_destroy(&b->tab_mu);

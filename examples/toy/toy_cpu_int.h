@@ -42,6 +42,9 @@ struct toy_job {
 	bool orphan;		/* loop: computed for a launch that failed; dropped */
 	bool early;		/* loop: back from the worker before that launch() */
 	bool slept;		/* worker: it slept on the futex before the epoch came */
+	/* emulated device time (loop): the round completes once both are true */
+	bool computed;		/* the worker's post has come back */
+	bool dev_done;		/* its mark was delivered (true without a device) */
 };
 
 struct toy_cpu {
@@ -105,6 +108,11 @@ struct toy_cpu {
 	uint32_t shape_st, shape_tok, shape_out;	/* the largest round seen */
 	unsigned int orphans;		/* computed for launches that failed, not back yet */
 	bool res_logged;
+
+	/* emulated device time (toy_params.device): loop thread */
+	struct toy_device_model dev;
+	struct rk_gpu_emu *emu;		/* NULL: off */
+	struct rk_gpu_notifier *notif;	/* marks carry the job (cookie) */
 };
 
 /* toy_cpu.c: jobs (loop thread), and the partials frame */
