@@ -22,7 +22,7 @@
 # against spin's. The last line: "seed goal: N of M cells met". Exit 0 whether or not they were
 # met; 1 when a job failed or hashes differ.
 #
-# Knobs: QUICK, TPS ("2 4"), DEVICE_MS ("0.2 1 5 20"), STREAMS (1,4,8), MODES (greedy,sampled),
+# Knobs (lists by spaces or commas): QUICK, TPS ("2 4"), DEVICE_MS ("0.2 1 5 20"), STREAMS (1,4,8), MODES (greedy,sampled),
 # DRAFTS (plain,drafted), RUNS (3), REQUESTS (8), TOKENS (48), IDLE (60; 0 = none), POLICIES
 # (block,poll50,spin,default,yield1s), SERVE_ARGS (more rk-serve options, e.g. --draft-accept=0.8),
 # OUT (where the outputs, table and plot go: ./seed-experiment.out), TIMEOUT (s per job, 1200).
@@ -39,8 +39,9 @@ fi
 if [ "${QUICK:-0}" = 1 ]; then
 	: "${TPS:=2}" "${DEVICE_MS:=1 5}" "${STREAMS:=1,4}" "${MODES:=greedy}" "${DRAFTS:=drafted}"
 fi
-TPS=${TPS:-2 4}
-DEVICE_MS=${DEVICE_MS:-0.2 1 5 20}
+# lists by spaces or commas (env VAR=1,5 passes through word splitting)
+TPS=$(echo "${TPS:-2 4}" | tr , ' ')
+DEVICE_MS=$(echo "${DEVICE_MS:-0.2 1 5 20}" | tr , ' ')
 STREAMS=${STREAMS:-1,4,8}
 MODES=${MODES:-greedy,sampled}
 DRAFTS=${DRAFTS:-plain,drafted}
@@ -54,7 +55,7 @@ BACKEND=${BACKEND:-cpu}
 if [ "$BACKEND" = cuda ]; then
 	# the GPU's own rounds: sizes instead of emulated device times; a size is judged when its
 	# rounds (spin's leader, launch to done, p50) take 1 ms or more
-	SIZES=${SIZES:-v32k-h16k:--vocab 32768 --hidden 16384;v64k-h32k:--vocab 65536 --hidden 32768}
+	SIZES=${SIZES:-v16k-h16k:--vocab 16384 --hidden 16384;v32k-h32k:--vocab 32768 --hidden 32768}
 	DEVICE_MS=$(echo "$SIZES" | tr ';' '\n' | sed 's/:.*//' | tr '\n' ' ')
 fi
 mkdir -p "$OUT" || exit 1
