@@ -22,10 +22,11 @@
 # against spin's. The last line: "seed goal: N of M cells met". Exit 0 whether or not they were
 # met; 1 when a job failed or hashes differ.
 #
-# Knobs (lists by spaces or commas): QUICK, TPS ("2 4"), DEVICE_MS ("0.2 1 5 20"), STREAMS (1,4,8), MODES (greedy,sampled),
-# DRAFTS (plain,drafted), RUNS (3), REQUESTS (8), TOKENS (48), IDLE (60; 0 = none), POLICIES
-# (block,poll50,spin,default,yield1s), SERVE_ARGS (more rk-serve options, e.g. --draft-accept=0.8),
-# OUT (where the outputs, table and plot go: ./seed-experiment.out), TIMEOUT (s per job, 1200).
+# Knobs (lists by spaces or commas): QUICK, TPS ("2 4"), DEVICE_MS ("0.2 1 5 20"), STREAMS
+# (1,4,8), MODES (greedy,sampled), DRAFTS (plain,drafted), RUNS (3), REQUESTS (8), TOKENS (48),
+# IDLE (60; 0 = none), POLICIES (block,poll50,spin,default,yield1s), SERVE_ARGS (more rk-serve
+# options, e.g. --draft-accept=0.8), OUT (where the outputs, table and plot go:
+# ./seed-experiment.out), TIMEOUT (s per job, 1200).
 # BACKEND=cuda: the CUDA backend's own rounds instead of emulated ones: SIZES ("name:rk-serve
 # options;...", default two toy sizes) replaces DEVICE_MS, and a size's cells are judged when its
 # rounds (spin's leader, launch to done, p50) take 1 ms or more.
@@ -123,7 +124,9 @@ for tp in $TPS; do
 		# shellcheck disable=SC2086
 		awk -v tp="$tp" -v ms="$ms" '
 			FNR == 1 { rank = FILENAME; sub(/.*\.r/, "", rank) }
-			FILENAME ~ /\.out$/ && $1 == "pwin" { w[++nw] = $2 " " $3 " " $4 " " $5; t0[nw] = $6; t1[nw] = $7; next }
+			FILENAME ~ /\.out$/ && $1 == "pwin" {
+				w[++nw] = $2 " " $3 " " $4 " " $5; t0[nw] = $6; t1[nw] = $7; next
+			}
 			FILENAME ~ /\.out$/ { next }
 			rank == 0 && $2 == "sent" { sent[$1] = $3; next }
 			rank == 0 && $2 == "launch" { l0[$1] = $3; next }
@@ -173,7 +176,9 @@ grep -v '^rt ' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g |
 
 # the table, the goals and the summary line
 awk -v idle_s="$IDLE" '
-	FILENAME ~ /lagq$/ { lag[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.1f %8.1f", $7, $8); next }
+	FILENAME ~ /lagq$/ {
+		lag[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.1f %8.1f", $7, $8); next
+	}
 	FILENAME ~ /rtq$/ { rt[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = sprintf("%8.3f", $7 / 1000)
 			    rtv[$1 " " $2 " " $3 " " $4 " " $5 " " $6] = $7 / 1000; next }
 	FILENAME ~ /idle$/ { for (i = 3; i <= NF; i++) { split($i, a, "="); idle[$1 " " a[1]] = a[2] }
@@ -282,7 +287,8 @@ set ylabel "tokens/s relative to spin"
 set logscale x
 set grid
 set key outside right
-plot for [p in "block poll50 spin default yield1s"] "$OUT/plot.dat" using (stringcolumn(1) eq p ? \$2 : NaN):3 with points pointsize 1.6 title p
+plot for [p in "block poll50 spin default yield1s"] "$OUT/plot.dat" \\
+	using (stringcolumn(1) eq p ? \$2 : NaN):3 with points pointsize 1.6 title p
 EOF
 	echo "plot: $OUT/seed-experiment.png"
 fi
