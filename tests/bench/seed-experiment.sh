@@ -157,22 +157,21 @@ for tp in $TPS; do
 	done
 done
 
-# quantiles of the lag (and of the leader's launch-to-done round time: "rt" lines) per cell
-# and policy: tp ms policy streams mode draft p50 p99 n
-sed -n 's/^rt //p' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g | awk '
+# quantiles: "key(6 fields) value" lines, sorted by key then value -> "key p50 p99 n"
+quantiles()
+{
+	sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g | awk '
 	function flush() {
 		if (n) print key, v[int((n - 1) * 0.5) + 1], v[int((n - 1) * 0.99) + 1], n
 		n = 0
 	}
 	{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; if (k != key) { flush(); key = k } v[++n] = $7 }
-	END { flush() }' >"$OUT/rtq"
-grep -v '^rt ' "$OUT/lag" | sort -k1,1n -k2,2g -k3,3 -k4,4n -k5,5 -k6,6 -k7,7g | awk '
-	function flush() {
-		if (n) print key, v[int((n - 1) * 0.5) + 1], v[int((n - 1) * 0.99) + 1], n
-		n = 0
-	}
-	{ k = $1 " " $2 " " $3 " " $4 " " $5 " " $6; if (k != key) { flush(); key = k } v[++n] = $7 }
-	END { flush() }' >"$OUT/lagq"
+	END { flush() }'
+}
+# per cell and policy (tp ms policy streams mode draft): the leader's launch-to-done round time
+# ("rt" lines) and the follower's round-start lag
+sed -n 's/^rt //p' "$OUT/lag" | quantiles >"$OUT/rtq"
+grep -v '^rt ' "$OUT/lag" | quantiles >"$OUT/lagq"
 
 # the table, the goals and the summary line
 awk -v idle_s="$IDLE" '
