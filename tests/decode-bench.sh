@@ -163,6 +163,18 @@ opt_refused "bench-policies='default,fast'" --bench --bench-policies=default,fas
 opt_refused "bench-policies='spin,spin'" --bench --bench-policies=spin,spin
 opt_refused "bench-policies='poll50,poll'" --bench --bench-policies=poll50,poll
 opt_refused "bench-policies needs --bench" --bench-policies=spin --demo
+# lists refuse an empty element (strtok would have skipped it)
+opt_refused "bench-streams='1,,2'" --bench --bench-streams=1,,2
+opt_refused "bench-streams='1,'" --bench --bench-streams=1,
+opt_refused "bench-policies='spin,,block'" --bench --bench-policies=spin,,block
+opt_refused "bench-modes=',greedy'" --bench --bench-modes=,greedy
+load=$b/examples/load/rk-load
+if [ -x "$load" ]; then
+	"$load" --streams=1,,2 >/dev/null 2>"$tmp/opt.err"
+	rc=$?
+	[ $rc = 2 ] && grep -q "streams='1,,2'" "$tmp/opt.err" ||
+		fail "rk-load --streams=1,,2: exit $rc: $(cat "$tmp/opt.err")"
+fi
 # an unknown RK_* variable: refused by name, with the whole list of known ones
 RK_NO_SUCH_KNOB=1 "$serve" --bench >/dev/null 2>"$tmp/opt.err"
 rc=$?

@@ -67,7 +67,7 @@ static const char *const repeat_prompts[] = {
 
 struct options {
 	char url[512];
-	unsigned int streams[MAX_LIST], n_streams;
+	uint32_t streams[MAX_LIST], n_streams;
 	bool modes[2];	/* greedy, sampled */
 	bool drafts[2]; /* plain, drafted */
 	unsigned int draft_k;
@@ -724,29 +724,6 @@ static void usage(FILE *f)
 		"hash differently; 4 when --check-ref finds a difference.\n");
 }
 
-static int parse_streams(const char *s, struct options *o)
-{
-	char buf[128], *tok, *save = NULL;
-
-	if (strlen(s) >= sizeof(buf))
-		return -1;
-	snprintf(buf, sizeof(buf), "%s", s);
-	o->n_streams = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *end;
-		unsigned long v;
-
-		errno = 0;
-		v = strtoul(tok, &end, 10);
-		if (o->n_streams == MAX_LIST || errno || *end || tok[0] == '-' || tok[0] == '+' ||
-		    v < 1 || v > 256)
-			return -1;
-		o->streams[o->n_streams] = (unsigned int)v;
-		o->n_streams++;
-	}
-	return o->n_streams ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -813,13 +790,9 @@ int main(int argc, char **argv)
 			o.url[len] = '\0';
 			break;
 		case 'c':
-			if (parse_streams(optarg, &o)) {
-				fprintf(stderr,
-					PROG ": --streams='%s': expected up to %d "
-					     "comma-separated counts in [1, 256]\n",
-					optarg, MAX_LIST);
+			if (cli_u32_list(PROG, "streams", optarg, 1, 256, o.streams, MAX_LIST,
+					 &o.n_streams))
 				return 2;
-			}
 			break;
 		case 'm':
 			if (cli_pair(PROG, "modes", optarg, "greedy", "sampled", o.modes))

@@ -360,7 +360,7 @@ static void usage(FILE *f)
 
 static int parse_modes(const char *s, struct pp *p)
 {
-	char buf[64], *tok, *save = NULL;
+	char buf[64], *q = buf, *tok;
 
 	if (!strcmp(s, "all")) {
 		p->modes[0] = RK_WAIT_ADAPTIVE;
@@ -371,7 +371,7 @@ static int parse_modes(const char *s, struct pp *p)
 	}
 	snprintf(buf, sizeof(buf), "%s", s);
 	p->nmodes = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	while ((tok = cli_next(&q))) {
 		int m;
 
 		if (!strcmp(tok, "adaptive") || !strcmp(tok, "default"))

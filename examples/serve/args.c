@@ -224,14 +224,14 @@ static int parse_draft_accept(const char *s, double *p)
 /* --bench-policies=LIST: names of bench_policies, each once. Return 0 or -1 (said). */
 static int parse_policies(const char *s, struct options *o)
 {
-	char buf[64], *tok, *save = NULL;
+	char buf[64], *q = buf, *tok;
 	uint32_t p, seen = 0;
 
 	o->b_n_pol = 0;
 	if (strlen(s) >= sizeof(buf))
 		goto bad;
 	strcpy(buf, s);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	while ((tok = cli_next(&q))) {
 		for (p = 0; p < BENCH_POLICIES && strcmp(tok, bench_policies[p].name); p++)
 			;
 		if (p == BENCH_POLICIES || (seen & (1u << p)))
@@ -245,34 +245,6 @@ bad:
 	fprintf(stderr, PROG ": --bench-policies='%s': expected a list of default, block, "
 		"spin, poll50 and yield1s, each at most once\n", s);
 	o->b_n_pol = 0;
-	return -1;
-}
-
-static int parse_streams(const char *s, struct options *o)
-{
-	char buf[128], *tok, *save = NULL;
-
-	if (strlen(s) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", s);
-	o->b_n_streams = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *end;
-		unsigned long v;
-
-		errno = 0;
-		v = strtoul(tok, &end, 10);
-		if (o->b_n_streams == BENCH_MAX_LIST || errno || end == tok || *end ||
-		    !(tok[0] >= '0' && tok[0] <= '9') || v < 1 || v > MAX_BATCH)
-			goto bad;
-		o->b_streams[o->b_n_streams++] = (uint32_t)v;
-	}
-	if (o->b_n_streams)
-		return 0;
-bad:
-	fprintf(stderr, PROG ": --bench-streams='%s': expected up to %u comma-separated counts in "
-			     "[1, %u]\n",
-		s, BENCH_MAX_LIST, MAX_BATCH);
 	return -1;
 }
 
@@ -500,7 +472,8 @@ int parse_args(int argc, char **argv, struct options *o)
 			o->bench = true;
 			break;
 		case OPT_B_STREAMS:
-			if (parse_streams(optarg, o))
+			if (cli_u32_list(PROG, "bench-streams", optarg, 1, MAX_BATCH, o->b_streams,
+					 BENCH_MAX_LIST, &o->b_n_streams))
 				return 2;
 			break;
 		case OPT_B_MODES:
