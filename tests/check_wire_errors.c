@@ -392,6 +392,11 @@ START_TEST(test_encode_hdr_errors)
 	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_HEARTBEAT, 0, 0, 0, pay, 9),
 			 -RK_ETRAILING);
 	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_USER, 0, 0, 0, NULL, 0), -RK_ESHORT);
+	/* USER's reserved field, as rk_wire_decode_user() refuses it */
+	pay[4] = 1;
+	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_USER, 0, 0, 0, pay, 8), -RK_ERESERVED);
+	pay[4] = 0;
+	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_USER, 0, 0, 0, pay, 8), RK_WIRE_HDR_LEN);
 	/* the length is refused before the payload is read */
 	ck_assert_int_eq(rk_wire_encode_hdr(f, RK_FRAME_USER, 0, 0, 0, pay,
 					    RK_WIRE_MAX_PAYLOAD + 1), -RK_ETOOBIG);

@@ -333,9 +333,12 @@ START_TEST(test_bad_frame)
 		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
 		break;
 	case B_RESERVED:
-		memcpy(hello, user8, 8);
-		hello[5] = 1;
-		raw_send(&r, f, make_frame(f, RK_FRAME_USER, 0, 2, r.seq, hello, 8));
+		/* the encoder refuses it too: edit a good frame, then its CRCs */
+		make_frame(f, RK_FRAME_USER, 0, 2, r.seq, user8, 8);
+		f[RK_WIRE_HDR_LEN + 5] = 1;
+		put32(f + 24, rk_wire_crc32c(0, f + RK_WIRE_HDR_LEN, 8));
+		reseal_hdr(f);
+		raw_send(&r, f, RK_WIRE_HDR_LEN + 8);
 		break;
 	}
 	raw_expect_error(&r, RANKS(&n[0], &n[1]), b->want);
@@ -436,6 +439,11 @@ START_TEST(test_destroy_cuts_flushing_link)
 	payload = calloc(1, len);
 	ck_assert_ptr_nonnull(payload);
 	payload[0] = TAG_PLAIN;
+	/* a USER payload the receiver would refuse is refused here, the link kept */
+	payload[4] = 1;
+	ck_assert_int_eq(rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, 8), -RK_ERESERVED);
+	payload[4] = 0;
+	ck_assert_ptr_nonnull(rk_world_link(n.w, 1));
 	for (i = 0; i < 64; i++) {	/* 4 MiB the peer will never read */
 		ck_assert_int_eq(rk_world_send(n.w, 1, RK_FRAME_USER, 0, payload, len), 0);
 		pump(RANKS(&n));

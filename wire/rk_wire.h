@@ -128,8 +128,9 @@ RK_EXPORT int rk_wire_check_payload(const struct rk_wire_hdr *h, const uint8_t *
  * @payload, @len: the payload (may be NULL when @len is 0); its CRC is computed here.
  *
  * Return: RK_WIRE_HDR_LEN, or -RK_ETYPE / -RK_ESHORT / -RK_ETRAILING /
- * -RK_EFLAGS / -RK_ETOOBIG when the header would not pass rk_wire_decode_hdr()
- * (so a bad frame is never sent).
+ * -RK_EFLAGS / -RK_ETOOBIG when the header would not pass rk_wire_decode_hdr(),
+ * -RK_ERESERVED for a USER payload rk_wire_decode_user() would refuse (so a
+ * bad frame is never sent).
  */
 RK_EXPORT int rk_wire_encode_hdr(uint8_t *out, unsigned int type, unsigned int flags,
 				 uint32_t src_rank, uint64_t seq, const uint8_t *payload,

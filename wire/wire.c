@@ -149,6 +149,10 @@ int rk_wire_encode_hdr(uint8_t *out, unsigned int type, unsigned int flags, uint
 		return ret;
 	if (flags & ~(unsigned int)d->flags_ok)
 		return -RK_EFLAGS;
+	/* what the receiver's rk_wire_decode_user() refuses, refused here: a link
+	 * is never failed for a frame its own sender could have known was bad */
+	if (type == RK_FRAME_USER && rk__le32_load(payload + 4))
+		return -RK_ERESERVED;
 
 	rk__le32_store(out + HDR_MAGIC, RK_WIRE_MAGIC);
 	out[HDR_VERSION] = RK_WIRE_VERSION;
