@@ -44,7 +44,9 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 		rk__seterr(err, errlen, "RK_SECRET_FILE='': not a file name");
 		return -RK_ECONFIG;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO (or a device) must not hold the rank in open() until a
+	 * writer comes; it is refused as not a regular file below */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		rk__seterr(err, errlen, "RK_SECRET_FILE='%.200s': cannot open it: %s", path,
 			   rk_strerror(-errno));

@@ -522,6 +522,19 @@ START_TEST(test_secret_file_missing)
 	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", "/tmp", err, sizeof(err)),
 			 -RK_ECONFIG);
 	ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+	/* a FIFO with no writer: refused at once, not a wait in open() for one */
+	{
+		char dir[] = "/tmp/check_config-fifo-XXXXXX", fifo[64];
+
+		ck_assert_ptr_nonnull(mkdtemp(dir));
+		snprintf(fifo, sizeof(fifo), "%s/key", dir);
+		ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+		ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", fifo, err, sizeof(err)),
+				 -RK_ECONFIG);
+		ck_assert_msg(strstr(err, "not a regular file"), "%s", err);
+		unlink(fifo);
+		rmdir(dir);
+	}
 	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", "", err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_int_eq(c.secret_len, 0);
 }
