@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,6 +33,31 @@ int rk_config_set_secret(struct rk_config *cfg, const void *key, size_t len)
  * line ending an editor or "openssl rand -hex 32 > file" leaves. Errors name
  * the variable and the path, never a byte of the content.
  */
+/*
+ * A secret handed down as an inherited descriptor (rk-launch's memfd:
+ * /proc/self/fd/N or /dev/fd/N): once read, it is set close-on-exec, so no
+ * program the rank runs inherits the key. The descriptor stays open (the
+ * configuration may be read again); any other path is left alone.
+ */
+static void secret_fd_cloexec(const char *path)
+{
+	const char *d = !strncmp(path, "/proc/self/fd/", 14) ? path + 14 :
+			!strncmp(path, "/dev/fd/", 8) ? path + 8 : NULL;
+	char *end;
+	long n;
+	int fl;
+
+	if (!d || !(*d >= '0' && *d <= '9'))
+		return;
+	errno = 0;
+	n = strtol(d, &end, 10);
+	if (errno || *end || n < 0 || n > INT32_MAX)
+		return;
+	fl = fcntl((int)n, F_GETFD);
+	if (fl >= 0 && !(fl & FD_CLOEXEC))
+		(void)fcntl((int)n, F_SETFD, fl | FD_CLOEXEC);
+}
+
 int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, size_t errlen)
 {
 	uint8_t buf[RK_SECRET_MAX + 3];
@@ -89,6 +115,8 @@ int rk_config_load_secret(struct rk_config *cfg, const char *path, char *err, si
 		goto out;
 	}
 	ret = rk_config_set_secret(cfg, buf, len);
+	if (!ret)
+		secret_fd_cloexec(path);
 out:
 	rk__secure_zero(buf, sizeof(buf));
 	close(fd);

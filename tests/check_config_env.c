@@ -6,6 +6,9 @@
  * RK_* or launcher variable in the environment (a checked fixture), so they
  * stay isolated with CK_FORK=no too (valgrind runs).
  */
+#define _GNU_SOURCE	/* memfd_create() */
+#include <sys/mman.h>
+
 #include "config_test.h"
 
 extern char **environ;
@@ -540,6 +543,31 @@ START_TEST(test_secret_file_missing)
 }
 END_TEST
 
+/*
+ * A secret handed down as an inherited descriptor (rk-launch's memfd): read
+ * through /proc/self/fd/N, then close-on-exec, so the rank's children do not
+ * inherit the key; still open, so the configuration can be read again.
+ */
+START_TEST(test_secret_fd_cloexec)
+{
+	static const char key[] = "0123456789abcdef0123456789abcdef";
+	struct rk_config c = defaults();
+	char err[512] = "", path[64];
+	int fd = memfd_create("check-secret", 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, key, sizeof(key) - 1), (ssize_t)sizeof(key) - 1);
+	ck_assert_int_eq(fchmod(fd, 0600), 0);
+	ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", path, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.secret_len, sizeof(key) - 1);
+	ck_assert_int_eq(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	ck_assert_int_eq(rk_config_set(&c, "RK_SECRET_FILE", path, err, sizeof(err)), 0);
+	close(fd);
+}
+END_TEST
+
 START_TEST(test_secret_set)
 {
 	struct rk_config c = defaults();
@@ -705,6 +733,7 @@ static Suite *config_env_suite(void)
 	tcase_add_test(tc, test_secret_file_good);
 	tcase_add_loop_test(tc, test_secret_file_bad, 0, ARRAY_SIZE(bad_keys));
 	tcase_add_test(tc, test_secret_file_missing);
+	tcase_add_test(tc, test_secret_fd_cloexec);
 	tcase_add_test(tc, test_secret_set);
 	tcase_add_test(tc, test_auth_knob);
 	tcase_add_test(tc, test_resident_knob);
