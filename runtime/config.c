@@ -56,7 +56,7 @@ enum knob_kind {
 	KIND_DEVNAME,	/* an RDMA device name: letters, digits, '-', '_', '.' */
 	KIND_TRI,	/* auto | on | off */
 	KIND_SECRET,	/* a path: the secret file, read at once into secret[] */
-	KIND_SQPOLL,	/* a boolean into wait.sqpoll, or auto (wait.sqpoll_auto): tuning */
+	KIND_SQPOLL,	/* a boolean into ring.sqpoll, or auto (ring.sqpoll_auto): tuning */
 };
 
 enum knob_id {
@@ -150,15 +150,15 @@ static const struct knob knobs[] = {
 	[K_POLL_FOR_MS] = { "RK_POLL_FOR_MS", "poll_for_ms", KIND_U64, T(wait.poll_for_ns),
 			    NS_PER_MS, 0, 3600000, "with RK_POLL_US: the timed polls end this long "
 			    "after the last busy event, then block, ms" },
-	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, T(wait.sqpoll), 1, 0, 0,
+	[K_SQPOLL] = { "RK_SQPOLL", "sqpoll", KIND_SQPOLL, T(ring.sqpoll), 1, 0, 0,
 		       "kernel SQ polling thread: 0/1, or auto (on when the affinity mask "
 		       "holds at least 8 CPUs)" },
-	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, T(wait.sqpoll_cpu), 1,
+	[K_SQPOLL_CPU] = { "RK_SQPOLL_CPU", "sqpoll_cpu", KIND_INT, T(ring.sqpoll_cpu), 1,
 			   -1, 4095, "CPU of the SQPOLL thread (-1 = not pinned)" },
-	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, T(wait.coop_taskrun),
+	[K_COOP_TASKRUN] = { "RK_COOP_TASKRUN", "coop_taskrun", KIND_BOOL, T(ring.coop_taskrun),
 			     1, 0, 0, "IORING_SETUP_COOP_TASKRUN|TASKRUN_FLAG" },
 	[K_DEFER_TASKRUN] = { "RK_DEFER_TASKRUN", "defer_taskrun", KIND_BOOL,
-			      T(wait.defer_taskrun), 1, 0, 0,
+			      T(ring.defer_taskrun), 1, 0, 0,
 			      "IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: only the first thread "
 			      "that runs the loop may run it" },
 	[K_RING_ENTRIES] = { "RK_RING_ENTRIES", "ring_entries", KIND_POW2, T(ring_entries), 1,
@@ -289,11 +289,11 @@ void rk_config_init(struct rk_config *cfg)
 	t->wait.predict_min_ns = RK_DEF_PREDICT_MIN_US * NS_PER_US;
 	t->wait.learn = RK_DEF_LEARN;
 	t->wait.learn_spin_min_ns = RK_DEF_LEARN_SPIN_MIN_US * NS_PER_US;
-	t->wait.sqpoll_auto = false;
-	t->wait.sqpoll = false;
-	t->wait.sqpoll_cpu = -1;
-	t->wait.coop_taskrun = true;
-	t->wait.defer_taskrun = false;
+	t->ring.sqpoll_auto = false;
+	t->ring.sqpoll = false;
+	t->ring.sqpoll_cpu = -1;
+	t->ring.coop_taskrun = true;
+	t->ring.defer_taskrun = false;
 	t->ring_entries = RK_DEF_RING_ENTRIES;
 	t->rx_buf_size = RK_DEF_RX_BUF_SIZE;
 	t->rx_buf_count = RK_DEF_RX_BUF_COUNT;
@@ -562,14 +562,14 @@ static int knob_set(struct rk_config *cfg, const struct knob *k, const char *val
 		return 0;
 	case KIND_SQPOLL:
 		if (!strcasecmp(value, "auto")) {
-			rk__config_tuning(cfg)->wait.sqpoll = false;
-			rk__config_tuning(cfg)->wait.sqpoll_auto = true;
+			rk__config_tuning(cfg)->ring.sqpoll = false;
+			rk__config_tuning(cfg)->ring.sqpoll_auto = true;
 			return 0;
 		}
 		if (parse_bool(value, &b))
 			return -RK_ECONFIG;
-		rk__config_tuning(cfg)->wait.sqpoll = b;
-		rk__config_tuning(cfg)->wait.sqpoll_auto = false;
+		rk__config_tuning(cfg)->ring.sqpoll = b;
+		rk__config_tuning(cfg)->ring.sqpoll_auto = false;
 		return 0;
 	case KIND_WAIT:
 		ret = parse_name(value, wait_names, ARRAY_SIZE(wait_names));
@@ -666,9 +666,9 @@ int rk__config_check(const struct rk_config *c, char *err, size_t errlen)
 		return -RK_ECONFIG;
 	}
 	ncpu = sysconf(_SC_NPROCESSORS_CONF);
-	if (t->wait.sqpoll_cpu >= 0 && ncpu > 0 && t->wait.sqpoll_cpu >= ncpu) {
+	if (t->ring.sqpoll_cpu >= 0 && ncpu > 0 && t->ring.sqpoll_cpu >= ncpu) {
 		rk__seterr(err, errlen, "RK_SQPOLL_CPU=%d: this machine has CPUs 0..%ld",
-			   t->wait.sqpoll_cpu, ncpu - 1);
+			   t->ring.sqpoll_cpu, ncpu - 1);
 		return -RK_ECONFIG;
 	}
 	if (c->secret_len && (c->secret_len < RK_SECRET_MIN || c->secret_len > RK_SECRET_MAX)) {
@@ -800,7 +800,7 @@ static void knob_print(FILE *out, const struct rk_config *cfg, const struct knob
 		fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);
 		break;
 	case KIND_SQPOLL:
-		if (rk__config_ctuning(cfg)->wait.sqpoll_auto)
+		if (rk__config_ctuning(cfg)->ring.sqpoll_auto)
 			fprintf(out, "%s=auto\n", k->env);
 		else
 			fprintf(out, "%s=%d\n", k->env, *(const bool *)p ? 1 : 0);

@@ -37,6 +37,10 @@ struct rk__wait_tuning {
 					 * this long where adaptive would block, 0 = off */
 	uint64_t poll_for_ns;		/* RK_POLL_FOR_MS: ...until this long after the
 					 * last busy event */
+};
+
+/* The ring's knobs: they shape the ring at rk_loop_create() and stay. */
+struct rk__ring_tuning {
 	bool sqpoll;			/* RK_SQPOLL: kernel SQ polling thread */
 	bool sqpoll_auto;		/* RK_SQPOLL=auto: sqpoll decided at rk_loop_create() */
 	int sqpoll_cpu;			/* RK_SQPOLL_CPU: pin the SQPOLL thread, -1 = no */
@@ -48,7 +52,8 @@ struct rk__wait_tuning {
 
 struct rk__tuning {
 	uint64_t magic;			/* RK__TUNING_MAGIC: rk_config_init() filled it */
-	struct rk__wait_tuning wait;
+	struct rk__wait_tuning wait;	/* read at every wait: a live loop takes them whole */
+	struct rk__ring_tuning ring;
 	/* the loop */
 	unsigned int ring_entries;	/* RK_RING_ENTRIES */
 	unsigned int rx_buf_size;	/* RK_RX_BUF_SIZE: provided-buffer size for TCP receive */

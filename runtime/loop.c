@@ -203,7 +203,7 @@ int rk_loop_create(const struct rk_config *cfg, struct rk_loop **out)
 		loop->cfg = *cfg;
 	else
 		rk_config_init(&loop->cfg);
-	if (rk__config_tuning(&loop->cfg)->wait.sqpoll_auto)
+	if (rk__config_tuning(&loop->cfg)->ring.sqpoll_auto)
 		rk__ring_sqpoll_auto(&loop->cfg);
 	rk__wait_init(&loop->wait, &loop->cfg.wait, &rk__config_tuning(&loop->cfg)->wait,
 		      &loop->stats);
@@ -781,25 +781,15 @@ void rk_loop_set_wait(struct rk_loop *loop, const struct rk_wait_policy *w)
 /*
  * The wait decisions read loop->cfg at every wait (rk__wait_init() pointed
  * them there), so a copy into it is in effect from the next wait on. The
- * ring's knobs (RK_SQPOLL, RK_COOP_TASKRUN, ...) shaped the ring at creation
+ * ring's knobs (struct rk__ring_tuning: RK_SQPOLL, ...) shaped the ring at creation
  * and stay.
  */
 int rk_loop_set_wait_config(struct rk_loop *loop, const struct rk_config *cfg)
 {
-	const struct rk__wait_tuning *from = &rk__config_ctuning(cfg)->wait;
-	struct rk__wait_tuning *to = &rk__config_tuning(&loop->cfg)->wait;
-
 	if (rk__config_ctuning(cfg)->magic != RK__TUNING_MAGIC)
 		return -EINVAL;
 	rk_loop_set_wait(loop, &cfg->wait);
-	to->spin_yield = from->spin_yield;
-	to->predict = from->predict;
-	to->predict_margin_ns = from->predict_margin_ns;
-	to->predict_min_ns = from->predict_min_ns;
-	to->learn = from->learn;
-	to->learn_spin_min_ns = from->learn_spin_min_ns;
-	to->poll_ns = from->poll_ns;
-	to->poll_for_ns = from->poll_for_ns;
+	rk__config_tuning(&loop->cfg)->wait = rk__config_ctuning(cfg)->wait;
 	return 0;
 }
 

@@ -28,7 +28,7 @@
 static void ring_params(const struct rk_config *cfg, bool defer, bool coop,
 			struct io_uring_params *p)
 {
-	const struct rk__wait_tuning *w = &rk__config_ctuning(cfg)->wait;
+	const struct rk__ring_tuning *w = &rk__config_ctuning(cfg)->ring;
 
 	memset(p, 0, sizeof(*p));
 	if (defer)
@@ -50,7 +50,7 @@ static void ring_params(const struct rk_config *cfg, bool defer, bool coop,
 
 int rk__ring_setup(struct io_uring *ring, struct rk_config *cfg, bool *bind)
 {
-	struct rk__wait_tuning *w = &rk__config_tuning(cfg)->wait;
+	struct rk__ring_tuning *w = &rk__config_tuning(cfg)->ring;
 	unsigned int entries = rk__config_tuning(cfg)->ring_entries;
 	int rank = cfg->rank;
 	struct io_uring_params p;
@@ -94,7 +94,7 @@ int rk__ring_setup(struct io_uring *ring, struct rk_config *cfg, bool *bind)
  */
 void rk__ring_sqpoll_auto(struct rk_config *cfg)
 {
-	struct rk__wait_tuning *w = &rk__config_tuning(cfg)->wait;
+	struct rk__ring_tuning *w = &rk__config_tuning(cfg)->ring;
 	cpu_set_t set;
 	int n = 0;
 

@@ -23,14 +23,14 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(c.wait.mode, RK_WAIT_ADAPTIVE);
 	ck_assert_uint_eq(c.wait.spin_ns, 20000000ull);
 	ck_assert_uint_eq(c.wait.spin_ns, RK_DEF_SPIN_US * 1000ull);
-	ck_assert(!T(&c)->wait.sqpoll);
-	ck_assert(!T(&c)->wait.sqpoll_auto);
+	ck_assert(!T(&c)->ring.sqpoll);
+	ck_assert(!T(&c)->ring.sqpoll_auto);
 	ck_assert(T(&c)->wait.learn);
 	ck_assert_uint_eq(T(&c)->wait.learn_spin_min_ns, RK_DEF_LEARN_SPIN_MIN_US * 1000ull);
 	ck_assert_uint_eq(T(&c)->wait.poll_ns, 0);	/* a benchmark's baseline: off */
 	ck_assert_uint_eq(T(&c)->wait.poll_for_ns, 0);
-	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, -1);
-	ck_assert(T(&c)->wait.coop_taskrun);
+	ck_assert_int_eq(T(&c)->ring.sqpoll_cpu, -1);
+	ck_assert(T(&c)->ring.coop_taskrun);
 	ck_assert_uint_eq(T(&c)->ring_entries, RK_DEF_RING_ENTRIES);
 	ck_assert_uint_eq(T(&c)->rx_buf_size, RK_DEF_RX_BUF_SIZE);
 	ck_assert_uint_eq(T(&c)->rx_buf_count, RK_DEF_RX_BUF_COUNT);
@@ -403,7 +403,7 @@ START_TEST(test_set_units)
 	ck_assert_int_eq(rk_config_set(&c, "RK_SIGNALS", "on", NULL, 0), 0);
 	ck_assert(c.catch_signals);
 	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL_CPU", "-0", NULL, 0), 0);
-	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, 0);
+	ck_assert_int_eq(T(&c)->ring.sqpoll_cpu, 0);
 	ck_assert_int_eq(rk_config_set(&c, "RK_LEADER", "[fe80::1%eth0]:5", NULL, 0), 0);
 	ck_assert_str_eq(c.leader, "[fe80::1%eth0]:5");
 }

@@ -691,7 +691,7 @@ START_TEST(test_bounds_between_knobs)
 	snprintf(cpu, sizeof(cpu), "%ld", ncpu - 1);
 	setenv("RK_SQPOLL_CPU", cpu, 1);
 	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(T(&c)->wait.sqpoll_cpu, ncpu - 1);
+	ck_assert_int_eq(T(&c)->ring.sqpoll_cpu, ncpu - 1);
 	unsetenv("RK_SQPOLL_CPU");
 
 	/* a hand-filled config is held to the same rules at rk_loop_create() */

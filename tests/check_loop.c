@@ -696,7 +696,7 @@ START_TEST(test_init_functions)
 	rk_wait_policy_init(&w);
 	rk_config_init(&c);
 	ck_assert_mem_eq(&w, &c.wait, sizeof(w));
-	ck_assert_int_eq(rk__config_tuning(&c)->wait.sqpoll_cpu, -1);
+	ck_assert_int_eq(rk__config_tuning(&c)->ring.sqpoll_cpu, -1);
 	memset(&p, 0xa5, sizeof(p));
 	rk_post_init(&p, count_post, &x);
 	ck_assert(p.cb == count_post);

@@ -320,7 +320,7 @@ START_TEST(test_sqpoll)
 	int i, ret, efd;
 
 	test_config(&c);
-	rk__config_tuning(&c)->wait.sqpoll = true;
+	rk__config_tuning(&c)->ring.sqpoll = true;
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -328,7 +328,7 @@ START_TEST(test_sqpoll)
 		return;
 	}
 	ck_assert_msg(ret == 0, "rk_loop_create(sqpoll): %s", rk_strerror(ret));
-	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->ring.sqpoll);
 
 	/* Timers. */
 	probe_init(&tick, loop, 0);
@@ -426,9 +426,9 @@ START_TEST(test_sqpoll_cpu)
 	for (cpu = CPU_SETSIZE - 1; cpu > 0 && !CPU_ISSET(cpu, &set); cpu--)
 		;
 	test_config(&c);
-	ck_assert(rk__config_tuning(&c)->wait.coop_taskrun);		/* the default */
-	rk__config_tuning(&c)->wait.sqpoll = true;
-	rk__config_tuning(&c)->wait.sqpoll_cpu = cpu;	/* the last CPU this process may use */
+	ck_assert(rk__config_tuning(&c)->ring.coop_taskrun);		/* the default */
+	rk__config_tuning(&c)->ring.sqpoll = true;
+	rk__config_tuning(&c)->ring.sqpoll_cpu = cpu;	/* the last CPU this process may use */
 	c.wait.spin_ns = 2 * MS;
 	ret = rk_loop_create(&c, &loop);
 	if (ret == -EPERM || ret == -EACCES || ret == -EOPNOTSUPP) {
@@ -464,15 +464,15 @@ START_TEST(test_sqpoll_auto)
 	ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
 	test_config(&c);
 	ck_assert_int_eq(rk_config_set(&c, "RK_SQPOLL", "auto", err, sizeof(err)), 0);
-	ck_assert(rk__config_tuning(&c)->wait.sqpoll_auto);
-	ck_assert(!rk__config_tuning(&c)->wait.sqpoll);
+	ck_assert(rk__config_tuning(&c)->ring.sqpoll_auto);
+	ck_assert(!rk__config_tuning(&c)->ring.sqpoll);
 	CPU_ZERO(&set);
 	for (cpu = 0; cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all); cpu++)
 		;
 	CPU_SET(cpu, &set);
 	ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
 	ck_assert_int_eq(rk_loop_create(&c, &loop), 0);
-	ck_assert(!rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
+	ck_assert(!rk__config_ctuning(rk_loop_config(loop))->ring.sqpoll);
 	free_loop(loop);
 
 	CPU_ZERO(&set);
@@ -493,7 +493,7 @@ START_TEST(test_sqpoll_auto)
 		return;
 	}
 	ck_assert_int_eq(ret, 0);
-	ck_assert(rk__config_ctuning(rk_loop_config(loop))->wait.sqpoll);
+	ck_assert(rk__config_ctuning(rk_loop_config(loop))->ring.sqpoll);
 	free_loop(loop);
 }
 END_TEST

@@ -275,7 +275,7 @@ static void side_init(struct side *s, int rank, int fd, enum rk_wait_mode mode)
 	c.wait.mode = mode;
 	rk__config_tuning(&c)->wait.predict = false;
 	c.wait.spin_ns = mode == RK_WAIT_ADAPTIVE ? 0 : c.wait.spin_ns;
-	rk__config_tuning(&c)->wait.defer_taskrun = g_defer;
+	rk__config_tuning(&c)->ring.defer_taskrun = g_defer;
 	s->rank = rank;
 	ck_assert_int_eq(rk_loop_create(&c, &s->loop), 0);
 	ck_assert_int_eq(rk__tcp_link_from_fd(s->loop, fd, &side_ops, s, RK_LINK_UP, &s->link), 0);
@@ -595,7 +595,7 @@ START_TEST(test_defer_block_path)
 	g_defer = true;
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
 	g_defer = false;
-	if (!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun) {
+	if (!rk__config_ctuning(rk_loop_config(s.loop))->ring.defer_taskrun) {
 		fprintf(stderr, "defer: the kernel refused DEFER_TASKRUN, skipped\n");
 		close(fds[0]);
 		side_fini(&s);
@@ -640,7 +640,7 @@ START_TEST(test_no_defer_any_thread)
 
 	tcp_pair(fds);
 	side_init(&s, 0, fds[1], RK_WAIT_BLOCK);
-	ck_assert(!rk__config_ctuning(rk_loop_config(s.loop))->wait.defer_taskrun);
+	ck_assert(!rk__config_ctuning(rk_loop_config(s.loop))->ring.defer_taskrun);
 	r.loop = s.loop;
 	ck_assert_int_eq(rk_loop_run(s.loop, RK_RUN_NOWAIT), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, raw_peer_thread, &r), 0);

@@ -161,7 +161,7 @@ START_TEST(test_policy_switch)
 	memcpy(tun, rk_loop_config(p.loop)->tuning, sizeof(tun));
 	w.mode = RK_WAIT_SPIN;
 	rk_loop_set_wait(p.loop, &w);
-	ck_assert(!rk__config_ctuning(rk_loop_config(p.loop))->wait.sqpoll);
+	ck_assert(!rk__config_ctuning(rk_loop_config(p.loop))->ring.sqpoll);
 	ck_assert_mem_eq(tun, rk_loop_config(p.loop)->tuning, sizeof(tun));
 	policy_teardown(&p);
 }
