@@ -65,13 +65,11 @@ struct emu_dev {
 	uint64_t rec_at;		/* the event's latest record (device time) */
 };
 
+/* The default clock: the loop's (CLOCK_MONOTONIC). */
 static uint64_t mono_ns(void *arg)
 {
-	struct timespec ts;
-
 	(void)arg;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return rk__now_ns();
 }
 
 static uint64_t max64(uint64_t a, uint64_t b)
