@@ -71,6 +71,8 @@ enum rk_errcode {
 	RK_ENOSHM,		/* a shared-memory link is required but not possible here */
 	RK_ESHMRING,		/* a shared-memory ring's index or record is out of bounds */
 	RK_EPEEREXIT,		/* the peer's process exited (seen through its pidfd) */
+	RK_EFRAMEAUTH,		/* a frame's authentication tag did not verify */
+	RK_EROUNDTIMEOUT,	/* a rank did not finish a round within the round bound */
 	RK_E__END,
 };
 
