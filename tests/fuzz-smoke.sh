@@ -1,5 +1,5 @@
 #!/bin/sh
-# The link and world fuzzers, bounded: each harness runs FUZZ_SECONDS (default
+# The wire, link and world fuzzers, bounded: each harness runs FUZZ_SECONDS (default
 # 60) from the seed corpus in tests/fuzz/ (new inputs go to a scratch copy, the
 # source tree stays read-only), with ASan and UBSan; any crash, leak or broken
 # invariant fails the test and leaves the input that caused it in the log.
@@ -9,13 +9,13 @@
 b=${builddir:-.}
 src=${srcdir:-$(dirname "$0")/..}
 secs=${FUZZ_SECONDS:-60}
-for h in stranger peer; do
+for h in wire stranger peer; do
 	[ -x "$b/tests/fuzz_$h" ] || { echo "SKIP: no tests/fuzz_$h (needs clang with libFuzzer)"; exit 77; }
 done
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 rc=0
-for h in stranger peer; do
+for h in wire stranger peer; do
 	mkdir -p "$tmp/$h"
 	# the fuzzers reject leaks and keep to one process; UBSan findings abort
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
