@@ -733,6 +733,7 @@ static void unknown_var(const char *name, size_t len, char *err, size_t errlen)
 int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 {
 	struct rk_config c = *cfg;	/* committed only when everything passed */
+	bool auth_env = false;
 	char **e;
 	size_t i;
 
@@ -762,6 +763,15 @@ int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen)
 			explain(k, eq + 1, err, errlen);
 			goto fail;
 		}
+		if (k == &knobs[K_AUTH])
+			auth_env = true;
+	}
+	/* The environment is the whole story for a launched rank: RK_AUTH=on
+	 * with no secret is refused here, before any device work, rather than at
+	 * rk_world_create(). A secret set in code must come first. */
+	if (auth_env && c.auth == RK_AUTH_ON && !c.secret_len) {
+		rk__seterr(err, errlen, "RK_AUTH=on, but no secret is set: set RK_SECRET_FILE");
+		goto fail;
 	}
 	if (rk__config_check(&c, err, errlen))
 		goto fail;

@@ -200,7 +200,9 @@ RK_EXPORT int rk_config_set(struct rk_config *cfg, const char *name, const char 
 
 /**
  * rk_config_from_env() - apply every RK_* variable present in the environment.
- * An unknown RK_* variable is refused too (a typo must not pass silently).
+ * An unknown RK_* variable is refused too (a typo must not pass silently), and
+ * so is RK_AUTH=on when @cfg ends with no secret (set RK_SECRET_FILE, or set
+ * the secret in code before this call).
  * Return: 0, or -RK_ECONFIG with @err naming the first bad variable. Call it
  * before any device work; nothing is changed in @cfg past the bad variable.
  */

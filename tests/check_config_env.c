@@ -606,6 +606,23 @@ START_TEST(test_auth_knob)
 	c = defaults();
 	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(strstr(err, "RK_AUTH=off") && strstr(err, "RK_SECRET_FILE"), "%s", err);
+
+	/* on needs a secret: refused by name here, not at rk_world_create() */
+	setenv("RK_AUTH", "on", 1);
+	unsetenv("RK_SECRET_FILE");
+	c = defaults();
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_str_eq(err, "RK_AUTH=on, but no secret is set: set RK_SECRET_FILE");
+	ck_assert_int_eq(c.auth, RK_AUTH_AUTO);
+	/* ... from the environment, or set in code first */
+	setenv("RK_SECRET_FILE", path, 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.auth, RK_AUTH_ON);
+	unsetenv("RK_SECRET_FILE");
+	c = defaults();
+	ck_assert_int_eq(rk_config_set_secret(&c, KEY64, 64), 0);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.auth, RK_AUTH_ON);
 	unlink(path);
 }
 END_TEST

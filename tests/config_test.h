@@ -73,7 +73,7 @@ static const struct tier_knob {
 } stable_knobs[] = {
 	{ "RK_RANK", "rank", "1" }, { "RK_WORLD_SIZE", "world_size", "2" },
 	{ "RK_LEADER", "leader", "127.0.0.1:9" }, { "RK_SESSION", "session", "7" },
-	{ "RK_SECRET_FILE", "secret_file", NULL }, { "RK_AUTH", "auth", "on" },
+	{ "RK_SECRET_FILE", "secret_file", NULL }, { "RK_AUTH", "auth", "off" },
 	{ "RK_WAIT", "wait", "block" }, { "RK_SPIN_US", "spin_us", "5" },
 	{ "RK_SHM", "shm", "off" }, { "RK_MAX_FRAME", "max_frame", "8192" },
 	{ "RK_TX_LIMIT", "tx_limit", "1048576" },
