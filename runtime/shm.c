@@ -610,7 +610,7 @@ void rk__shm_link_free(struct rk__shm_link *s)
 	fd_close(&s->memfd);
 	fd_close(&s->efd);
 	fd_close(&s->peer_efd);
-	fd_close(&s->usock);
+	usock_close(s);
 	fd_close(&s->pidfd);
 	free(s->stage);
 	free(s->bstage);

@@ -419,6 +419,7 @@ struct rk__shm_link {
 
 	/* setup: the unix socket and who must be at its other end */
 	int usock;			/* leader: the listener; follower: the connection */
+	char sock_path[108];		/* leader: the listener's path, "" if abstract */
 	pid_t want_pid;
 	uid_t want_uid;
 	int pidfd;			/* the peer's process */
@@ -559,6 +560,16 @@ static inline void fd_close(int *fd)
 	if (*fd >= 0)
 		close(*fd);
 	*fd = -1;
+}
+
+/* Close the setup socket; the leader's listener takes its path with it. */
+static inline void usock_close(struct rk__shm_link *s)
+{
+	if (s->sock_path[0]) {
+		unlink(s->sock_path);
+		s->sock_path[0] = '\0';
+	}
+	fd_close(&s->usock);
 }
 
 /* ---- shm.c: the transport ------------------------------------------------------------ */

@@ -11,7 +11,8 @@
  *
  * The upgrade (WIRE.md, "Same-host links"), on a link that is up:
  *   follower -> SHM_REQUEST: its pid, uid, boot id, network and pid namespace
- *   leader   -> SHM_OFFER: a random abstract unix socket name, or a refusal
+ *   leader   -> SHM_OFFER: a random unix socket name (in a directory only this
+ *     user may enter, see private_dir()), or a refusal
  *   follower connects; the leader hands the segment's descriptors (a sealed
  *     memfd, two eventfds, the broadcast ring's memfd) over SCM_RIGHTS only to
  *     the process whose kernel-checked credentials are the requester's
@@ -254,7 +255,7 @@ static void setup_undo(struct rk__shm_link *s)
 	rk__shm_op_cancel(s, &s->sock_op, s->sock_armed, &s->sock_cancel);
 	rk__shm_op_cancel(s, &s->pid_op, s->pid_armed, &s->pid_cancel);
 	if (!s->sock_armed)
-		fd_close(&s->usock);
+		usock_close(s);
 	if (!s->pid_armed)
 		fd_close(&s->pidfd);
 	rk__shm_epoch_detach(s);
@@ -306,18 +307,55 @@ static int peer_pidfd(int sock, pid_t pid)
 	return fd;
 }
 
-static socklen_t sock_name(const uint8_t name[RK_WIRE_SHM_NAME_LEN], struct sockaddr_un *sa)
+/*
+ * Where the offer's socket lives. An abstract name has no permissions: every
+ * local user sees it in /proc/net/unix and may connect, and filling its queue
+ * would push the link back to TCP. A socket in a directory that only this user
+ * may search is out of other users' reach, so both ends look for one: the
+ * user's runtime directory, else /tmp/rankrt-UID (made 0700 if absent); it
+ * must be a directory of ours that no one else may enter, or it is not used.
+ * Both ends are the same user on the same host (same_host()), so they find
+ * the same one; the abstract name remains where neither is usable.
+ */
+static int private_dir(char *buf, size_t cap)
+{
+	uid_t uid = geteuid();
+	struct stat st;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		snprintf(buf, cap, i ? "/tmp/rankrt-%u" : "/run/user/%u", (unsigned int)uid);
+		if (i && mkdir(buf, 0700) < 0 && errno != EEXIST)
+			continue;
+		if (!lstat(buf, &st) && S_ISDIR(st.st_mode) && st.st_uid == uid &&
+		    !(st.st_mode & 077))
+			return 0;
+	}
+	buf[0] = '\0';
+	return -EACCES;
+}
+
+/* The socket's address: in directory @dir, or the abstract name if @dir is "". */
+static socklen_t sock_name(const uint8_t name[RK_WIRE_SHM_NAME_LEN], const char *dir,
+			   struct sockaddr_un *sa)
 {
 	static const char hex[] = "0123456789abcdef";
+	char tail[sizeof("rankrt-shm-") + 2 * RK_WIRE_SHM_NAME_LEN];
 	size_t i, n;
 
+	n = (size_t)snprintf(tail, sizeof(tail), "rankrt-shm-");
+	for (i = 0; i < RK_WIRE_SHM_NAME_LEN; i++) {
+		tail[n++] = hex[name[i] >> 4];
+		tail[n++] = hex[name[i] & 15];
+	}
+	tail[n] = '\0';
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	n = (size_t)snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "rankrt-shm-");
-	for (i = 0; i < RK_WIRE_SHM_NAME_LEN; i++) {
-		sa->sun_path[1 + n++] = hex[name[i] >> 4];
-		sa->sun_path[1 + n++] = hex[name[i] & 15];
+	if (dir[0]) {
+		n = (size_t)snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/%s", dir, tail);
+		return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
 	}
+	memcpy(sa->sun_path + 1, tail, n);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
@@ -335,6 +373,7 @@ static int offer_setup(struct rk_link *l, struct rk__shm *c, const struct rk_wir
 {
 	struct rk__shm_link *s = l->cpriv;
 	struct sockaddr_un sa;
+	char dir[64];
 	socklen_t salen;
 	int ret;
 
@@ -362,8 +401,21 @@ static int offer_setup(struct rk_link *l, struct rk__shm *c, const struct rk_wir
 	ret = rk__auth_random(o->name, sizeof(o->name));
 	if (ret)
 		goto fail;
-	salen = sock_name(o->name, &sa);
-	if (bind(s->usock, (struct sockaddr *)&sa, salen) < 0 || listen(s->usock, 4) < 0) {
+	if (!private_dir(dir, sizeof(dir))) {
+		salen = sock_name(o->name, dir, &sa);
+		if (!bind(s->usock, (struct sockaddr *)&sa, salen))
+			snprintf(s->sock_path, sizeof(s->sock_path), "%s", sa.sun_path);
+	}
+	if (!s->sock_path[0]) {
+		rk__dbg(l->rank, "shm: no private directory for rank %d's segment socket: "
+			"an abstract name", l->peer);
+		salen = sock_name(o->name, "", &sa);
+		if (bind(s->usock, (struct sockaddr *)&sa, salen) < 0) {
+			ret = -errno;
+			goto fail;
+		}
+	}
+	if (listen(s->usock, 4) < 0) {
 		ret = -errno;
 		goto fail;
 	}
@@ -483,7 +535,7 @@ static void leader_accept(struct rk__shm_link *s)
 			s->pidfd = ret;
 		ret = send_fds(s, fd);
 		close(fd);
-		fd_close(&s->usock);	/* one follower, once */
+		usock_close(s);	/* one follower, once */
 		if (ret) {
 			rk__dbg(l->rank, "shm: sending rank %d its segment: %s", l->peer,
 				rk_strerror(ret));
@@ -493,7 +545,7 @@ static void leader_accept(struct rk__shm_link *s)
 		return;
 	}
 	if (s->st == SS_OFFERED && rk__shm_arm_poll(s, &s->sock_op, &s->sock_armed, s->usock))
-		fd_close(&s->usock);	/* the follower's wait ends with the socket */
+		usock_close(s);	/* the follower's wait ends with the socket */
 }
 
 static int leader_answer(struct rk_link *l, struct rk__shm *c, const uint8_t *payload,
@@ -597,6 +649,7 @@ static int follower_offer(struct rk_link *l, struct rk__shm *c, const uint8_t *p
 	struct rk_wire_shm_offer o;
 	struct sockaddr_un sa;
 	struct ucred cr;
+	char dir[64];
 	socklen_t salen, crlen = sizeof(cr);
 	int ret;
 
@@ -618,11 +671,18 @@ static int follower_offer(struct rk_link *l, struct rk__shm *c, const uint8_t *p
 		ret = -errno;
 		goto fail;
 	}
-	salen = sock_name(o.name, &sa);
-	if (connect(s->usock, (struct sockaddr *)&sa, salen) < 0) {
-		ret = -errno;
-		goto fail;
+	/* where the leader could, its socket is in our private directory */
+	ret = -ENOENT;
+	if (!private_dir(dir, sizeof(dir))) {
+		salen = sock_name(o.name, dir, &sa);
+		ret = connect(s->usock, (struct sockaddr *)&sa, salen) < 0 ? -errno : 0;
 	}
+	if (ret == -ENOENT) {
+		salen = sock_name(o.name, "", &sa);
+		ret = connect(s->usock, (struct sockaddr *)&sa, salen) < 0 ? -errno : 0;
+	}
+	if (ret)
+		goto fail;
 	/* the socket is the leader's: its process, our user */
 	if (getsockopt(s->usock, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0) {
 		ret = -errno;
@@ -773,7 +833,7 @@ static void follower_fetched(struct rk__shm_link *s)
 			return;
 		ret = -EBUSY;
 	}
-	fd_close(&s->usock);
+	usock_close(s);
 	if (!ret) {
 		ret = send_answer(l, 0);
 		if (ret) {
@@ -836,13 +896,13 @@ static void sock_done(struct rk__op *op, int res, unsigned int flags)
 	s->sock_cancel = false;
 	l->in_dispatch++;
 	if (s->closing || res == -ECANCELED || l->state != RK_LINK_UP) {
-		fd_close(&s->usock);
+		usock_close(s);
 	} else if (s->leader && s->st == SS_OFFERED) {
 		leader_accept(s);
 	} else if (!s->leader && s->st == SS_FETCHING) {
 		follower_fetched(s);
 	} else {
-		fd_close(&s->usock);
+		usock_close(s);
 	}
 	rk__loop_note(l->loop, RK_IDLE);
 	l->in_dispatch--;

@@ -382,8 +382,9 @@ END_TEST
 
 /* ---- strangers on the segment's socket ----------------------------------------- */
 
-/* The abstract sockets named like ours, from /proc/net/unix, as a stranger sees them. */
-static int find_shm_sockets(char names[][64], int max)
+/* The segment sockets named like ours, from /proc/net/unix, as a stranger sees
+ * them: "@rankrt-shm-..." (abstract) or "/dir/rankrt-shm-..." (a path). */
+static int find_shm_sockets(char names[][108], int max)
 {
 	FILE *f = fopen("/proc/net/unix", "r");
 	char line[512];
@@ -392,15 +393,63 @@ static int find_shm_sockets(char names[][64], int max)
 	if (!f)
 		return 0;
 	while (n < max && fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, "@rankrt-shm-");
+		char *p = strstr(line, "rankrt-shm-");
 
 		if (p) {
+			while (p > line && p[-1] != ' ')
+				p--;
 			p[strcspn(p, "\n ")] = '\0';
-			snprintf(names[n++], 64, "%s", p + 1);
+			snprintf(names[n++], 108, "%.107s", p);
 		}
 	}
 	fclose(f);
 	return n;
+}
+
+/* Connect to a socket as find_shm_sockets() names it. Return: the socket, or -errno. */
+static int connect_named(const char *name)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name));
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+	if (name[0] == '@')
+		snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "%s", name + 1);
+	else
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", name), len++;
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) < 0) {
+		int err = -errno;
+
+		if (fd >= 0)
+			close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* Pump both ranks, one at a time and looking after each, until the leader's
+ * segment socket shows: a stranger comes in as soon as the leader listens,
+ * before the follower has run again. */
+static void wait_offer(struct rank *r, char names[][108])
+{
+	int i, n = 0;
+
+	for (i = 0; i < 200000 && !n; i++) {
+		pump((struct rank *[]){ &r[i % 2] }, 1);
+		n = find_shm_sockets(names, 8);
+	}
+	ck_assert_int_gt(n, 0);
+}
+
+static void pair_create(struct rank r[2])
+{
+	struct rk_config c;
+
+	cfg_base(&c, 0, 2);
+	ck_assert_int_eq(rank_create(&r[0], &c), 0);
+	cfg_base(&c, 1, 2);
+	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", rk_world_port(r[0].w));
+	ck_assert_int_eq(rank_create(&r[1], &c), 0);
 }
 
 /* A process that is not the follower connects to the offered socket first: it
@@ -408,40 +457,25 @@ static int find_shm_sockets(char names[][64], int max)
 START_TEST(test_stranger_socket)
 {
 	struct rank r[2] = { 0 };
-	struct rk_config c;
-	char names[8][64];
-	int n = 0, i, st, sv[2];
+	char names[8][108];
+	int st, sv[2];
 	pid_t pid;
 
-	cfg_base(&c, 0, 2);
-	ck_assert_int_eq(rank_create(&r[0], &c), 0);
-	cfg_base(&c, 1, 2);
-	snprintf(c.leader, sizeof(c.leader), "127.0.0.1:%d", rk_world_port(r[0].w));
-	ck_assert_int_eq(rank_create(&r[1], &c), 0);
-	/* one rank at a time, looking after each: the stranger comes in as soon as
-	 * the leader listens, before the follower has run again */
-	for (i = 0; i < 200000 && !n; i++) {
-		pump((struct rank *[]){ &r[i % 2] }, 1);
-		n = find_shm_sockets(names, 8);
-	}
-	ck_assert_int_gt(n, 0);
+	pair_create(r);
+	wait_offer(r, names);
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
 		char data[16], cbuf[256];
 		struct iovec iov = { data, sizeof(data) };
 		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 				    .msg_controllen = sizeof(cbuf) };
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		int fd = connect_named(names[0]);
 		ssize_t got;
 
-		snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "%s", names[0]);
-		if (connect(fd, (struct sockaddr *)&sa,
-			    (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-					strlen(names[0]))) < 0)
-			_exit(errno == ECONNREFUSED ? 0 : 5);	/* gone already: nothing to steal */
+		if (fd < 0)	/* gone already: nothing to steal */
+			_exit(fd == -ECONNREFUSED || fd == -ENOENT ? 0 : 5);
 		if (write(sv[1], "c", 1) != 1)
 			_exit(6);
 		got = recvmsg(fd, &m, 0);
@@ -460,6 +494,43 @@ START_TEST(test_stranger_socket)
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "stranger: status %#x", st);
 	ck_assert_int_eq(send_seq(&r[0], 1, TAG_SEQ, 1, 8), 0);
 	ck_assert(PUMP_UNTIL(5000, r[1].nrx == 1, &r[0], &r[1]));
+	/* a socket in a directory leaves with the offer */
+	if (names[0][0] == '/')
+		ck_assert_int_ne(access(names[0], F_OK), 0);
+	stop(r, 2);
+}
+END_TEST
+
+/* Another user cannot even connect to the offer's socket (it lives in a
+ * directory only the job's user may enter), so no one else can fill its queue
+ * and push the link back to TCP. Needs root, to become another user. */
+START_TEST(test_other_user_socket)
+{
+	struct rank r[2] = { 0 };
+	char names[8][108];
+	int st;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("skipped: becoming another user needs root\n");
+		return;
+	}
+	pair_create(r);
+	wait_offer(r, names);
+	ck_assert_msg(names[0][0] == '/', "the offer's socket is abstract: %s", names[0]);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(4);
+		fd = connect_named(names[0]);
+		_exit(fd == -EACCES ? 0 : 5);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "other user: status %#x", st);
+	ck_assert(PUMP_UNTIL(10000, on_shm(&r[0], 1) && on_shm(&r[1], 0), &r[0], &r[1]));
 	stop(r, 2);
 }
 END_TEST
@@ -542,6 +613,7 @@ static Suite *shm_suite(void)
 	tc = shm_tcase(s, "untrusted");
 	tcase_add_loop_test(tc, test_poke, 0, (int)ARRAY_SIZE(pokes));
 	tcase_add_test(tc, test_stranger_socket);
+	tcase_add_test(tc, test_other_user_socket);
 	tc = shm_tcase(s, "death");
 	tcase_add_loop_test(tc, test_peer_death, 0, 2);
 	tcase_add_test(tc, test_teardown);
