@@ -426,6 +426,7 @@ int metrics_render(const struct server *srv, const struct metrics_wait *m, char 
 /* ---- openai.c: the OpenAI-compatible shapes (HTTP threads; stop_scan: loop) ---- */
 
 #define MODEL_ID     "rankrt-toy"
+#define MAX_MODEL_QUOTE 64u /* bytes of an unknown model's name that its 404 quotes */
 #define MAX_STOP     8u
 #define MAX_STOP_LEN 64u
 #define MAX_STOP_IDS 16u
@@ -472,6 +473,7 @@ struct oai_params {
 struct oai_error {
 	unsigned int status;
 	const char *type;
+	const char *code; /* NULL: null */
 	char param[64]; /* "": none */
 	char msg[256];
 };
@@ -487,7 +489,8 @@ struct oai_reply {
 };
 
 uint64_t oai_next_id(void);
-/* Return: 0; -EINVAL (400: @e says which field and why), -ENOMEM (500). */
+/* Return: 0; -EINVAL (400, or 404 for an unknown model: @e says which field and why),
+ * -ENOMEM (500). */
 int oai_parse(const struct server *srv, enum api_kind kind, const char *body, size_t len,
 	      struct oai_params *p, struct oai_error *e);
 /* Replies; @text: room for @n + 1 characters. NULL without memory. */
