@@ -35,8 +35,13 @@
 #define DRAIN_TICK_NS  (50 * 1000000ull)   /* the drain looks at its deadlines this often */
 #define DEF_HTTP_MAX_CONNS 256u
 #define MAX_HTTP_CONNS	   65536u
-#define HTTP_HARD_CONNS(n) (2 * (n)) /* libmicrohttpd's limit (http.c, "connections") */
+#define HTTP_HARD_CONNS(n) (2 * (n)) /* connections open at most (http.c, "connections") */
 #define DEF_HTTP_IDLE_S	   15u
+#define HTTP_QUIET_NS	   (1000000000ull) /* an idle connection may be shut down after */
+#define HTTP_RETRY_AFTER_S 1u	  /* a 503 from a full server */
+#define HTTP_BACKLOG	   65535u /* listen(); the kernel caps it at net.core.somaxconn */
+#define HTTP_FD_RESERVE	   256u	  /* descriptors not counted for HTTP connections */
+#define HTTP_ACCEPT_RETRY_MS 10	  /* out of descriptors: the acceptor retries after */
 #define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
 
 enum serve_msg {
