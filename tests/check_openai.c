@@ -83,9 +83,9 @@ static const struct parse_case {
 	const char *param; /* NULL: accepted; "": refused, no field named */
 } parse_cases[] = {
 	/* what clients send by default is accepted */
-	{ API_COMPLETION, "{\"prompt\":\"a\",\"model\":\"m\",\"n\":1,\"stop\":null,\"logprobs\":null,"
-			  "\"echo\":false,\"best_of\":1,\"presence_penalty\":0,\"frequency_penalty\":0,"
-			  "\"logit_bias\":{},\"user\":\"u\",\"suffix\":null,\"seed\":null,"
+	{ API_COMPLETION, "{\"prompt\":\"a\",\"model\":\"rankrt-toy\",\"n\":1,\"stop\":null,"
+			  "\"logprobs\":null,\"echo\":false,\"best_of\":1,\"presence_penalty\":0,"
+			  "\"frequency_penalty\":0,\"logit_bias\":{},\"user\":\"u\",\"suffix\":null,\"seed\":null,"
 			  "\"temperature\":null,\"top_p\":null,\"max_tokens\":null,\"stream\":false}",
 	  NULL },
 	{ API_COMPLETION, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":"
@@ -220,6 +220,49 @@ static void json_is(json_t *j, const char *want)
 	json_decref(j);
 }
 
+/* A model other than the one served is OpenAI's 404 model_not_found, whole. */
+START_TEST(test_model)
+{
+	static const char *const bodies[] = {
+		"{\"prompt\":\"a\",\"model\":\"gpt-4\"}",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"model\":\"gpt-4\"}",
+	};
+	/* 63 ASCII bytes, then a 2-byte character across the 64-byte quote */
+	static const char long_name[] = "{\"prompt\":\"a\",\"model\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+					"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\u00e9tail\"}";
+	struct oai_params p;
+	struct oai_error e = { 0 };
+	unsigned int i;
+	char *s;
+
+	for (i = 0; i < ARRAY_SIZE(bodies); i++) {
+		ck_assert_int_eq(oai_parse(&g_srv, i ? API_CHAT : API_COMPLETION, bodies[i],
+					   strlen(bodies[i]), &p, &e), -EINVAL);
+		ck_assert_uint_eq(e.status, 404);
+		ck_assert_ptr_null(p.prompt);
+		json_is(oai_error_json(&e),
+			"{\"error\":{\"message\":\"The model `gpt-4` does not exist or you do not "
+			"have access to it.\",\"type\":\"invalid_request_error\",\"param\":null,"
+			"\"code\":\"model_not_found\"}}");
+	}
+	ck_assert_int_eq(oai_parse(&g_srv, API_COMPLETION, long_name, strlen(long_name), &p, &e),
+			 -EINVAL);
+	ck_assert_uint_eq(e.status, 404);
+	s = json_dumps(oai_error_json(&e), JSON_COMPACT); /* NULL were the quote not UTF-8 */
+	ck_assert_ptr_nonnull(s);
+	ck_assert_ptr_nonnull(strstr(s, "xx...` does not exist"));
+	free(s);
+	ck_assert_int_eq(oai_parse(&g_srv, API_COMPLETION, "{\"prompt\":\"a\",\"model\":1}", 24,
+				   &p, &e), -EINVAL);
+	ck_assert_uint_eq(e.status, 400);
+	ck_assert_str_eq(e.param, "model");
+	ck_assert_int_eq(oai_parse(&g_srv, API_COMPLETION,
+				   "{\"prompt\":\"a\",\"model\":\"" MODEL_ID "\"}",
+				   strlen("{\"prompt\":\"a\",\"model\":\"" MODEL_ID "\"}"), &p, &e), 0);
+	free(p.prompt);
+}
+END_TEST
+
 START_TEST(test_replies)
 {
 	struct oai_reply r = { .kind = API_CHAT, .id = 3, .created = 100, .n_prompt = 4,
@@ -264,6 +307,7 @@ static Suite *openai_suite(void)
 	tcase_add_loop_test(tc, test_parse, 0, (int)ARRAY_SIZE(parse_cases));
 	tcase_add_test(tc, test_parse_values);
 	tcase_add_test(tc, test_replies);
+	tcase_add_test(tc, test_model);
 	return s;
 }
 

@@ -1,9 +1,11 @@
 #!/bin/sh
 # rk-serve's HTTP connections cannot lock clients out:
 #  1. with more idle connections open than --http-max-conns (clients that
-#     connect and send nothing), a new client is still served: the connection
-#     idle longest is closed to make room (/v1/stats says how many were), and
-#     the idle timeout plays no part (an hour);
+#     connect and send nothing, for over a second), a new client is still
+#     served: the connection idle longest is closed to make room (/v1/stats
+#     says how many were), and the idle timeout plays no part (an hour);
+#     The same when the idle connections fill every slot rk-serve accepts
+#     (2N) and more wait in the listen backlog;
 #  2. idle connections are closed after --http-idle-timeout;
 #  3. a request that waits for the model longer than that timeout still gets
 #     its whole reply (waiting for tokens is not idleness).
@@ -41,6 +43,7 @@ until grep -q '^open 12$' "$tmp/hold.out" 2>/dev/null; do
 	sleep 0.1
 	i=$((i + 1))
 done
+sleep 1.5 # quiet for longer than HTTP_QUIET_NS: a connection that just opened is not idle
 "$load" --url "$url" --get /health --timeout 60 >"$tmp/health" 2>&1 ||
 	fail "a new client was not served with 12 idle connections open"
 grep -q '^HTTP 200$' "$tmp/health" || fail "/health: $(head -n 1 "$tmp/health")"
@@ -53,6 +56,26 @@ conns=$(sed -n 's/.*"http":{"connections":\([0-9]*\).*/\1/p' "$tmp/stats")
 [ -n "$evicted" ] && [ "$evicted" -ge 4 ] || fail "evicted: '$evicted', expected 4 or more"
 [ -n "$conns" ] && [ "$conns" -le 9 ] || fail "connections: '$conns', expected 9 or fewer"
 echo "12 idle connections, limit 8: served; $evicted idle connections closed, $conns open"
+kill -KILL "$hpid"
+hpid=
+stop
+
+# 1b. 2 allowed: 4 accepted, the other 6 idle ones in the backlog
+start full --http-max-conns 2 --http-idle-timeout 3600
+"$hold" 127.0.0.1 "$port" 10 >"$tmp/hold1b.out" 2>&1 &
+hpid=$!
+i=0
+until grep -q '^open 10$' "$tmp/hold1b.out" 2>/dev/null; do
+	[ $i -ge 100 ] && fail "hold-conns did not connect"
+	kill -0 "$hpid" 2>/dev/null || fail "hold-conns exited"
+	sleep 0.1
+	i=$((i + 1))
+done
+sleep 1.5
+"$load" --url "$url" --get /health --timeout 60 >"$tmp/health1b" 2>&1 ||
+	fail "a new client was not served with 10 idle connections open, 4 accepted"
+grep -q '^HTTP 200$' "$tmp/health1b" || fail "/health: $(head -n 1 "$tmp/health1b")"
+echo "10 idle connections, limit 2 (4 accepted): served"
 kill -KILL "$hpid"
 hpid=
 stop

@@ -17,15 +17,19 @@
  * cancel post when it has run.
  *
  * Below the endpoints, the connections: rk-serve keeps the connection limit
- * itself so that idle connections cannot lock clients out, and drains the
- * requests in flight before the server stops (see "connections").
+ * itself so that idle connections cannot lock clients out and every client past
+ * it gets an answer, and drains the requests in flight before the server stops
+ * (see "connections"). Every error is in OpenAI's shape, libmicrohttpd's own
+ * included (see "libmicrohttpd's own errors").
  */
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <netdb.h>
 #include <poll.h>
@@ -33,8 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 
 #include <jansson.h>
 #include <microhttpd.h>
@@ -93,6 +100,8 @@ struct conn {
 	char *body;
 	size_t len, cap;
 	bool too_big;
+	bool admitted; /* a completion counted in http.served */
+	bool full;     /* a completion past --http-max-conns: answered 503 */
 };
 
 /*
@@ -105,6 +114,7 @@ static __thread bool hung_up_close;
 /* In "connections" below. */
 static MHD_RESULT queue_response(struct MHD_Connection *c, unsigned int status,
 				 struct MHD_Response *resp);
+static MHD_RESULT reply_full(struct server *srv, struct MHD_Connection *c);
 static void conn_wait(struct MHD_Connection *c, const struct server *srv, bool waiting);
 static json_t *http_json(struct server *srv);
 
@@ -353,13 +363,19 @@ static MHD_RESULT reply(struct MHD_Connection *c, unsigned int status, json_t *b
 }
 
 /* An error in OpenAI's shape (openai.c). */
-static MHD_RESULT reply_error(struct MHD_Connection *c, unsigned int status, const char *msg)
+static json_t *error_json(unsigned int status, const char *code, const char *msg)
 {
 	struct oai_error e = { .status = status,
-			       .type = status >= 500 ? "server_error" : "invalid_request_error" };
+			       .type = status >= 500 ? "server_error" : "invalid_request_error",
+			       .code = code };
 
 	snprintf(e.msg, sizeof(e.msg), "%s", msg);
-	return reply(c, status, oai_error_json(&e));
+	return oai_error_json(&e);
+}
+
+static MHD_RESULT reply_error(struct MHD_Connection *c, unsigned int status, const char *msg)
+{
+	return reply(c, status, error_json(status, NULL, msg));
 }
 
 /* Append an SSE event "data: <json>\n\n" to the reader's buffer. */
@@ -722,7 +738,7 @@ static MHD_RESULT handle_metrics(struct server *srv, struct MHD_Connection *c)
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
 				"text/plain; version=0.0.4; charset=utf-8");
-	ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+	ret = queue_response(c, MHD_HTTP_OK, resp);
 	MHD_destroy_response(resp);
 	return ret;
 }
@@ -750,16 +766,26 @@ static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
  * libmicrohttpd refuses connections past its connection limit, so idle
  * connections (keep-alive ones between requests, clients that never send one)
  * would lock every new client out until they time out. rk-serve keeps
- * --http-max-conns itself instead: while more connections are open than that,
- * the one idle longest is shut down (as nginx reuses its keep-alive
- * connections). libmicrohttpd's own limit is twice as high: room for the
- * connections accepted while the ones shut down are still closing, and for
- * requests past --http-max-conns when every connection is busy (a busy one is
- * never shut down). A connection is idle from its accept, or from the end of
- * its last request, until the headers of its next request are in. Idle
- * connections also time out after --http-idle-timeout (libmicrohttpd's
- * inactivity timeout, which a request waiting for the model turns off:
- * sreq_wait()).
+ * --http-max-conns itself instead, in two ways:
+ *  - At most --http-max-conns completions are answered at once (http.served).
+ *    One whose headers arrive past that is answered 503 with Retry-After
+ *    (reply_full()) once its body is read, and its connection closes: a burst
+ *    of clients gets answers, not resets. GET requests are always answered.
+ *  - While more connections are open than --http-max-conns, the one idle
+ *    longest is shut down (as nginx reuses its keep-alive connections), but
+ *    only once it has been quiet for HTTP_QUIET_NS: no byte has reached it
+ *    since its accept, or since its last request ended (TCP_INFO's
+ *    tcpi_bytes_received, which counts bytes its thread may have read
+ *    already). A connection that has received bytes leaves the idle list: its
+ *    request is arriving and will be answered. A fresh connection is never
+ *    shut down while its client may still be sending its first request.
+ * The acceptor (below) lets in twice as many connections (http.hard), within
+ * the descriptor limit: room for the connections accepted while the ones shut
+ * down are still closing, and for requests answered 503. Past that it stops
+ * accepting and clients wait in the listen backlog (HTTP_BACKLOG, capped by
+ * net.core.somaxconn). Idle connections also time out after
+ * --http-idle-timeout (libmicrohttpd's inactivity timeout, which a request
+ * waiting for the model turns off: sreq_wait()).
  *
  * Shutdown: once http_quiesce() has run, every reply closes its connection,
  * and http_busy() says whether a request is still being answered, arriving,
@@ -768,13 +794,16 @@ static MHD_RESULT handle_health(struct server *srv, struct MHD_Connection *c)
  * new ones) before MHD_stop_daemon() cuts the connections; the last request to
  * end wakes the loop.
  *
- * Threads: on_connection() runs on libmicrohttpd's listening thread (and in
- * MHD_stop_daemon()), the rest on connection threads; all under http.mu.
+ * Threads: the acceptor has its own; on_connection() runs on libmicrohttpd's
+ * polling thread (and in MHD_stop_daemon()), the rest on connection threads;
+ * all under http.mu.
  */
 struct hconn {
 	struct hconn *prev, *next; /* on http.idle while idle, the one idle longest first */
 	struct http *h;
 	MHD_socket fd;	/* open until on_connection() says CLOSED */
+	uint64_t since; /* idle since (CLOCK_MONOTONIC ns) */
+	uint64_t rx;	/* bytes it had received then */
 	bool idle;
 	bool evicted;	/* shut down, not closed yet */
 	bool linger;	/* its request ended while stopping: its client may send again */
@@ -783,23 +812,48 @@ struct hconn {
 struct http {
 	struct MHD_Daemon *d;
 	struct server *srv;
+	int lfd;	      /* listening (the acceptor's; http_quiesce() closes it) */
+	int stop_efd;	      /* wakes the acceptor to stop */
+	pthread_t acc_thread;
+	bool acc_up;
+	unsigned int hard;    /* connections the acceptor lets in at once */
+	unsigned int mhd_limit; /* libmicrohttpd's: fd_room() */
 	pthread_mutex_t mu;
+	pthread_cond_t room;  /* accepted < hard, or acc_stop */
 	/* under mu */
 	struct hconn idle;    /* the list's head */
+	unsigned int accepted; /* handed to libmicrohttpd and not closed */
+	bool acc_stop;
 	unsigned int open;    /* connections accepted and not closed */
 	unsigned int closing; /* ...of which shut down past the limit */
 	unsigned int busy;    /* requests from their first call to on_completed() */
+	unsigned int served;  /* ...of which completions admitted (at most --http-max-conns) */
 	uint64_t evicted;
+	uint64_t full;	      /* completions answered 503: the server was full */
 	bool stopping;
 };
 
-static void idle_add(struct http *h, struct hconn *hc)
+/* Bytes that have reached @fd from its client, read or not; 0 where TCP_INFO cannot say. */
+static uint64_t rx_bytes(MHD_socket fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) ||
+	    len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received))
+		return 0;
+	return ti.tcpi_bytes_received;
+}
+
+static void idle_add(struct http *h, struct hconn *hc, uint64_t rx)
 {
 	hc->prev = h->idle.prev;
 	hc->next = &h->idle;
 	h->idle.prev->next = hc;
 	h->idle.prev = hc;
 	hc->idle = true;
+	hc->since = now_ns();
+	hc->rx = rx;
 }
 
 static void idle_del(struct hconn *hc)
@@ -819,18 +873,29 @@ static void conn_close(struct http *h, struct hconn *hc)
 }
 
 /*
- * Past --http-max-conns: shut down the connection idle longest, unless it is
- * @keep (the one just accepted). Its thread then sees the end of its input and
- * closes it. With h->mu held.
+ * Past --http-max-conns open connections: shut down the connections idle
+ * longest that have been quiet for HTTP_QUIET_NS (see above); those that have
+ * received bytes leave the list. The list is in the order the connections
+ * became idle, so the walk ends at the first one idle for less. With h->mu
+ * held.
  */
-static void evict(struct http *h, const struct hconn *keep)
+static void evict(struct http *h)
 {
-	struct hconn *hc = h->idle.next;
+	uint64_t now = now_ns();
+	struct hconn *hc, *next;
 
-	if (h->open - h->closing <= h->srv->opt.http_max_conns || hc == &h->idle || hc == keep)
-		return;
-	conn_close(h, hc);
-	h->evicted++;
+	for (hc = h->idle.next; hc != &h->idle; hc = next) {
+		next = hc->next;
+		if (h->open - h->closing <= h->srv->opt.http_max_conns ||
+		    now - hc->since < HTTP_QUIET_NS)
+			return;
+		if (rx_bytes(hc->fd) != hc->rx) {
+			idle_del(hc); /* a request is arriving: conn_busy() takes it */
+			continue;
+		}
+		conn_close(h, hc);
+		h->evicted++;
+	}
 }
 
 /* MHD_OPTION_NOTIFY_CONNECTION: a connection is accepted, or closed. */
@@ -856,14 +921,18 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		*socket_context = hc;
 		pthread_mutex_lock(&h->mu);
 		h->open++;
-		idle_add(h, hc);
-		evict(h, hc);
+		idle_add(h, hc, 0);
+		evict(h);
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
-	if (!hc)
-		return;
 	pthread_mutex_lock(&h->mu);
+	if (--h->accepted < h->hard)
+		pthread_cond_signal(&h->room); /* the acceptor may take the next one */
+	if (!hc) {
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
 	if (hc->idle)
 		idle_del(hc);
 	h->open--;
@@ -885,30 +954,46 @@ static struct hconn *conn_of(struct MHD_Connection *c)
 	return ci ? ci->socket_context : NULL;
 }
 
-/* A request on @c begins (its headers are in) or ends (on_completed()). */
-static void conn_busy(struct MHD_Connection *c, bool busy)
+/*
+ * A request on @c begins (its headers are in) or ends (on_completed()); @cn
+ * is its state. A completion that begins is admitted, or marked full when
+ * --http-max-conns others are being answered.
+ */
+static void conn_busy(struct MHD_Connection *c, struct conn *cn, bool completion, bool busy)
 {
 	struct hconn *hc = conn_of(c);
 	struct http *h;
+	uint64_t rx = 0;
 	bool wake;
 
 	if (!hc)
 		return;
 	h = hc->h;
+	if (!busy && !hc->evicted)
+		rx = rx_bytes(hc->fd); /* not under mu: a syscall */
 	pthread_mutex_lock(&h->mu);
 	if (busy) {
 		h->busy++;
 		if (hc->idle)
 			idle_del(hc);
+		if (completion && h->served >= h->srv->opt.http_max_conns) {
+			cn->full = true;
+			h->full++;
+		} else if (completion) {
+			cn->admitted = true;
+			h->served++;
+		}
 		pthread_mutex_unlock(&h->mu);
 		return;
 	}
 	h->busy--;
+	if (cn->admitted)
+		h->served--;
 	if (!hc->evicted) {
-		idle_add(h, hc);
+		idle_add(h, hc, rx);
 		hc->linger = h->stopping; /* http_busy() waits for its client */
 	}
-	evict(h, NULL); /* clients may wait in the backlog for a slot */
+	evict(h); /* clients may wait in the backlog for a slot */
 	wake = h->stopping && !h->busy;
 	pthread_mutex_unlock(&h->mu);
 	if (wake)
@@ -923,7 +1008,72 @@ static void conn_wait(struct MHD_Connection *c, const struct server *srv, bool w
 				  waiting ? 0u : srv->opt.http_idle_s);
 }
 
-/* MHD_queue_response(), and once the server stops, the reply closes its connection. */
+/* ---- libmicrohttpd's own errors ------------------------------------------------------ */
+
+/*
+ * libmicrohttpd answers some requests itself, before any handler of ours
+ * runs: a malformed request line or header (400), a header or URL over its
+ * memory limit (431, 414), a Content-Length or chunk it cannot hold (413), an
+ * HTTP version it does not speak (505). Those answers are HTML, and no option
+ * changes them (0.9.75, Debian 12's, through 1.0.1). It queues each one
+ * through its exported MHD_queue_response(), which it calls through its PLT,
+ * so rk-serve defines MHD_queue_response() itself: the library's calls come
+ * here and queue the same status in OpenAI's shape. rk-serve's own replies
+ * call the library's definition (mhd_queue, found by dlsym(RTLD_NEXT)), so
+ * every call that reaches this one is the library's own. A request line
+ * without a space is not HTTP at all (a TLS ClientHello, say): libmicrohttpd
+ * closes that connection without an answer, and nothing can hook it.
+ */
+typedef MHD_RESULT (*mhd_queue_fn)(struct MHD_Connection *c, unsigned int status,
+				   struct MHD_Response *resp);
+static mhd_queue_fn mhd_queue;
+
+static const char *mhd_error_msg(unsigned int status)
+{
+	switch (status) {
+	case MHD_HTTP_BAD_REQUEST:
+		return "malformed HTTP request";
+	case MHD_HTTP_URI_TOO_LONG:
+		return "request URL too long";
+	case MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE:
+		return "request header fields too large";
+	case 413: /* content too large */
+		return "request body too large";
+	case MHD_HTTP_HTTP_VERSION_NOT_SUPPORTED:
+		return "HTTP version not supported";
+	default:
+		return status >= 500 ? "internal server error" : "bad request";
+	}
+}
+
+MHD_RESULT MHD_queue_response(struct MHD_Connection *c, unsigned int status,
+			      struct MHD_Response *resp)
+{
+	struct MHD_Response *own;
+	MHD_RESULT ret;
+	json_t *j;
+	char *s;
+
+	if (status < 400)
+		return mhd_queue(c, status, resp);
+	j = error_json(status, NULL, mhd_error_msg(status));
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	own = s ? MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE) : NULL;
+	if (!own) {
+		free(s);
+		return mhd_queue(c, status, resp); /* no memory: its own answer, still one */
+	}
+	MHD_add_response_header(own, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	ret = mhd_queue(c, status, own);
+	MHD_destroy_response(own); /* the library destroys @resp itself */
+	return ret;
+}
+
+/* ---- connections: replies ----------------------------------------------------------- */
+
+/* The library's MHD_queue_response(), and once the server stops, the reply closes its
+ * connection. */
 static MHD_RESULT queue_response(struct MHD_Connection *c, unsigned int status,
 				 struct MHD_Response *resp)
 {
@@ -937,13 +1087,54 @@ static MHD_RESULT queue_response(struct MHD_Connection *c, unsigned int status,
 	}
 	if (stopping)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	return MHD_queue_response(c, status, resp);
+	return mhd_queue(c, status, resp);
+}
+
+/*
+ * A completion past --http-max-conns: 503 in OpenAI's shape, with Retry-After,
+ * and its connection closes (its body has been read: no reset for unread
+ * bytes), which makes room for the next client.
+ */
+static MHD_RESULT reply_full(struct server *srv, struct MHD_Connection *c)
+{
+	struct MHD_Response *resp;
+	char msg[160], *s;
+	MHD_RESULT ret;
+	json_t *j;
+
+	snprintf(msg, sizeof(msg), "The server is full: it answers %u completions at once "
+		 "(--http-max-conns). Retry after %u s.", srv->opt.http_max_conns,
+		 HTTP_RETRY_AFTER_S);
+	j = error_json(MHD_HTTP_SERVICE_UNAVAILABLE, "server_full", msg);
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!s)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(s);
+		return MHD_NO;
+	}
+	snprintf(msg, sizeof(msg), "%u", HTTP_RETRY_AFTER_S);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, msg);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	ret = mhd_queue(c, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+	MHD_destroy_response(resp);
+	return ret;
 }
 
 static void http_free(struct server *srv)
 {
-	pthread_mutex_destroy(&srv->http->mu);
-	free(srv->http);
+	struct http *h = srv->http;
+
+	if (h->lfd >= 0)
+		close(h->lfd);
+	if (h->stop_efd >= 0)
+		close(h->stop_efd);
+	pthread_cond_destroy(&h->room);
+	pthread_mutex_destroy(&h->mu);
+	free(h);
 	srv->http = NULL;
 }
 
@@ -954,8 +1145,9 @@ static json_t *http_json(struct server *srv)
 	json_t *j;
 
 	pthread_mutex_lock(&h->mu);
-	j = json_pack("{s:i,s:i,s:I}", "connections", (int)(h->open - h->closing), "max_conns",
-		      (int)srv->opt.http_max_conns, "evicted", (json_int_t)h->evicted);
+	j = json_pack("{s:i,s:i,s:I,s:I}", "connections", (int)(h->open - h->closing), "max_conns",
+		      (int)srv->opt.http_max_conns, "evicted", (json_int_t)h->evicted, "full",
+		      (json_int_t)h->full);
 	pthread_mutex_unlock(&h->mu);
 	return j;
 }
@@ -969,6 +1161,7 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 	struct conn *cn = *con_cls;
 	bool post = !strcmp(method, MHD_HTTP_METHOD_POST);
 	bool get = !strcmp(method, MHD_HTTP_METHOD_GET);
+	bool completion = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions");
 
 	(void)version;
 	if (!cn) {
@@ -978,19 +1171,18 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 		if (!cn)
 			return MHD_NO;
 		*con_cls = cn;
-		conn_busy(c, true);
-		if (post && (!strcmp(url, "/v1/completions") ||
-			     !strcmp(url, "/v1/chat/completions")))
+		conn_busy(c, cn, post && completion, true);
+		if (post && completion)
 			return MHD_YES; /* the body follows in later calls */
 	}
-	if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+	if (completion) {
 		if (!post)
 			return reply_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "use POST");
 		if (*upload_size) {
 			size_t n = *upload_size;
 
 			*upload_size = 0;
-			if (cn->too_big || cn->len + n > MAX_BODY) {
+			if (cn->full || cn->too_big || cn->len + n > MAX_BODY) {
 				cn->too_big = true;
 				return MHD_YES;
 			}
@@ -1007,6 +1199,8 @@ static MHD_RESULT on_http(void *cls, struct MHD_Connection *c, const char *url, 
 			cn->len += n;
 			return MHD_YES;
 		}
+		if (cn->full)
+			return reply_full(srv, c);
 		return handle_completion(srv, c, cn,
 					 url[4] == 'c' && url[5] == 'h' ? API_CHAT : API_COMPLETION);
 	}
@@ -1034,10 +1228,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	(void)toe;
 	hung_up_close = false;
 	if (cn) {
+		conn_busy(c, cn, false, false);
 		free(cn->body);
 		free(cn);
 		*con_cls = NULL;
-		conn_busy(c, false);
 	}
 }
 
@@ -1053,52 +1247,199 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 	vfprintf(stderr, fmt, ap);
 }
 
+/*
+ * The descriptors this process may open (raised to its hard limit first) bound
+ * the connections: each takes two while it streams (its socket and its
+ * request's eventfd), HTTP_FD_RESERVE left for the rest. libmicrohttpd's own
+ * limit is that room; rk-serve's (http.hard) is HTTP_HARD_CONNS(--http-max-conns)
+ * within it.
+ */
+static unsigned int fd_room(const struct server *srv)
+{
+	unsigned int want = HTTP_HARD_CONNS(srv->opt.http_max_conns);
+	struct rlimit rl;
+	rlim_t room;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return want;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 2 > (rlim_t)UINT_MAX / 2)
+		return UINT_MAX / 2;
+	room = rl.rlim_cur / 2 > HTTP_FD_RESERVE ? rl.rlim_cur / 2 - HTTP_FD_RESERVE : 1;
+	if (room < want)
+		fprintf(stderr, PROG ": %llu descriptors allow %llu HTTP connections, not %u "
+			"(--http-max-conns %u); raise ulimit -n\n", (unsigned long long)rl.rlim_cur,
+			(unsigned long long)room, want, srv->opt.http_max_conns);
+	return (unsigned int)room;
+}
+
+/* Hand accepted socket @fd to libmicrohttpd, counted in http.accepted until it closes. */
+static void conn_add(struct http *h, int fd, const struct sockaddr_storage *ss, socklen_t len)
+{
+	pthread_mutex_lock(&h->mu);
+	h->accepted++;
+	pthread_mutex_unlock(&h->mu);
+	/* on failure the library has closed @fd, and no notification comes */
+	if (MHD_add_connection(h->d, fd, (const struct sockaddr *)ss, len) != MHD_YES) {
+		pthread_mutex_lock(&h->mu);
+		h->accepted--;
+		pthread_mutex_unlock(&h->mu);
+	}
+}
+
+/*
+ * The acceptor thread: rk-serve accepts, not libmicrohttpd, whose listening
+ * thread (thread per connection, poll()) accepts past its connection limit and
+ * closes at once what it cannot take. This one stops accepting at http.hard
+ * connections, so that clients wait in the listen backlog until one closes
+ * (on_connection() signals http.room), and stops for good at http_quiesce().
+ * While it waits, nothing else may run evict(): it does, every
+ * HTTP_QUIET_NS / 4, so that quiet connections make room.
+ */
+static void *acceptor(void *arg)
+{
+	struct http *h = arg;
+	struct sockaddr_storage ss;
+	struct pollfd p[2];
+	struct timespec ts;
+	uint64_t t;
+	socklen_t len;
+	bool stop;
+	int fd;
+
+	for (;;) {
+		pthread_mutex_lock(&h->mu);
+		while (h->accepted >= h->hard && !h->acc_stop) {
+			evict(h);
+			t = now_ns() + HTTP_QUIET_NS / 4;
+			ts = (struct timespec){ .tv_sec = (time_t)(t / 1000000000u),
+						.tv_nsec = (long)(t % 1000000000u) };
+			pthread_cond_timedwait(&h->room, &h->mu, &ts); /* CLOCK_MONOTONIC */
+		}
+		stop = h->acc_stop;
+		pthread_mutex_unlock(&h->mu);
+		if (stop)
+			return NULL;
+		p[0] = (struct pollfd){ .fd = h->lfd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = h->stop_efd, .events = POLLIN };
+		if (poll(p, 2, -1) < 0 || !(p[0].revents & POLLIN))
+			continue; /* EINTR, or the stop: seen above */
+		len = sizeof(ss);
+		fd = accept4(h->lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+		if (fd < 0) {
+			/* out of descriptors or memory: the backlog waits, not a busy loop */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				poll(&p[1], 1, HTTP_ACCEPT_RETRY_MS);
+			continue;
+		}
+		conn_add(h, fd, &ss, len);
+	}
+}
+
+/* The listening socket of --http (IPv6: v6 only, as libmicrohttpd's was). Return: fd or -errno. */
+static int listen_on(const struct sockaddr_storage *ss, socklen_t sslen)
+{
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    (ss->ss_family == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one))) ||
+	    bind(fd, (const struct sockaddr *)ss, sslen) || listen(fd, (int)HTTP_BACKLOG)) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 int http_start(struct server *srv)
 {
 	struct sockaddr_storage ss;
-	const union MHD_DaemonInfo *info;
 	char host[NI_MAXHOST], port[NI_MAXSERV];
+	pthread_condattr_t ca;
 	socklen_t sslen;
 	struct http *h;
-	/* poll(), not select(): descriptors past FD_SETSIZE are fine */
+	/* poll(), not select(): descriptors past FD_SETSIZE are fine; the ITC wakes its
+	 * thread for each connection the acceptor adds */
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-			     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+			     MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+			     MHD_USE_NO_LISTEN_SOCKET;
 	int err;
 
 	if (parse_listen(srv->opt.http, &ss, &sslen))
 		return -EINVAL; /* checked at startup; cannot happen */
-	if (ss.ss_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
+	mhd_queue = (mhd_queue_fn)dlsym(RTLD_NEXT, "MHD_queue_response");
+	if (!mhd_queue) {
+		fprintf(stderr, PROG ": libmicrohttpd's MHD_queue_response: %s\n", dlerror());
+		return -ENOSYS;
+	}
 	g_started = (int64_t)time(NULL);
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
+	h->lfd = h->stop_efd = -1;
 	err = pthread_mutex_init(&h->mu, NULL);
 	if (err) {
 		free(h);
 		return -err;
 	}
+	pthread_condattr_init(&ca);
+	err = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* now_ns()'s */
+	if (!err)
+		err = pthread_cond_init(&h->room, &ca);
+	pthread_condattr_destroy(&ca);
+	if (err) {
+		pthread_mutex_destroy(&h->mu);
+		free(h);
+		return -err;
+	}
 	h->srv = srv;
+	h->mhd_limit = fd_room(srv);
+	h->hard = HTTP_HARD_CONNS(srv->opt.http_max_conns);
+	if (h->hard > h->mhd_limit)
+		h->hard = h->mhd_limit;
 	h->idle.prev = h->idle.next = &h->idle;
 	srv->http = h;
+	h->lfd = listen_on(&ss, sslen);
+	if (h->lfd < 0) {
+		err = h->lfd;
+		fprintf(stderr, PROG ": cannot serve HTTP on %s: %s\n", srv->opt.http,
+			strerror(-err));
+		goto err_free;
+	}
+	h->stop_efd = eventfd(0, EFD_CLOEXEC);
+	if (h->stop_efd < 0) {
+		err = -errno;
+		goto err_free;
+	}
 	/* the logger first, so that it gets every message */
 	h->d = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_http, srv, MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
-		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
-		on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-		MHD_OPTION_CONNECTION_LIMIT, HTTP_HARD_CONNS(srv->opt.http_max_conns),
-		MHD_OPTION_CONNECTION_TIMEOUT, srv->opt.http_idle_s, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
+		on_connection, h, MHD_OPTION_CONNECTION_LIMIT, h->mhd_limit,
+		MHD_OPTION_CONNECTION_TIMEOUT,
+		srv->opt.http_idle_s, MHD_OPTION_END);
 	if (!h->d) {
-		err = errno ? errno : EADDRINUSE;
-		fprintf(stderr, PROG ": cannot serve HTTP on %s: %s\n", srv->opt.http,
-			strerror(err));
-		http_free(srv);
-		return -err;
+		err = -(errno ? errno : ENOMEM);
+		fprintf(stderr, PROG ": cannot start libmicrohttpd: %s\n", strerror(-err));
+		goto err_free;
 	}
+	err = -pthread_create(&h->acc_thread, NULL, acceptor, h);
+	if (err) {
+		MHD_stop_daemon(h->d);
+		goto err_free;
+	}
+	h->acc_up = true;
 	/* port 0 picks a free port: say which */
-	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_LISTEN_FD);
 	sslen = sizeof(ss);
-	if (!info || getsockname(info->listen_fd, (struct sockaddr *)&ss, &sslen) ||
+	if (getsockname(h->lfd, (struct sockaddr *)&ss, &sslen) ||
 	    getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), port, sizeof(port),
 			NI_NUMERICHOST | NI_NUMERICSERV)) {
 		snprintf(srv->http_url, sizeof(srv->http_url), "http://%s", srv->opt.http);
@@ -1107,6 +1448,23 @@ int http_start(struct server *srv)
 	snprintf(srv->http_url, sizeof(srv->http_url),
 		 ss.ss_family == AF_INET6 ? "http://[%s]:%s" : "http://%s:%s", host, port);
 	return 0;
+err_free:
+	http_free(srv);
+	return err;
+}
+
+/* Stop the acceptor thread; the listening socket stays open. */
+static void acceptor_stop(struct http *h)
+{
+	if (!h->acc_up)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->acc_stop = true;
+	pthread_cond_broadcast(&h->room);
+	pthread_mutex_unlock(&h->mu);
+	eventfd_write(h->stop_efd, 1);
+	pthread_join(h->acc_thread, NULL);
+	h->acc_up = false;
 }
 
 void http_quiesce(struct server *srv)
@@ -1114,39 +1472,37 @@ void http_quiesce(struct server *srv)
 	struct http *h = srv->http;
 	struct sockaddr_storage ss;
 	socklen_t len;
-	MHD_socket fd, s;
+	unsigned int room = 0;
+	const union MHD_DaemonInfo *di;
+	int fd;
 
 	if (!h)
 		return;
 	pthread_mutex_lock(&h->mu);
 	h->stopping = true; /* from here on every reply closes its connection */
 	pthread_mutex_unlock(&h->mu);
-	fd = MHD_quiesce_daemon(h->d);
-	if (fd == MHD_INVALID_SOCKET)
-		return;
+	acceptor_stop(h);
 	/*
 	 * The clients in the listen backlog have connected: they are served too
-	 * (libmicrohttpd frees each one it cannot take), so only a client that
-	 * connects after the close below is refused, and none is reset.
+	 * (a 503), up to libmicrohttpd's limit, so only a client that connects
+	 * after the close below is refused, and none is reset.
 	 */
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0) {
-		for (;;) {
-			len = sizeof(ss);
-			s = accept4(fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
-			if (s < 0 && errno == EINTR)
-				continue;
-			if (s < 0)
-				break; /* EAGAIN: the backlog is empty */
-			MHD_add_connection(h->d, s, (struct sockaddr *)&ss, len);
-		}
+	di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+	if (di && h->mhd_limit > di->num_connections)
+		room = h->mhd_limit - di->num_connections;
+	for (; room; room--) {
+		len = sizeof(ss);
+		fd = accept4(h->lfd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+		if (fd < 0 && errno == EINTR)
+			continue;
+		if (fd < 0)
+			break; /* EAGAIN: the backlog is empty */
+		conn_add(h, fd, &ss, len);
 	}
-	/*
-	 * Stop listening now: close() alone leaves the socket listening while
-	 * libmicrohttpd's thread, woken by the quiesce, is still in its poll()
-	 * on it, and connections made meanwhile would be reset later.
-	 */
-	shutdown(fd, SHUT_RDWR);
-	close(fd);
+	/* stop listening now: a client that connects from here on is refused */
+	shutdown(h->lfd, SHUT_RDWR);
+	close(h->lfd);
+	h->lfd = -1;
 }
 
 bool http_busy(struct server *srv)
@@ -1186,6 +1542,7 @@ void http_stop(struct server *srv)
 		fprintf(stderr, PROG ": %u HTTP request(s) still being answered at the end of the "
 			"drain: cut\n", h->busy);
 	pthread_mutex_unlock(&h->mu);
+	acceptor_stop(h); /* stopped already, unless http_quiesce() did not run */
 	MHD_stop_daemon(h->d); /* every connection closed: on_connection() ran */
 	http_free(srv);
 }

@@ -42,6 +42,7 @@ static int refuse(struct oai_error *e, unsigned int status, const char *param, c
 
 	e->status = status;
 	e->type = status >= 500 ? "server_error" : "invalid_request_error";
+	e->code = NULL;
 	snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
@@ -247,6 +248,31 @@ static int get_real(json_t *v, const char *name, double lo, double hi, bool lo_o
 	return 0;
 }
 
+/*
+ * "model" names the one model served (MODEL_ID, what /v1/models lists); another name is
+ * OpenAI's 404 model_not_found. The name is quoted up to a whole UTF-8 character, so that
+ * the message stays valid JSON text.
+ */
+static int check_model(json_t *v, struct oai_error *e)
+{
+	const char *name = json_string_value(v);
+	size_t n;
+	int ret;
+
+	if (!name)
+		return BAD(e, "model", "model: expected a string");
+	if (!strcmp(name, MODEL_ID))
+		return 0;
+	n = strnlen(name, MAX_MODEL_QUOTE);
+	if (n == MAX_MODEL_QUOTE)
+		while (n && ((unsigned char)name[n] & 0xc0) == 0x80)
+			n--;
+	ret = refuse(e, 404, NULL, "The model `%.*s%s` does not exist or you do not have access "
+		     "to it.", (int)n, name, name[n] ? "..." : "");
+	e->code = "model_not_found";
+	return ret;
+}
+
 /* Fields a client may send whose only value the toy model honours is the default. */
 static int default_only(const char *key, json_t *v, struct oai_error *e)
 {
@@ -294,8 +320,10 @@ static int default_only(const char *key, json_t *v, struct oai_error *e)
 			return 0;
 		return BAD(e, key, "%s: only {\"type\": \"text\"} is supported", key);
 	}
-	if (!strcmp(key, "user") || !strcmp(key, "model")) {
-		if (json_is_string(v) || (json_is_null(v) && key[0] == 'u'))
+	if (!strcmp(key, "model"))
+		return check_model(v, e);
+	if (!strcmp(key, "user")) {
+		if (json_is_string(v) || json_is_null(v))
 			return 0;
 		return BAD(e, key, "%s: expected a string", key);
 	}
@@ -504,8 +532,9 @@ static json_t *tokens_json(const uint32_t *t, uint32_t n)
 
 json_t *oai_error_json(const struct oai_error *e)
 {
-	return json_pack("{s:{s:s,s:s,s:o,s:n}}", "error", "message", e->msg, "type", e->type,
-			 "param", e->param[0] ? json_string(e->param) : json_null(), "code");
+	return json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", e->msg, "type", e->type,
+			 "param", e->param[0] ? json_string(e->param) : json_null(), "code",
+			 e->code ? json_string(e->code) : json_null());
 }
 
 static json_t *envelope(const struct oai_reply *r, bool chunk)

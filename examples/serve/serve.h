@@ -35,8 +35,13 @@
 #define DRAIN_TICK_NS  (50 * 1000000ull)   /* the drain looks at its deadlines this often */
 #define DEF_HTTP_MAX_CONNS 256u
 #define MAX_HTTP_CONNS	   65536u
-#define HTTP_HARD_CONNS(n) (2 * (n)) /* libmicrohttpd's limit (http.c, "connections") */
+#define HTTP_HARD_CONNS(n) (2 * (n)) /* connections open at most (http.c, "connections") */
 #define DEF_HTTP_IDLE_S	   15u
+#define HTTP_QUIET_NS	   (1000000000ull) /* an idle connection may be shut down after */
+#define HTTP_RETRY_AFTER_S 1u	  /* a 503 from a full server */
+#define HTTP_BACKLOG	   65535u /* listen(); the kernel caps it at net.core.somaxconn */
+#define HTTP_FD_RESERVE	   256u	  /* descriptors not counted for HTTP connections */
+#define HTTP_ACCEPT_RETRY_MS 10	  /* out of descriptors: the acceptor retries after */
 #define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
 
 enum serve_msg {
@@ -426,6 +431,7 @@ int metrics_render(const struct server *srv, const struct metrics_wait *m, char 
 /* ---- openai.c: the OpenAI-compatible shapes (HTTP threads; stop_scan: loop) ---- */
 
 #define MODEL_ID     "rankrt-toy"
+#define MAX_MODEL_QUOTE 64u /* bytes of an unknown model's name that its 404 quotes */
 #define MAX_STOP     8u
 #define MAX_STOP_LEN 64u
 #define MAX_STOP_IDS 16u
@@ -472,6 +478,7 @@ struct oai_params {
 struct oai_error {
 	unsigned int status;
 	const char *type;
+	const char *code; /* NULL: null */
 	char param[64]; /* "": none */
 	char msg[256];
 };
@@ -487,7 +494,8 @@ struct oai_reply {
 };
 
 uint64_t oai_next_id(void);
-/* Return: 0; -EINVAL (400: @e says which field and why), -ENOMEM (500). */
+/* Return: 0; -EINVAL (400, or 404 for an unknown model: @e says which field and why),
+ * -ENOMEM (500). */
 int oai_parse(const struct server *srv, enum api_kind kind, const char *body, size_t len,
 	      struct oai_params *p, struct oai_error *e);
 /* Replies; @text: room for @n + 1 characters. NULL without memory. */
