@@ -6,7 +6,7 @@
 #    the requests in flight fail alone with a 500 server_error naming rank 1 and
 #    RK_EROUNDTIMEOUT (JSON and streaming), each rank logs which rank was slow,
 #    /metrics counts it, and a later request succeeds;
-# 2. its launch() blocks its loop thread 2.5 s on round 3 (a backend blocked
+# 2. its launch() blocks its loop thread 4 s on round 3 (a backend blocked
 #    inside a collective call): /v1/stats and /metrics still answer, leaving
 #    rank 1 out (rankrt_rank_answered 0), and the round fails naming rank 0
 #    (a rank whose loop is blocked cannot report itself);
@@ -22,10 +22,10 @@ command -v curl >/dev/null || { echo "SKIP: no curl(1)"; exit 77; }
 bound=300
 export RK_ROUND_TIMEOUT_MS=$bound
 
-# start NAME STALL: a TP2 job with RK_TEST_STALL=STALL; sets $url
+# start NAME STALL [PEER_TIMEOUT_MS]: a TP2 job with RK_TEST_STALL=STALL; sets $url
 start()
 {
-	RK_TEST_STALL=$2 "$launch" --hosts localhost,localhost -- "$serve" --http 127.0.0.1:0 \
+	RK_TEST_STALL=$2 RK_PEER_TIMEOUT_MS=${3:-5000} "$launch" --hosts localhost,localhost -- "$serve" --http 127.0.0.1:0 \
 		</dev/null >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	lpid=$!
 	wait_url "$tmp/$1.out" "$lpid" '\[r0\] rk-serve:'
@@ -66,6 +66,7 @@ for p in $pids; do
 	wait "$p"
 done
 pids=
+sleep 1 # rank 1's worker is past its stall: the next round is not queued behind it
 post later '{"prompt":"after the stall","max_tokens":8}'
 curl -s -m 30 "$url/metrics" >"$tmp/stall.metrics"
 echo "1. rank 1's worker stalls 450 ms on round 4 (bound ${bound} ms):"
@@ -100,18 +101,25 @@ echo "  rankrt_sched_round_timeouts_total $n"
 [ "${n:-0}" -ge 1 ] || fail "/metrics counts no round timeout"
 stop
 
-# ---- 2. a follower's loop blocks 2.5 s on round 3 -------------------------------------
-start loop 1:3:2500:loop
+# ---- 2. a follower's loop blocks 4 s on round 3 ---------------------------------------
+# (its heartbeats stop meanwhile: a peer timeout above the block keeps it alive)
+start loop 1:3:4000:loop 20000
 post blocked '{"prompt":"watchdog loop","max_tokens":40}' &
 cpid=$!
-sleep 0.5
+# asked once round 3 has failed: rank 1's loop is blocked until well after
+i=0
+until grep -q 'round 3: rank 0 did not finish' "$tmp/loop.err"; do
+	[ $i -ge 300 ] && fail "round 3 did not time out in 30 s"
+	sleep 0.1
+	i=$((i + 1))
+done
 curl -s -m 30 -o "$tmp/loop.stats" -w '%{http_code} %{time_total}' "$url/v1/stats" \
 	>"$tmp/stats.code"
 curl -s -m 30 -o "$tmp/loop.metrics" -w '%{http_code} %{time_total}' "$url/metrics" \
 	>"$tmp/metrics.code"
 wait "$cpid"
 cpid=
-echo "2. rank 1's loop blocks 2.5 s in launch() of round 3:"
+echo "2. rank 1's loop blocks 4 s in launch() of round 3:"
 for n in stats metrics; do
 	read -r code secs <"$tmp/$n.code"
 	[ $n = stats ] && path=/v1/stats || path=/metrics

@@ -119,6 +119,7 @@ void stats_fail_all(struct server *srv, int err)
 void stats_start(struct server *srv)
 {
 	uint8_t msg[MSG_HDR] = { 0 };
+	struct stats_wait *w;
 	int ret;
 
 	if (srv->st_cur || !srv->st_next)
@@ -133,8 +134,11 @@ void stats_start(struct server *srv)
 		stats_finish(srv, 0);
 		return;
 	}
-	/* a rank whose loop is wedged, or a peer that is no rk-serve, holds no scrape */
-	rk_timer_start(srv->loop, &srv->st_timer, STATS_WAIT_NS, 0);
+	/* a rank whose loop is blocked, or a peer that is no rk-serve, holds no scrape */
+	for (w = srv->st_cur; w && !w->bounded; w = w->next)
+		;
+	if (w)
+		rk_timer_start(srv->loop, &srv->st_timer, STATS_WAIT_NS, 0);
 	put32(msg, MSG_STATS_REQ);
 	put64(msg + 8, srv->st_seq);
 	ret = send_msg(srv, -1, msg, sizeof(msg));
@@ -175,6 +179,7 @@ enum rk_activity stats_post_cb(struct rk_post *p)
 		w->done(w);
 		return RK_BUSY;
 	}
+	w->bounded = true;
 	w->next = srv->st_next;
 	srv->st_next = w;
 	stats_start(srv);

@@ -38,7 +38,8 @@
 #define HTTP_HARD_CONNS(n) (2 * (n)) /* libmicrohttpd's limit (http.c, "connections") */
 #define DEF_HTTP_IDLE_S	   15u
 #define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
-/* a stats collection ends without the ranks that did not answer by then (peers.c) */
+/* a collection for an HTTP waiter ends without the ranks that did not answer by then
+ * (peers.c); --bench and --demo wait for every rank */
 #define STATS_WAIT_NS  (1000 * 1000000ull)
 /* the leader stops the job when one rank missed this many rounds in a row (peers.c) */
 #define ROUND_TIMEOUTS_STOP 3u
@@ -197,6 +198,7 @@ struct stats_wait {
 	struct rk_sched_stats sched;
 	uint64_t req_total, req_active, req_failed, req_cancelled;
 	bool finished; /* HTTP waiters: under srv->mu */
+	bool bounded;  /* an HTTP waiter: its collection ends within STATS_WAIT_NS */
 };
 
 struct server {
