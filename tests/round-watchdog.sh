@@ -25,8 +25,8 @@ export RK_ROUND_TIMEOUT_MS=$bound
 # start NAME STALL [PEER_TIMEOUT_MS]: a TP2 job with RK_TEST_STALL=STALL; sets $url
 start()
 {
-	RK_TEST_STALL=$2 RK_PEER_TIMEOUT_MS=${3:-5000} "$launch" --hosts localhost,localhost -- "$serve" --http 127.0.0.1:0 \
-		</dev/null >"$tmp/$1.out" 2>"$tmp/$1.err" &
+	RK_TEST_STALL=$2 RK_PEER_TIMEOUT_MS=${3:-5000} "$launch" --hosts localhost,localhost -- \
+		"$serve" --http 127.0.0.1:0 </dev/null >"$tmp/$1.out" 2>"$tmp/$1.err" &
 	lpid=$!
 	wait_url "$tmp/$1.out" "$lpid" '\[r0\] rk-serve:'
 }

@@ -156,8 +156,9 @@ enum rk_activity stats_late_cb(struct rk_timer *t, uint64_t now)
 		return RK_IDLE;
 	for (r = 1; r < srv->size; r++)
 		if (!srv->st_ranks[r].valid)
-			fprintf(stderr, PROG "[r0]: stats: rank %d did not answer in %llu ms: left out\n",
-				r, STATS_WAIT_NS / 1000000);
+			fprintf(stderr,
+				PROG "[r0]: stats: rank %d did not answer in %llu ms: left out\n", r,
+				STATS_WAIT_NS / 1000000);
 	stats_finish(srv, 0);
 	stats_start(srv);
 	return RK_IDLE;
