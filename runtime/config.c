@@ -87,6 +87,7 @@ enum knob_id {
 	K_PEER_TIMEOUT_MS,
 	K_CONNECT_TIMEOUT_MS,
 	K_HANDSHAKE_MS,
+	K_ROUND_TIMEOUT_MS,
 	K_RESIDENT,
 	K_LOG,
 	K_LOG_TIME,
@@ -182,6 +183,11 @@ static const struct knob knobs[] = {
 	[K_HANDSHAKE_MS] = { "RK_HANDSHAKE_MS", "handshake_ms", KIND_U64,
 			     T(handshake_timeout_ns), NS_PER_MS, 1, 600000,
 			     "an accepted socket must HELLO within this, ms" },
+	[K_ROUND_TIMEOUT_MS] = { "RK_ROUND_TIMEOUT_MS", "round_timeout_ms", KIND_U64,
+				 T(round_timeout_ns), NS_PER_MS, 0, 86400000,
+				 "a rank's share of a round fails with RK_EROUNDTIMEOUT after "
+				 "the larger of this and 10x the slowest round seen, ms (0 = no "
+				 "watchdog)" },
 	[K_RESIDENT] = { "RK_RESIDENT", "resident", KIND_TRI, T(resident), 1, 0, 0,
 			 "resident rounds: auto (where the backend measured better), on, off "
 			 "(the launch path)" },
@@ -299,6 +305,7 @@ void rk_config_init(struct rk_config *cfg)
 	t->rx_buf_count = RK_DEF_RX_BUF_COUNT;
 	t->heartbeat_ns = RK_DEF_HEARTBEAT_MS * NS_PER_MS;
 	t->handshake_timeout_ns = RK_DEF_HANDSHAKE_MS * NS_PER_MS;
+	t->round_timeout_ns = RK_DEF_ROUND_TIMEOUT_MS * NS_PER_MS;
 	t->max_pending = RK_DEF_MAX_PENDING;
 	t->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
 	t->lane = true;

@@ -13,7 +13,7 @@
  * events.
  *
  * Frames. From rk_sched_create() until rk_sched_destroy() the world hands the
- * scheduler its own frames (ROUND, ROUND_DONE, and the USER frames of its
+ * scheduler its own frames (ROUND, ROUND_DONE, ROUND_WATCH, and the USER frames of its
  * backend's tags, rk_backend_ops.frame) as the link that received them
  * decoded them, once: the world's frame callback (rk_world_ops.frame) never
  * sees them, and a ROUND is decoded once per rank.
@@ -35,8 +35,9 @@
  * changed after submit, no memory for its history, the backend's token()
  * failing for its stream) fails alone, with its id in the log line; the round
  * and every other request go on. Only a failure of the whole round (a
- * broadcast, launch() or a rank's share failing) fails the requests in that
- * round; queued requests go on with the next.
+ * broadcast, launch() or a rank's share failing, or not finishing within the
+ * round bound: the round watchdog below) fails the requests in that round;
+ * queued requests go on with the next.
  *
  * Callbacks and re-entrancy. The scheduler calls out to the backend (launch,
  * token, retire), to requests (rk_request_cb), to the drafter and to the
@@ -49,8 +50,10 @@
  * - request callback: rk_sched_submit(), rk_sched_cancel() (of any request,
  *   itself included), rk_sched_stop(), rk_sched_idle/busy/stats(), and the
  *   world's and loop's calls a loop callback may make (rk_runtime.h);
- * - launch(): rk_sched_complete() (for this round too), and what a request
- *   callback may call;
+ * - launch(): rk_sched_complete() (for this round too),
+ *   rk_sched_round_progress(), and what a request callback may call;
+ * - the timeout callback (rk_sched_set_timeout_cb()): what a request callback
+ *   may call;
  * - frame(): the same as launch();
  * - token(), retire(), the drafter, the tracer: rk_sched_idle/busy/stats()
  *   only;
@@ -293,6 +296,11 @@ struct rk_sched_stats {
 					 * the leader, each round it launches; a
 					 * follower none, its link decoded each ROUND
 					 * once on arrival and handed it over */
+	uint64_t round_timeouts;	/* rounds failed by the round watchdog: the
+					 * leader's verdicts, the ones a follower heard */
+	uint64_t progress_sent;		/* follower: progress frames to the leader */
+	uint64_t round_bound_ns;	/* gauge: how long this rank waits for a round
+					 * now (0: no watchdog; rk_sched_round_progress) */
 };
 
 /*
@@ -405,9 +413,57 @@ RK_EXPORT int rk_sched_cancel(struct rk_sched *s, struct rk_request *req);
  * tokens are verified and emitted and the next round starts; reported from
  * inside launch(), that happens from the loop once launch() has returned.
  * Follower: a failure goes back to the leader in a ROUND_DONE (with @status);
- * a success sends nothing. After rk_sched_stop() the report is only counted.
+ * a success sends nothing. After rk_sched_stop(), or for a round that ended
+ * another way (a follower's failure, the round watchdog), the report is only
+ * counted.
  */
 RK_EXPORT void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status);
+
+/*
+ * The round watchdog. Every rank bounds its share of each round it launches:
+ * the bound is the larger of the loop's RK_ROUND_TIMEOUT_MS (a tuning knob,
+ * default 10 s; 0 turns the watchdog off) and 10 times the slowest round this
+ * rank finished without a progress call (rk_sched_stats.round_bound_ns). A
+ * follower whose share is not reported by then tells the leader (a ROUND_DONE
+ * with -RK_EROUNDTIMEOUT); the leader waits a quarter of the bound longer,
+ * for those reports, and then blames itself. The leader then fails that
+ * round alone: its requests end with -RK_EROUNDTIMEOUT, the queued ones go on
+ * with the next round, and every rank's timeout callback hears which rank was
+ * slow (the leader's verdict reaches each follower in a ROUND_WATCH frame).
+ * The slow rank's backend still holds the round: it reports it when it can
+ * (only counted, as any report of a round that ended another way), and
+ * whether the job goes on is the application's choice (rk-serve stops after
+ * 3 timeouts in a row of one rank, docs/SERVE.md).
+ */
+
+/*
+ * Called on every rank, on the loop thread, when round @round_id failed
+ * because rank @rank did not finish its share in time: on the leader before
+ * the round's requests fail, on a follower when the leader's verdict comes.
+ * It may call what a request callback may (rk_sched_stop(), ...).
+ */
+typedef void (*rk_sched_timeout_cb)(void *arg, struct rk_sched *s, uint64_t round_id, int rank);
+
+/**
+ * rk_sched_set_timeout_cb() - hear the round watchdog's verdicts with @cb
+ * (NULL: none), with @arg. Loop thread.
+ */
+RK_EXPORT void rk_sched_set_timeout_cb(struct rk_sched *s, rk_sched_timeout_cb cb, void *arg);
+
+/**
+ * rk_sched_round_progress() - the backend's "still working" on its share of
+ * round @round_id (a long prefill): this rank's deadline for it moves to a
+ * bound from now, and a follower's leader hears it too (a ROUND_WATCH frame,
+ * at most four per bound), so the leader's deadline moves as well. A round
+ * with a progress call does not count as the slowest round. Each rank's
+ * backend calls it for its own share; one whose share waits for another
+ * rank's long work (a collective) calls it too. Loop thread only: a worker
+ * thread or a GPU host function posts to the loop (rk_loop_post()) and calls
+ * it from there. Call it from launch() or any time before the report.
+ * Return: 0 (also when the watchdog is off); -ENOENT when @round_id is not the
+ * round this rank holds unreported, or it timed out already.
+ */
+RK_EXPORT int rk_sched_round_progress(struct rk_sched *s, uint64_t round_id);
 
 /** rk_sched_idle() - leader: true when no request is queued or running. */
 RK_EXPORT bool rk_sched_idle(const struct rk_sched *s);

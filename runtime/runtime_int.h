@@ -30,6 +30,9 @@
 #define RK_DEF_PEER_TIMEOUT_MS	5000
 #define RK_DEF_CONNECT_MS	30000
 #define RK_DEF_HANDSHAKE_MS	2000
+/* The round watchdog's floor: a first prefill with no progress calls, seconds on
+ * a GPU, must pass; 10x the slowest round seen raises the bound above it. */
+#define RK_DEF_ROUND_TIMEOUT_MS	10000
 #define RK_DEF_MAX_PENDING	64
 #define RK_DEF_REFUSED_LOG_MS	10000
 #define RK_RX_POOL_MAX		(1ull << 30)	/* RK_RX_BUF_COUNT x RK_RX_BUF_SIZE */
@@ -379,7 +382,7 @@ struct rk_epoch *rk__world_epoch(struct rk_world *w);
 /* ---- frame claims (world.c): what modules above the world take for themselves ---- */
 /*
  * A claim names the frames a module above the world owns (the scheduler:
- * ROUND, ROUND_DONE and its backend's USER tags; the NCCL bootstrap:
+ * ROUND, ROUND_DONE, ROUND_WATCH and its backend's USER tags; the NCCL bootstrap:
  * NCCL_ID). The world hands every frame a claim covers to its @frame, with
  * what the link decoded, and never to the application's frame callback,
  * which sees only what no claim covers. The claims of a world never overlap.
@@ -389,7 +392,8 @@ struct rk_epoch *rk__world_epoch(struct rk_world *w);
  */
 struct rk__claim {
 	uint32_t types;		/* 1u << type of each type taken whole: ROUND,
-				 * ROUND_DONE or NCCL_ID (USER goes by tag) */
+				 * ROUND_DONE, ROUND_WATCH or NCCL_ID (USER goes
+				 * by tag) */
 	uint32_t tag, ntags;	/* USER frames tagged [tag, tag + ntags); ntags 0: none */
 	/* @peer's frame: its @payload, and @p, the payload decoded by h->type
 	 * (views into it), valid during the call. It may remove its own claim.

@@ -52,10 +52,17 @@ static enum rk_activity sched_frame(struct rk__claim *c, int peer, const struct 
 		if (p->done.status) {
 			rk__err(0, "rank %d: round %llu failed: %s", peer,
 				(unsigned long long)p->done.round_id, rk_strerror(p->done.status));
-			if (s->in_flight && p->done.round_id == s->round_id)
+			if (!s->in_flight || p->done.round_id != s->round_id || s->stopped)
+				return RK_IDLE;
+			/* a follower's own watchdog: it is the slow rank */
+			if (p->done.status == -RK_EROUNDTIMEOUT)
+				rk__sched_leader_timeout(s, peer);
+			else
 				rk__sched_leader_complete(s, p->done.status);
 		}
 		return RK_IDLE;
+	case RK_FRAME_ROUND_WATCH:
+		return rk__sched_watch_frame(s, peer, &p->watch);
 	case RK_FRAME_USER:
 		/* stopped, the backend is called only to finish what it holds */
 		if (s->stopped && !s->open)
@@ -131,6 +138,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	mb = s->cfg.max_batch;
 	s->next_id = 1;
 	rk_timer_init(&s->kick, rk__sched_kick_cb, s);
+	rk_timer_init(&s->watch, rk__sched_watch_cb, s);
+	s->wd_floor = rk__config_ctuning(lc)->round_timeout_ns;
 	ret = -ENOMEM;
 	s->batch = calloc(mb, sizeof(*s->batch));
 	s->streams = calloc(mb, sizeof(*s->streams));
@@ -139,7 +148,8 @@ int rk_sched_create(struct rk_world *world, const struct rk_sched_config *cfg,
 	if (!s->batch || !s->streams || !s->draft_off || !s->outs)
 		goto err_free;
 	/* from here the world hands this scheduler its frames, never the application */
-	s->claim.types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE;
+	s->claim.types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE |
+			 1u << RK_FRAME_ROUND_WATCH;
 	s->claim.tag = ops->user_tag;
 	s->claim.ntags = ops->user_tags;
 	s->claim.frame = sched_frame;
@@ -181,6 +191,8 @@ void rk_sched_stop(struct rk_sched *s)
 		s->in_flight = false;
 	}
 	rk_timer_stop(&s->kick);
+	rk_timer_stop(&s->watch);
+	s->wd_open = false;
 	if (s->walking)
 		return;	/* the walk under way fails the rest when it ends */
 	rk__sched_fail_all(s, -RK_ESTOPPED);
@@ -244,6 +256,7 @@ size_t rk_sched_stats(const struct rk_sched *s, struct rk_sched_stats *out, size
 	for (r = s->qhead; r; r = r->next)	/* bounded by what was submitted */
 		st.queued++;
 	st.running = s->nbatch;
+	st.round_bound_ns = rk__sched_watch_bound(s);
 	return rk__stats_copy(out, size, &st, sizeof(st));
 }
 
@@ -261,6 +274,7 @@ void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int status)
 	}
 	trace(s, round_id, RK_SCHED_EV_DONE);
 	if (s->rank != 0) {
+		rk__sched_watch_done(s, round_id, status);
 		rk__sched_follower_report(s, round_id, status);
 		return;
 	}

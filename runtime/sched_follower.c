@@ -83,8 +83,11 @@ int rk__sched_follower_round(struct rk_sched *s, const struct rk_wire_hdr *h,
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;
 	s->open++;
+	rk__sched_watch_start(s, view->round_id);
 	ret = be_launch(s, view, h->flags);
-	if (ret)
+	if (ret) {
 		s->open--;
+		s->wd_open = false;
+	}
 	return ret;
 }

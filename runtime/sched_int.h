@@ -9,6 +9,7 @@
  *                     retiring the streams absent from it, reporting a failure
  *   sched_epoch.c     round epochs: which region, and publishing rounds in it
  *   sched_draft.c     prompt-lookup drafting (rk_ngram_draft())
+ *   sched_watch.c     the round watchdog: deadlines, progress, verdicts
  * rk__sched_* names cross between them.
  *
  * Work that must not run inside the call that caused it (a submitted request,
@@ -78,6 +79,19 @@ struct rk_sched {
 	bool ep_view;			/* follower: ep is the leader's, read-only */
 	bool ep_shared;			/* leader: ep is the one its followers map */
 	bool ep_fixed;			/* the region is chosen (rk__sched_choose_region()) */
+
+	/* the round watchdog (sched_watch.c) */
+	struct rk_timer watch;		/* lazy: due at or before wd_deadline */
+	uint64_t wd_floor;		/* RK_ROUND_TIMEOUT_MS in ns; 0: no watchdog */
+	uint64_t wd_slowest;		/* the slowest round done here with no progress call */
+	uint64_t wd_round;		/* the round watched: the last launched here */
+	uint64_t wd_deadline;		/* loop time by which it must be done */
+	uint64_t wd_sent;		/* follower: its last progress frame for it */
+	bool wd_open;			/* wd_round launched, neither done nor timed out */
+	bool wd_extended;		/* a progress call moved its deadline */
+	bool wd_told;			/* follower: wd_sent is this round's */
+	rk_sched_timeout_cb timeout_cb;
+	void *timeout_arg;
 
 	struct rk_sched_stats stats;
 };
@@ -160,11 +174,29 @@ void rk__sched_leader_complete(struct rk_sched *s, int status);
 /* The zero-delay timer's work (s->kick): a completion from inside a call, or a step. */
 enum rk_activity rk__sched_kick_cb(struct rk_timer *t, uint64_t now);
 
+/* Round s->round_id did not finish within the bound: rank @rank is blamed, every
+ * rank hears it, its requests fail with -RK_EROUNDTIMEOUT, the queue goes on. */
+void rk__sched_leader_timeout(struct rk_sched *s, int rank);
+
 /* ---- sched_follower.c -------------------------------------------------------------- */
 
 int rk__sched_follower_round(struct rk_sched *s, const struct rk_wire_hdr *h,
 			     const uint8_t *payload, const struct rk_wire_round *view);
 void rk__sched_follower_report(struct rk_sched *s, uint64_t round_id, int status);
+
+/* ---- sched_watch.c ----------------------------------------------------------------- */
+
+/* Round @round_id launches now (s->t_launch set): its deadline. */
+void rk__sched_watch_start(struct rk_sched *s, uint64_t round_id);
+/* This rank's share of @round_id is done (@status): no deadline; a success measures. */
+void rk__sched_watch_done(struct rk_sched *s, uint64_t round_id, int status);
+/* Leader: the verdict to every follower and the timeout callback. */
+void rk__sched_watch_tell(struct rk_sched *s, uint64_t round_id, int rank);
+enum rk_activity rk__sched_watch_cb(struct rk_timer *t, uint64_t now);
+enum rk_activity rk__sched_watch_frame(struct rk_sched *s, int peer,
+				       const struct rk_wire_round_watch *w);
+/* The bound this rank waits now (0: no watchdog). */
+uint64_t rk__sched_watch_bound(const struct rk_sched *s);
 
 /* ---- sched_epoch.c ----------------------------------------------------------------- */
 

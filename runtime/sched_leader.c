@@ -293,11 +293,13 @@ static void sched_step(struct rk_sched *s)
 	s->t_launch = rk_loop_now(s->loop);
 	s->stats.rounds++;
 	s->open++;
+	rk__sched_watch_start(s, id);
 	ret = be_launch(s, &view, flags);
 	if (ret) {
 		s->open--;
 		s->in_flight = false;
 		s->done_pending = false;
+		s->wd_open = false;
 		goto fail;
 	}
 	return;
@@ -459,6 +461,7 @@ void rk__sched_leader_complete(struct rk_sched *s, int status)
 	s->in_flight = false;
 	s->done_pending = false;
 	s->stats.ns_round_sum += rk_loop_now(s->loop) - s->t_launch;
+	rk__sched_watch_done(s, s->round_id, status);
 	if (s->stopped)
 		return;	/* rk_sched_stop() ended its requests */
 	if (status) {
@@ -504,6 +507,26 @@ void rk__sched_leader_complete(struct rk_sched *s, int status)
 	}
 	s->nbatch = keep;
 	s->walking = false;
+	if (s->stopped) {
+		stop_deferred(s);
+		return;
+	}
+	sched_step(s);
+}
+
+void rk__sched_leader_timeout(struct rk_sched *s, int rank)
+{
+	uint64_t id = s->round_id;
+
+	s->in_flight = false;
+	s->done_pending = false;
+	s->wd_open = false;
+	s->stats.ns_round_sum += rk_loop_now(s->loop) - s->t_launch;
+	/* a stop from the callback ends the queue, after the round's own requests */
+	s->walking = true;
+	rk__sched_watch_tell(s, id, rank);
+	s->walking = false;
+	round_fail(s, id, -RK_EROUNDTIMEOUT);
 	if (s->stopped) {
 		stop_deferred(s);
 		return;

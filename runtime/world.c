@@ -918,7 +918,7 @@ void rk__world_release(struct rk_world *w)
 int rk__world_claim(struct rk_world *w, struct rk__claim *c)
 {
 	const uint32_t types = 1u << RK_FRAME_ROUND | 1u << RK_FRAME_ROUND_DONE |
-			       1u << RK_FRAME_NCCL_ID;
+			       1u << RK_FRAME_ROUND_WATCH | 1u << RK_FRAME_NCCL_ID;
 	const struct rk__claim *o;
 
 	if (!c->frame || c->world || (c->types & ~types) || (!c->types && !c->ntags) ||

@@ -3,7 +3,8 @@
  * check_sched_world: the scheduler in a two-rank world over loopback, both
  * loops pumped in this thread (rank_test.h): each teardown order,
  * mid-generation, of the leader or of the follower, and which frames reach
- * the scheduler rather than the application.
+ * the scheduler rather than the application; the round watchdog (a rank
+ * that stops finishing rounds, progress calls).
  */
 #include "sched_test.h"
 #include "rank_test.h"
@@ -26,9 +27,21 @@ struct tb {
 	bool leader;
 	bool abort;			/* a peer failed: report what is held, failed */
 	uint32_t n_streams;
+	struct rk_post stall_post;	/* reports the stalled round (follower) */
+	uint64_t stalled;		/* the round held back, 0: none */
+	struct rk_sched *stall_target;
 };
 
 static uint64_t g_f_round;		/* the last round the follower launched */
+/*
+ * The watchdog's tests: the leader's share waits for the follower's report
+ * (g_f_done), as a reduction does, and rank g_stall_rank does not finish
+ * round g_stall_round until the test releases it (tb.stall_post).
+ */
+static bool g_tp;
+static uint64_t g_f_done;		/* the last round the follower reported */
+static uint64_t g_stall_round;		/* 0: none */
+static int g_stall_rank;
 
 #define TB_TAG	0x7462u			/* the backend's messages (tb_frame) */
 
@@ -36,10 +49,14 @@ static enum rk_activity tb_done(struct rk_post *p)
 {
 	struct tb *b = p->data;
 
-	if (!b->abort && b->leader && g_f_round < b->round) {
+	if (!b->abort && b->leader &&
+	    ((g_tp ? g_f_done : g_f_round) < b->round ||
+	     (g_stall_rank == 0 && b->round == g_stall_round))) {
 		rk_loop_post(b->loop, p);	/* look again next iteration */
 		return RK_IDLE;
 	}
+	if (!b->leader)
+		g_f_done = b->round;
 	if (b->w && !b->leader)		/* as a follower's partials would go */
 		ck_assert_int_eq(rk_world_send_user(b->w, 0, TB_TAG, &b->round,
 						    sizeof(b->round)), 0);
@@ -54,8 +71,25 @@ static int tb_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round *
 	struct tb *b = ctx;
 
 	(void)flags;
-	if (b->held || b->abort)
+	if (b->abort)
 		return -EBUSY;
+	if (b->held && g_tp && b->leader) {
+		/* a round the watchdog ended: over now; the pending post takes this one */
+		rk_sched_complete(b->target, b->round, -ECANCELED);
+		b->target = s;
+		b->round = r->round_id;
+		b->n_streams = r->n_streams;
+		return 0;
+	}
+	if (b->held)
+		return -EBUSY;
+	if (!b->leader && r->round_id == g_stall_round && g_stall_rank == 1) {
+		/* stuck: reported only when the test releases it */
+		b->stalled = r->round_id;
+		b->stall_target = s;
+		g_f_round = r->round_id;
+		return 0;
+	}
 	b->target = s;
 	b->round = r->round_id;
 	b->n_streams = r->n_streams;
@@ -102,6 +136,18 @@ static const struct rk_backend_ops tb_ops = {
 	.user_tags = 1,
 };
 
+static enum rk_activity tb_stall_done(struct rk_post *p)
+{
+	struct tb *b = p->data;
+	uint64_t id = b->stalled;
+
+	b->stalled = 0;
+	if (id > g_f_done)
+		g_f_done = id;
+	rk_sched_complete(b->stall_target, id, 0);
+	return RK_BUSY;
+}
+
 static struct tb *tb_create(struct rk_loop *loop, bool leader)
 {
 	struct tb *b = calloc(1, sizeof(*b));
@@ -110,13 +156,14 @@ static struct tb *tb_create(struct rk_loop *loop, bool leader)
 	b->loop = loop;
 	b->leader = leader;
 	rk_post_init(&b->post, tb_done, b);
+	rk_post_init(&b->stall_post, tb_stall_done, b);
 	return b;
 }
 
 /* -EBUSY while it holds a round, as toy_cpu_destroy(). */
 static int tb_destroy(struct tb *b)
 {
-	if (b->held)
+	if (b->held || b->stalled)
 		return -EBUSY;
 	free(b);
 	return 0;
@@ -146,7 +193,7 @@ static void tr_peer_error(struct rank *r, int rank, int err)
 #define TR_PUMP_UNTIL(t, cond)								\
 	ck_assert_msg(PUMP_UNTIL(10000, cond, &(t)[0].r, &(t)[1].r), "timed out: %s", #cond)
 
-static void tr_start(struct srank *r)
+static void tr_start_bound(struct srank *r, const char *round_timeout_ms)
 {
 	uint64_t deadline = rk_test_deadline_ms(10000);
 	struct rk_sched_config sc;
@@ -156,8 +203,12 @@ static void tr_start(struct srank *r)
 
 	memset(r, 0, 2 * sizeof(*r));
 	g_f_round = 0;
+	g_f_done = 0;
 	for (i = 0; i < 2; i++) {
 		rk_config_init(&c);
+		if (round_timeout_ms)
+			ck_assert_int_eq(rk_config_set(&c, "RK_ROUND_TIMEOUT_MS", round_timeout_ms,
+						       NULL, 0), 0);
 		c.rank = i;
 		c.world_size = 2;
 		c.session_id = 0x7464;
@@ -169,6 +220,11 @@ static void tr_start(struct srank *r)
 		ck_assert_int_eq(rk_sched_create(r[i].r.w, &sc, &tb_ops, r[i].b, &r[i].s), 0);
 	}
 	TR_PUMP_UNTIL(r, r[0].r.ready && r[1].r.ready);
+}
+
+static void tr_start(struct srank *r)
+{
+	tr_start_bound(r, NULL);
 }
 
 /* Whatever is left of rank @t, in the documented order: scheduler, backend, world, loop. */
@@ -379,6 +435,107 @@ START_TEST(test_frames_claimed)
 }
 END_TEST
 
+/* What each rank's timeout callback heard. */
+static struct {
+	int calls;
+	uint64_t round;
+	int rank;
+} g_heard[2];
+
+static void on_timeout(void *arg, struct rk_sched *s, uint64_t round_id, int rank)
+{
+	int me = (int)(intptr_t)arg;
+
+	(void)s;
+	g_heard[me].calls++;
+	g_heard[me].round = round_id;
+	g_heard[me].rank = rank;
+}
+
+enum { WD_FOLLOWER_STALLS, WD_LEADER_STALLS, WD_PROGRESS, WD__COUNT };
+
+/*
+ * The round watchdog on a small bound (RK_ROUND_TIMEOUT_MS): rank 1 (or the
+ * leader) stops finishing round 3. The requests in it fail alone with
+ * -RK_EROUNDTIMEOUT, each rank's callback hears which rank was slow, and the
+ * requests after it succeed. With progress calls for that round, its
+ * deadline moves on both ranks: nothing fails.
+ */
+START_TEST(test_round_timeout)
+{
+	struct rk_sched_stats st[2];
+	struct srank r[2];
+	uint64_t calls = 0;
+	int i, slow = _i == WD_LEADER_STALLS ? 0 : 1;
+
+	g_tp = true;
+	g_stall_round = 3;
+	g_stall_rank = slow;
+	memset(g_heard, 0, sizeof(g_heard));
+	tr_start_bound(r, _i == WD_PROGRESS ? "400" : "200");
+	for (i = 0; i < 2; i++)
+		rk_sched_set_timeout_cb(r[i].s, on_timeout, (void *)(intptr_t)i);
+	for (i = 0; i < 4; i++) {
+		out_init(&g_a[i], NULL, prompts[i], 8);
+		g_a[i].req.cb = on_tokens_quiet;
+		ck_assert_int_eq(rk_sched_submit(r[0].s, &g_a[i].req), 0);
+	}
+	if (_i == WD_PROGRESS) {
+		/* the follower's backend says "still working", then finishes */
+		TR_PUMP_UNTIL(r, r[1].b->stalled == 3);
+		ck_assert_int_eq(rk_sched_round_progress(r[1].s, 2), -ENOENT);
+		for (calls = 0; calls < 40; calls++) {
+			ck_assert_int_eq(rk_sched_round_progress(r[1].s, 3), 0);
+			PUMP_FOR(40, &r[0].r, &r[1].r);
+			ck_assert_int_eq(tr_done(), 0);
+		}
+		rk_loop_post(r[1].r.loop, &r[1].b->stall_post);
+	}
+	TR_PUMP_UNTIL(r, tr_done() == 4);
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(g_a[i].done, 1);
+		ck_assert_int_eq(g_a[i].err, _i == WD_PROGRESS ? 0 : -RK_EROUNDTIMEOUT);
+	}
+	if (_i != WD_PROGRESS)
+		TR_PUMP_UNTIL(r, g_heard[1].calls == 1);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(g_heard[i].calls, _i == WD_PROGRESS ? 0 : 1);
+		if (_i != WD_PROGRESS) {
+			ck_assert_uint_eq(g_heard[i].round, 3);
+			ck_assert_int_eq(g_heard[i].rank, slow);
+		}
+	}
+	/* the job goes on: later requests succeed */
+	if (r[1].b->stalled)
+		rk_loop_post(r[1].r.loop, &r[1].b->stall_post);
+	g_stall_round = 0;
+	for (i = 0; i < 2; i++) {
+		out_init(&g_b[i], NULL, prompts[i + 4], 6);
+		g_b[i].req.cb = on_tokens_quiet;
+		ck_assert_int_eq(rk_sched_submit(r[0].s, &g_b[i].req), 0);
+	}
+	TR_PUMP_UNTIL(r, g_b[0].done && g_b[1].done);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(g_b[i].err, 0);
+		ck_assert_uint_eq(g_b[i].n, 6);
+	}
+	for (i = 0; i < 2; i++) {
+		rk_sched_stats(r[i].s, &st[i], sizeof(st[i]));
+		ck_assert_uint_eq(st[i].round_timeouts, _i == WD_PROGRESS ? 0 : 1);
+		ck_assert_uint_gt(st[i].round_bound_ns, 0);
+	}
+	if (_i == WD_PROGRESS)
+		ck_assert_uint_gt(st[1].progress_sent, 1);
+	/* the application never sees the watchdog's frames */
+	ck_assert_uint_eq(count_type(&r[0].r, RK_FRAME_ROUND_WATCH), 0);
+	ck_assert_uint_eq(count_type(&r[1].r, RK_FRAME_ROUND_WATCH), 0);
+	TR_PUMP_UNTIL(r, !r[0].b->held && !r[1].b->held && !r[1].b->stalled);
+	tr_down(&r[0], r);
+	tr_down(&r[1], r);
+	g_tp = false;
+}
+END_TEST
+
 static Suite *sched_world_suite(void)
 {
 	Suite *s = suite_create("sched");
@@ -387,6 +544,8 @@ static Suite *sched_world_suite(void)
 	tc = rk_tcase(s, "teardown", TIMEOUT_S, NULL, NULL);
 	tcase_add_loop_test(tc, test_teardown_order, 0, TD__COUNT);
 	tcase_add_test(tc, test_frames_claimed);
+	tc = rk_tcase(s, "watchdog", TIMEOUT_S, NULL, NULL);
+	tcase_add_loop_test(tc, test_round_timeout, 0, WD__COUNT);
 	return s;
 }
 

@@ -402,6 +402,7 @@ START_TEST(test_frame_names)
 	}
 	ck_assert_str_eq(rk_wire_frame_name(RK_FRAME_HEARTBEAT), "HEARTBEAT");
 	ck_assert_str_eq(rk_wire_frame_name(RK_FRAME_ROUND_DONE), "ROUND_DONE");
+	ck_assert_str_eq(rk_wire_frame_name(RK_FRAME_ROUND_WATCH), "ROUND_WATCH");
 	ck_assert_str_eq(rk_wire_frame_name(RK_FRAME__COUNT), "UNKNOWN");
 	ck_assert_str_eq(rk_wire_frame_name(UINT_MAX), "UNKNOWN");
 }

@@ -78,6 +78,24 @@ START_TEST(test_roundtrip)
 			  a.elapsed_ns == b.elapsed_ns);
 		break;
 	}
+	case RK_FRAME_ROUND_WATCH: {
+		struct rk_wire_round_watch a = { 9, 3, -RK_EROUNDTIMEOUT, 100000000 }, b;
+
+		/* the golden bytes (WIRE.md's ROUND_WATCH table) */
+		len = rk_wire_encode_round_watch(p, cap, &a);
+		ck_assert_int_eq(len, sizeof(golden_round_watch));
+		ck_assert_mem_eq(p, golden_round_watch, sizeof(golden_round_watch));
+		ck_assert_int_eq(rk_wire_decode_round_watch(p, (size_t)len, &b), 0);
+		ck_assert(a.round_id == b.round_id && a.rank == b.rank && a.status == b.status &&
+			  a.elapsed_ns == b.elapsed_ns);
+		/* progress: status 0, any rank */
+		a.status = 0;
+		a.rank = UINT32_MAX;
+		len = rk_wire_encode_round_watch(p, cap, &a);
+		ck_assert_int_eq(rk_wire_decode_round_watch(p, (size_t)len, &b), 0);
+		ck_assert(b.status == 0 && b.rank == UINT32_MAX);
+		break;
+	}
 	case RK_FRAME_NCCL_ID: {
 		uint8_t a[RK_WIRE_NCCL_ID_LEN], b[RK_WIRE_NCCL_ID_LEN];
 

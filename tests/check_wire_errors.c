@@ -68,6 +68,8 @@ static const struct bad_frame bad_frames[] = {
 	{ "HEARTBEAT long", RK_FRAME_HEARTBEAT, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "ROUND_DONE short", RK_FRAME_ROUND_DONE, .len_delta = -1, .expect = -RK_ESHORT },
 	{ "ROUND_DONE long", RK_FRAME_ROUND_DONE, .len_delta = 1, .expect = -RK_ETRAILING },
+	{ "ROUND_WATCH short", RK_FRAME_ROUND_WATCH, .len_delta = -1, .expect = -RK_ESHORT },
+	{ "ROUND_WATCH long", RK_FRAME_ROUND_WATCH, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "NCCL_ID short", RK_FRAME_NCCL_ID, .len_delta = -1, .expect = -RK_ESHORT },
 	{ "NCCL_ID long", RK_FRAME_NCCL_ID, .len_delta = 1, .expect = -RK_ETRAILING },
 	{ "AUTH short", RK_FRAME_AUTH, .len_delta = -1, .expect = -RK_ESHORT },
@@ -103,6 +105,7 @@ static const struct bad_frame bad_frames[] = {
 	{ "ROUND flag 4", RK_FRAME_ROUND, .flags = 7, .expect = -RK_EFLAGS },
 	{ "ROUND flag 0x8000", RK_FRAME_ROUND, .flags = 0x8000, .expect = -RK_EFLAGS },
 	{ "ROUND_DONE flag", RK_FRAME_ROUND_DONE, .flags = 1, .expect = -RK_EFLAGS },
+	{ "ROUND_WATCH flag", RK_FRAME_ROUND_WATCH, .flags = 1, .expect = -RK_EFLAGS },
 	{ "NCCL_ID flag", RK_FRAME_NCCL_ID, .flags = 2, .expect = -RK_EFLAGS },
 	{ "USER flag", RK_FRAME_USER, .flags = 1, .expect = -RK_EFLAGS },
 	{ "BYE flag", RK_FRAME_BYE, .flags = 1, .expect = -RK_EFLAGS },
@@ -195,6 +198,9 @@ static const struct bad_frame bad_frames[] = {
 	  .expect = -RK_EFIELD },
 	{ "ROUND_DONE status INT32_MIN ok", RK_FRAME_ROUND_DONE, .pay = { P(8, 4, 0x80000000) },
 	  .expect = 0 },
+	{ "ROUND_WATCH status > 0", RK_FRAME_ROUND_WATCH, .pay = { P(12, 4, 1) },
+	  .expect = -RK_EFIELD },
+	{ "ROUND_WATCH progress ok", RK_FRAME_ROUND_WATCH, .pay = { P(12, 4, 0) }, .expect = 0 },
 	{ "USER reserved", RK_FRAME_USER, .pay = { P(4, 4, 0x100) }, .expect = -RK_ERESERVED },
 	{ "USER tag only ok", RK_FRAME_USER, .len_delta = -5, .expect = 0 },
 	{ "BYE reason 3", RK_FRAME_BYE, .pay = { P(0, 4, 3) }, .expect = -RK_EFIELD },
@@ -348,7 +354,7 @@ START_TEST(test_payload_alone)
 		[RK_FRAME_HELLO] = 64, [RK_FRAME_WELCOME] = 64, [RK_FRAME_HEARTBEAT] = 8,
 		[RK_FRAME_ROUND_DONE] = 24, [RK_FRAME_NCCL_ID] = 128, [RK_FRAME_BYE] = 8,
 		[RK_FRAME_AUTH] = 32, [RK_FRAME_SHM_REQUEST] = 48, [RK_FRAME_SHM_OFFER] = 40,
-		[RK_FRAME_SHM_ANSWER] = 8, [RK_FRAME_SHM_SWITCH] = 24,
+		[RK_FRAME_SHM_ANSWER] = 8, [RK_FRAME_SHM_SWITCH] = 24, [RK_FRAME_ROUND_WATCH] = 24,
 	};
 	static const size_t min[RK_FRAME__COUNT] = {
 		[RK_FRAME_ROUND] = 16, [RK_FRAME_USER] = 8, [RK_FRAME_ERROR] = 16,
@@ -413,6 +419,7 @@ START_TEST(test_encode_payload_errors)
 				       .auth = 2 };
 	struct rk_wire_heartbeat hb = { 1 };
 	struct rk_wire_round_done done = { 1, 1, 1 };
+	struct rk_wire_round_watch watch = { 1, 1, 1, 1 };
 	struct rk_wire_bye bye = { 3 };
 	struct rk_wire_stream st[2] = { golden_streams[0], golden_streams[1] };
 	uint8_t id[RK_WIRE_NCCL_ID_LEN] = { 0 };
@@ -427,6 +434,7 @@ START_TEST(test_encode_payload_errors)
 	hello.rank = 0;
 	ck_assert_int_eq(rk_wire_encode_hello(out, sizeof(out), &hello), -RK_EFIELD);
 	ck_assert_int_eq(rk_wire_encode_round_done(out, sizeof(out), &done), -RK_EFIELD);
+	ck_assert_int_eq(rk_wire_encode_round_watch(out, sizeof(out), &watch), -RK_EFIELD);
 	ck_assert_int_eq(rk_wire_encode_bye(out, sizeof(out), &bye), -RK_EFIELD);
 	ck_assert_int_eq(rk_wire_encode_error(out, sizeof(out), 0, 0, "x"), -RK_EFIELD);
 	ck_assert_int_eq(rk_wire_encode_error(out, sizeof(out), 5, 0, "x"), -RK_EFIELD);
@@ -478,6 +486,9 @@ START_TEST(test_encode_payload_errors)
 	done.status = 0;
 	ck_assert_int_eq(rk_wire_encode_round_done(out, 23, &done), -ENOSPC);
 	ck_assert_int_eq(rk_wire_encode_round_done(out, 24, &done), 24);
+	watch.status = -RK_EROUNDTIMEOUT;
+	ck_assert_int_eq(rk_wire_encode_round_watch(out, 23, &watch), -ENOSPC);
+	ck_assert_int_eq(rk_wire_encode_round_watch(out, 24, &watch), 24);
 	ck_assert_int_eq(rk_wire_encode_nccl_id(out, 127, id), -ENOSPC);
 	ck_assert_int_eq(rk_wire_encode_nccl_id(out, 128, id), 128);
 	ck_assert_int_eq(rk_wire_encode_user(out, 12, 1, "abcde", 5), -ENOSPC);

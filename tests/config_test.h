@@ -93,6 +93,7 @@ static const struct tier_knob {
 	{ "RK_RING_ENTRIES", "ring_entries", "512" }, { "RK_RX_BUF_SIZE", "rx_buf_size", "8192" },
 	{ "RK_RX_BUF_COUNT", "rx_buf_count", "32" }, { "RK_HEARTBEAT_MS", "heartbeat_ms", "500" },
 	{ "RK_HANDSHAKE_MS", "handshake_ms", "700" }, { "RK_RESIDENT", "resident", "off" },
+	{ "RK_ROUND_TIMEOUT_MS", "round_timeout_ms", "250" },
 	{ "RK_MAX_PENDING", "max_pending", "8" },
 	{ "RK_REFUSED_LOG_MS", "refused_log_ms", "100" }, { "RK_LANE", "lane", "0" },
 };

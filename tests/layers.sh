@@ -70,6 +70,7 @@ runtime/sched_leader.c	sched		sched
 runtime/sched_follower.c	sched		sched
 runtime/sched_epoch.c	sched		sched
 runtime/sched_draft.c	sched		sched
+runtime/sched_watch.c	sched		sched
 gpu/nccl.c		sched		nccl
 '
 order='wire base loop link sock transport world sched'

@@ -211,6 +211,15 @@ static const uint8_t golden_shm_switch[] = {
 	0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* slot 2, reserved */
 };
 
+/* ROUND_WATCH: round 9 failed because rank 3 did not finish it (-RK_EROUNDTIMEOUT). */
+static const uint8_t golden_round_watch[] = {
+	0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,	/* round_id 9 */
+	0x03, 0x00, 0x00, 0x00,				/* rank 3 */
+	(uint8_t)-RK_EROUNDTIMEOUT, (uint8_t)(-RK_EROUNDTIMEOUT >> 8),	/* status */
+	(uint8_t)(-RK_EROUNDTIMEOUT >> 16), (uint8_t)(-RK_EROUNDTIMEOUT >> 24),
+	0x00, 0xe1, 0xf5, 0x05, 0x00, 0x00, 0x00, 0x00,	/* elapsed_ns 100000000 */
+};
+
 /* A valid payload of each type, the base of the crafted frames. */
 static inline size_t sample_payload(unsigned int type, uint8_t *p)
 {
@@ -269,6 +278,9 @@ static inline size_t sample_payload(unsigned int type, uint8_t *p)
 	case RK_FRAME_SHM_SWITCH:
 		memcpy(p, golden_shm_switch, sizeof(golden_shm_switch));
 		return sizeof(golden_shm_switch);
+	case RK_FRAME_ROUND_WATCH:
+		memcpy(p, golden_round_watch, sizeof(golden_round_watch));
+		return sizeof(golden_round_watch);
 	}
 	ck_abort_msg("no sample for type %u", type);
 	return 0;
@@ -426,6 +438,13 @@ static inline void assert_canonical(const uint8_t *f, size_t n)
 
 		ck_assert_int_eq(rk_wire_decode_shm_switch(p, h.len, &x), 0);
 		len = rk_wire_encode_shm_switch(out + RK_WIRE_HDR_LEN, h.len, &x);
+		break;
+	}
+	case RK_FRAME_ROUND_WATCH: {
+		struct rk_wire_round_watch x;
+
+		ck_assert_int_eq(rk_wire_decode_round_watch(p, h.len, &x), 0);
+		len = rk_wire_encode_round_watch(out + RK_WIRE_HDR_LEN, h.len, &x);
 		break;
 	}
 	default:

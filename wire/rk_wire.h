@@ -59,6 +59,7 @@ enum rk_frame_type {
 	RK_FRAME_SHM_OFFER = 11,	/* leader -> follower: the shared segment's socket, or no */
 	RK_FRAME_SHM_ANSWER = 12,	/* follower -> leader: mapped (its last TCP frame), or no */
 	RK_FRAME_SHM_SWITCH = 13,	/* leader -> follower: its last TCP frame */
+	RK_FRAME_ROUND_WATCH = 14,	/* the round watchdog: a rank still works, or was late */
 	RK_FRAME__COUNT,
 };
 
@@ -165,6 +166,19 @@ struct rk_wire_round_done {
 	uint64_t elapsed_ns;	/* launch to completion on the sender */
 };
 
+/*
+ * ROUND_WATCH: @status 0 says rank @rank still works on its share of
+ * @round_id (a follower's progress, to the leader); a negative @status says
+ * that round failed because rank @rank did not finish its share (the leader's
+ * verdict, to every follower; -RK_EROUNDTIMEOUT).
+ */
+struct rk_wire_round_watch {
+	uint64_t round_id;
+	uint32_t rank;
+	int32_t status;		/* 0, or a negative rankrt/errno code */
+	uint64_t elapsed_ns;	/* since the round's launch on the sender */
+};
+
 struct rk_wire_bye {
 	uint32_t reason;	/* 0 = normal shutdown, 1 = stopping on a signal, 2 = error */
 };
@@ -252,6 +266,8 @@ RK_EXPORT int rk_wire_decode_heartbeat(const uint8_t *p, size_t n,
 RK_EXPORT int rk_wire_decode_round(const uint8_t *p, size_t n, struct rk_wire_round *out);
 RK_EXPORT int rk_wire_decode_round_done(const uint8_t *p, size_t n,
 					struct rk_wire_round_done *out);
+RK_EXPORT int rk_wire_decode_round_watch(const uint8_t *p, size_t n,
+					 struct rk_wire_round_watch *out);
 RK_EXPORT int rk_wire_decode_nccl_id(const uint8_t *p, size_t n,
 				     uint8_t id[RK_WIRE_NCCL_ID_LEN]);
 RK_EXPORT int rk_wire_decode_user(const uint8_t *p, size_t n, struct rk_wire_user *out);
@@ -293,6 +309,8 @@ RK_EXPORT int rk_wire_encode_heartbeat(uint8_t *out, size_t cap,
 				       const struct rk_wire_heartbeat *hb);
 RK_EXPORT int rk_wire_encode_round_done(uint8_t *out, size_t cap,
 					const struct rk_wire_round_done *d);
+RK_EXPORT int rk_wire_encode_round_watch(uint8_t *out, size_t cap,
+					 const struct rk_wire_round_watch *w);
 RK_EXPORT int rk_wire_encode_nccl_id(uint8_t *out, size_t cap,
 				     const uint8_t id[RK_WIRE_NCCL_ID_LEN]);
 RK_EXPORT int rk_wire_encode_user(uint8_t *out, size_t cap, uint32_t tag, const void *data,

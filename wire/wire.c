@@ -31,6 +31,7 @@ _Static_assert(HDR_CRC == RK__CRC32C_HDR, "rk__crc32c_hdr() covers the header's 
 #define ERROR_HDR_LEN		16
 #define HEARTBEAT_LEN		8
 #define ROUND_DONE_LEN		24
+#define ROUND_WATCH_LEN		24
 #define BYE_LEN			8
 #define BYE_REASON_MAX		2
 
@@ -65,6 +66,7 @@ static const struct frame_def frame_defs[] = {
 				  0 },
 	[RK_FRAME_SHM_SWITCH] = { "SHM_SWITCH", RK_WIRE_SHM_SWITCH_LEN, RK_WIRE_SHM_SWITCH_LEN,
 				  0 },
+	[RK_FRAME_ROUND_WATCH] = { "ROUND_WATCH", ROUND_WATCH_LEN, ROUND_WATCH_LEN, 0 },
 };
 _Static_assert(ARRAY_SIZE(frame_defs) == RK_FRAME__COUNT, "every frame type needs a def");
 _Static_assert(RK_WIRE_MAX_PAYLOAD <= INT32_MAX - RK_WIRE_HDR_LEN,
@@ -296,6 +298,38 @@ int rk_wire_encode_round_done(uint8_t *out, size_t cap, const struct rk_wire_rou
 	rk__le32_store(out + 12, 0);
 	rk__le64_store(out + 16, d->elapsed_ns);
 	return ROUND_DONE_LEN;
+}
+
+/* ROUND_WATCH: u64 round_id, u32 rank, i32 status (<= 0), u64 elapsed_ns. */
+int rk_wire_decode_round_watch(const uint8_t *p, size_t n, struct rk_wire_round_watch *out)
+{
+	struct rk_wire_round_watch t;
+	int ret;
+
+	ret = check_fixed(n, ROUND_WATCH_LEN);
+	if (ret < 0)
+		return ret;
+	t.round_id = rk__le64_load(p);
+	t.rank = rk__le32_load(p + 8);
+	t.status = (int32_t)rk__le32_load(p + 12);
+	t.elapsed_ns = rk__le64_load(p + 16);
+	if (t.status > 0)
+		return -RK_EFIELD;
+	*out = t;
+	return 0;
+}
+
+int rk_wire_encode_round_watch(uint8_t *out, size_t cap, const struct rk_wire_round_watch *w)
+{
+	if (w->status > 0)
+		return -RK_EFIELD;
+	if (cap < ROUND_WATCH_LEN)
+		return -ENOSPC;
+	rk__le64_store(out, w->round_id);
+	rk__le32_store(out + 8, w->rank);
+	rk__le32_store(out + 12, (uint32_t)w->status);
+	rk__le64_store(out + 16, w->elapsed_ns);
+	return ROUND_WATCH_LEN;
 }
 
 /* NCCL_ID: 128 opaque bytes. */
@@ -758,6 +792,8 @@ int rk__wire_decode(unsigned int type, const uint8_t *p, size_t n, union rk__wir
 		return rk_wire_decode_round(p, n, &u->round);
 	case RK_FRAME_ROUND_DONE:
 		return rk_wire_decode_round_done(p, n, &u->done);
+	case RK_FRAME_ROUND_WATCH:
+		return rk_wire_decode_round_watch(p, n, &u->watch);
 	case RK_FRAME_NCCL_ID:
 		return rk_wire_decode_nccl_id(p, n, u->nccl_id);
 	case RK_FRAME_USER:

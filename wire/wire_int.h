@@ -137,6 +137,7 @@ union rk__wire_payload {
 	struct rk_wire_heartbeat hb;
 	struct rk_wire_round round;
 	struct rk_wire_round_done done;
+	struct rk_wire_round_watch watch;
 	uint8_t nccl_id[RK_WIRE_NCCL_ID_LEN];
 	struct rk_wire_user user;
 	struct rk_wire_bye bye;

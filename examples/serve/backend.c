@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "serve.h"
@@ -18,8 +19,36 @@ const char *backend_name(enum backend_kind k)
 	return k == BACKEND_CUDA ? "cuda" : "cpu";
 }
 
+/*
+ * RK_TEST_STALL=RANK:ROUND:MS[:loop], a test hook (tests/round-watchdog.sh):
+ * rank RANK's CPU backend sits MS ms on round ROUND, in its worker, or with
+ * ":loop" in launch() on the loop thread (toy_params.stall_round).
+ */
+static int stall_hook(const struct server *srv, struct toy_params *p)
+{
+	const char *v = getenv("RK_TEST_STALL");
+	unsigned long long round, ms;
+	int rank, n = 0;
+
+	if (!v)
+		return 0;
+	if (sscanf(v, "%d:%llu:%llu%n", &rank, &round, &ms, &n) != 3 ||
+	    (v[n] && strcmp(v + n, ":loop")) || rank < 0 || !round || !ms) {
+		fprintf(stderr, PROG ": RK_TEST_STALL='%s': want RANK:ROUND:MS[:loop], ROUND and "
+			"MS > 0\n", v);
+		return -RK_ECONFIG;
+	}
+	if (rank != srv->rank)
+		return 0;
+	p->stall_round = round;
+	p->stall_ms = ms;
+	p->stall_loop = v[n] != '\0';
+	return 0;
+}
+
 int be_create(struct server *srv)
 {
+	struct toy_params p = srv->opt.model;
 	int ret;
 
 	if (srv->opt.backend == BACKEND_CUDA) {
@@ -29,7 +58,10 @@ int be_create(struct server *srv)
 			toy_cuda_set_graphs(srv->cuda, srv->opt.graphs);
 		return ret;
 	}
-	return toy_cpu_create(srv->world, &srv->opt.model, &srv->cpu);
+	ret = stall_hook(srv, &p);
+	if (ret)
+		return ret;
+	return toy_cpu_create(srv->world, &p, &srv->cpu);
 }
 
 int be_sched_create(struct server *srv, const struct rk_sched_config *sc)

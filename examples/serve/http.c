@@ -84,6 +84,7 @@ struct sreq {
 	bool done;
 	enum finish finish;
 	int err;
+	char errmsg[160];     /* what the client is told of err (oai_fail_msg()) */
 	int refs;	      /* the scheduler's, HTTP's, a cancel post's */
 	bool cancel_posted;
 
@@ -208,6 +209,8 @@ static void sreq_cb(struct rk_request *req, const uint32_t *t, uint32_t n, bool 
 	}
 	if (done) {
 		r->err = r->stopped && err == -ECANCELED ? 0 : err;
+		if (r->err)
+			oai_fail_msg(srv, r->err, r->errmsg, sizeof(r->errmsg));
 		r->finish = finish_of(r, r->err);
 		r->done = true;
 	}
@@ -528,7 +531,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 			if (err) {
 				struct oai_error e = { .status = 500, .type = "server_error" };
 
-				snprintf(e.msg, sizeof(e.msg), "%s", rk_strerror(err));
+				snprintf(e.msg, sizeof(e.msg), "%s", r->errmsg);
 				ret = out_event(r, oai_error_json(&e));
 			} else {
 				ret = out_event(r, oai_chunk(&r->rep, NULL, 0, finish_names[finish],
@@ -623,7 +626,7 @@ static MHD_RESULT handle_completion(struct server *srv, struct MHD_Connection *c
 		ret = reply_error(c,
 				  r->err == -RK_ESTOPPED ? MHD_HTTP_SERVICE_UNAVAILABLE
 							 : MHD_HTTP_INTERNAL_SERVER_ERROR,
-				  rk_strerror(r->err));
+				  r->errmsg);
 		sreq_put(r);
 		return ret;
 	}

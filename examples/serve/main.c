@@ -278,6 +278,8 @@ int main(int argc, char **argv)
 	if (!srv)
 		return 1;
 	rk_timer_init(&srv->pol_timer, policy_retry_cb, srv);
+	rk_timer_init(&srv->st_timer, stats_late_cb, srv);
+	srv->slow_rank = -1;
 	ret = parse_args(argc, argv, &srv->opt);
 	if (ret) {
 		free(srv);
@@ -375,6 +377,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG "[r%d]: scheduler: %s\n", srv->rank, rk_strerror(ret));
 		goto out_backend;
 	}
+	rk_sched_set_timeout_cb(srv->sched, on_round_timeout, srv);
 	ret = rk_world_wait_ready(srv->world);
 	if (ret == -RK_ESTOPPED) {
 		rc = 0; /* a signal during the bootstrap: a requested stop */
@@ -486,6 +489,7 @@ out_world:
 	phase(srv, "world destroyed");
 out_loop:
 	rk_timer_stop(&srv->pol_timer);
+	rk_timer_stop(&srv->st_timer);
 	/*
 	 * rk_loop_destroy() unblocks SIGINT/SIGTERM again, and a repeated one
 	 * still pending in the signalfd would then end the process with its

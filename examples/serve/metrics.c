@@ -608,6 +608,13 @@ static void leader(FILE *f, const struct metrics_wait *m)
 	    "Requests waiting to join the batch (vLLM: num_requests_waiting).", s->queued);
 	one(f, "rankrt_sched_rounds_total", "counter", "Decode rounds the scheduler ran.",
 	    s->rounds);
+	one(f, "rankrt_sched_round_timeouts_total", "counter",
+	    "Rounds the round watchdog failed: a rank did not finish its share within the round "
+	    "bound (RK_EROUNDTIMEOUT).", s->round_timeouts);
+	fprintf(f, "# HELP rankrt_sched_round_bound_seconds How long the leader waits for a round "
+		   "now (RK_ROUND_TIMEOUT_MS or 10x the slowest round, and a quarter more; 0: no "
+		   "watchdog).\n# TYPE rankrt_sched_round_bound_seconds gauge\n"
+		   "rankrt_sched_round_bound_seconds" LEAD " %.3f\n", s->round_bound_ns / 1e9);
 	one_s(f, "rankrt_sched_round_seconds_total",
 	      "Broadcast-to-completion time of the rounds, summed.", s->ns_round_sum);
 	one(f, "rankrt_sched_streams_done_total", "counter", "Streams retired.",
@@ -674,6 +681,11 @@ int metrics_render(const struct server *srv, const struct metrics_wait *m, char 
 		   "hidden=\"%u\",backend=\"%s\"} 1\n",
 		srv->size, srv->opt.model.V, srv->opt.model.H, backend_name(srv->opt.backend));
 	leader(f, m);
+	fprintf(f, "# HELP rankrt_rank_answered Whether the rank answered this scrape's stats "
+		   "request in time (0: its counters below are zeros).\n"
+		   "# TYPE rankrt_rank_answered gauge\n");
+	for (r = 0; r < srv->size; r++)
+		fprintf(f, "rankrt_rank_answered{rank=\"%d\"} %d\n", r, rs[r].valid ? 1 : 0);
 	fprintf(f, "# HELP rankrt_process_cpu_seconds_total CPU time of the rank's process, every "
 		   "thread.\n# TYPE rankrt_process_cpu_seconds_total counter\n");
 	for (r = 0; r < srv->size; r++)

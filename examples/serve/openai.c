@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -528,6 +529,17 @@ static json_t *tokens_json(const uint32_t *t, uint32_t n)
 	for (i = 0; a && i < n; i++)
 		json_array_append_new(a, json_integer(t[i]));
 	return a;
+}
+
+void oai_fail_msg(const struct server *srv, int err, char *buf, size_t len)
+{
+	/* the verdict just heard (on_round_timeout()) is this request's round's */
+	if (err == -RK_EROUNDTIMEOUT && srv->slow_rank >= 0)
+		snprintf(buf, len, "round %" PRIu64 " failed: rank %d did not finish its share "
+			 "within the round bound (RK_EROUNDTIMEOUT); the request may be retried",
+			 srv->slow_round, srv->slow_rank);
+	else
+		snprintf(buf, len, "%s", rk_strerror(err));
 }
 
 json_t *oai_error_json(const struct oai_error *e)

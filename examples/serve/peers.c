@@ -100,6 +100,7 @@ static void stats_finish(struct server *srv, int err)
 	}
 	srv->st_cur = NULL;
 	srv->st_pending = 0;
+	rk_timer_stop(&srv->st_timer);
 }
 
 void stats_fail_all(struct server *srv, int err)
@@ -118,6 +119,7 @@ void stats_fail_all(struct server *srv, int err)
 void stats_start(struct server *srv)
 {
 	uint8_t msg[MSG_HDR] = { 0 };
+	struct stats_wait *w;
 	int ret;
 
 	if (srv->st_cur || !srv->st_next)
@@ -132,11 +134,34 @@ void stats_start(struct server *srv)
 		stats_finish(srv, 0);
 		return;
 	}
+	/* a rank whose loop is blocked, or a peer that is no rk-serve, holds no scrape */
+	for (w = srv->st_cur; w && !w->bounded; w = w->next)
+		;
+	if (w)
+		rk_timer_start(srv->loop, &srv->st_timer, STATS_WAIT_NS, 0);
 	put32(msg, MSG_STATS_REQ);
 	put64(msg + 8, srv->st_seq);
 	ret = send_msg(srv, -1, msg, sizeof(msg));
 	if (ret)
 		stats_finish(srv, ret);
+}
+
+enum rk_activity stats_late_cb(struct rk_timer *t, uint64_t now)
+{
+	struct server *srv = t->data;
+	int r;
+
+	(void)now;
+	if (!srv->st_cur)
+		return RK_IDLE;
+	for (r = 1; r < srv->size; r++)
+		if (!srv->st_ranks[r].valid)
+			fprintf(stderr,
+				PROG "[r0]: stats: rank %d did not answer in %llu ms: left out\n", r,
+				STATS_WAIT_NS / 1000000);
+	stats_finish(srv, 0);
+	stats_start(srv);
+	return RK_IDLE;
 }
 
 #ifdef RK_HAVE_SERVE_HTTP
@@ -155,6 +180,7 @@ enum rk_activity stats_post_cb(struct rk_post *p)
 		w->done(w);
 		return RK_BUSY;
 	}
+	w->bounded = true;
 	w->next = srv->st_next;
 	srv->st_next = w;
 	stats_start(srv);
@@ -465,6 +491,33 @@ static void on_peer_error(struct rk_world *w, int rank, int err, void *arg)
 	fprintf(stderr, PROG "[r%d]: rank %d failed: %s\n", srv->rank, rank, rk_strerror(err));
 	if (srv->rank == 0)
 		stats_fail_all(srv, err);
+	rk_loop_stop(srv->loop);
+}
+
+void on_round_timeout(void *arg, struct rk_sched *s, uint64_t round_id, int rank)
+{
+	struct server *srv = arg;
+
+	(void)s;
+	fprintf(stderr, PROG "[r%d]: round %" PRIu64 ": rank %d did not finish its share in time "
+		"(RK_EROUNDTIMEOUT)\n", srv->rank, round_id, rank);
+	/* the same rank, and no round done between */
+	if (rank == srv->slow_rank && round_id == srv->slow_round + 1)
+		srv->slow_streak++;
+	else
+		srv->slow_streak = 1;
+	srv->slow_round = round_id;
+	srv->slow_rank = rank;
+	if (srv->rank != 0 || srv->slow_streak < ROUND_TIMEOUTS_STOP || srv->err)
+		return;
+	fprintf(stderr, PROG "[r0]: rank %d missed %u rounds in a row: stopping the job\n", rank,
+		srv->slow_streak);
+	rk_sched_stop(s); /* the queue ends with RK_ESTOPPED, after this round's requests */
+	be_abort(srv);	  /* the round it holds waits for that rank */
+	srv->err_ns = now_ns();
+	srv->err_rank = rank;
+	srv->err = -RK_EROUNDTIMEOUT;
+	stats_fail_all(srv, srv->err);
 	rk_loop_stop(srv->loop);
 }
 

@@ -43,6 +43,11 @@
 #define HTTP_FD_RESERVE	   256u	  /* descriptors not counted for HTTP connections */
 #define HTTP_ACCEPT_RETRY_MS 10	  /* out of descriptors: the acceptor retries after */
 #define END_FLUSH_ITER 4u /* loop passes that send END before the backend's teardown */
+/* a collection for an HTTP waiter ends without the ranks that did not answer by then
+ * (peers.c); --bench and --demo wait for every rank */
+#define STATS_WAIT_NS  (1000 * 1000000ull)
+/* the leader stops the job when one rank missed this many rounds in a row (peers.c) */
+#define ROUND_TIMEOUTS_STOP 3u
 
 enum serve_msg {
 	MSG_MODEL = 1,	   /* leader -> followers: V, H, backend, seed (checked) */
@@ -198,6 +203,7 @@ struct stats_wait {
 	struct rk_sched_stats sched;
 	uint64_t req_total, req_active, req_failed, req_cancelled;
 	bool finished; /* HTTP waiters: under srv->mu */
+	bool bounded;  /* an HTTP waiter: its collection ends within STATS_WAIT_NS */
 };
 
 struct server {
@@ -251,6 +257,12 @@ struct server {
 	/* metrics.c (leader, loop thread) */
 	struct req_metrics rm;
 	uint64_t peer_err[N_PEER_ERR];
+
+	/* the round watchdog's verdicts (peers.c, loop thread): the last one */
+	uint64_t slow_round;
+	int slow_rank;
+	unsigned int slow_streak; /* leader: rounds in a row slow_rank missed */
+	struct rk_timer st_timer;  /* leader: a stats collection's bound, STATS_WAIT_NS */
 };
 
 /*
@@ -359,6 +371,10 @@ int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len);
 void stats_start(struct server *srv);
 /* Fail every waiter, current and queued (shutdown, a dead peer). */
 void stats_fail_all(struct server *srv, int err);
+/* The collection under way ends without the ranks that have not answered (st_timer). */
+enum rk_activity stats_late_cb(struct rk_timer *t, uint64_t now);
+/* The scheduler's rk_sched_timeout_cb: log it; the leader stops the job by its rule. */
+void on_round_timeout(void *arg, struct rk_sched *s, uint64_t round_id, int rank);
 #ifdef RK_HAVE_SERVE_HTTP
 /* An HTTP thread's stats waiter reaches the loop. */
 enum rk_activity stats_post_cb(struct rk_post *p);
@@ -500,6 +516,8 @@ int oai_parse(const struct server *srv, enum api_kind kind, const char *body, si
 	      struct oai_params *p, struct oai_error *e);
 /* Replies; @text: room for @n + 1 characters. NULL without memory. */
 json_t *oai_error_json(const struct oai_error *e);
+/* Loop thread: what a client is told of a request that failed with @err. */
+void oai_fail_msg(const struct server *srv, int err, char *buf, size_t len);
 json_t *oai_chunk(const struct oai_reply *r, const uint32_t *t, uint32_t n, const char *finish,
 		  char *text);
 json_t *oai_usage_chunk(const struct oai_reply *r, uint32_t n_out);

@@ -349,6 +349,19 @@ struct toy_params {
 	void (*test_hook)(void *arg, int where, const struct rk_epoch *ep, uint64_t round_id);
 	void *test_arg;
 	/*
+	 * Tests only, 0 otherwise (the round watchdog's test hook, rk-serve's
+	 * RK_TEST_STALL): the CPU backend's worker, a GPU stream's stand-in,
+	 * sits @stall_ms on round @stall_round before computing it, on the
+	 * launch path, as a rank stuck in a collective would; the rounds after
+	 * it queue behind. toy_cpu_abort() and the teardown end the stall.
+	 * With @stall_loop, launch() itself sleeps instead, on the loop thread,
+	 * as a backend blocked inside a collective call would: the rank's loop
+	 * answers nothing meanwhile.
+	 */
+	uint64_t stall_round;
+	uint64_t stall_ms;
+	bool stall_loop;
+	/*
 	 * CPU backend: emulated device time (off by default). With it on, every
 	 * round is launched (resident rounds are off: a GPU round is launched
 	 * too) and a follower's partials leave from the loop once the round's

@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "le.h"
@@ -49,12 +50,28 @@ void toy_params_init(struct toy_params *p)
 	p->worker_spin_us = TOY_WORKER_SPIN_AUTO;
 	p->test_hook = NULL;
 	p->test_arg = NULL;
+	p->stall_round = 0;
+	p->stall_ms = 0;
+	p->stall_loop = false;
 	memset(&p->device, 0, sizeof(p->device));
 	p->device_notify = RK_GPU_NOTIFY_AUTO;
 	p->device_attr = NULL;
 }
 
 /* ---- the worker ------------------------------------------------------------------- */
+
+/* The test hook toy_params.stall_round: called and returns with b->mu held. */
+static void stall(struct toy_cpu *b)
+{
+	uint64_t end = now_ns() + b->stall_ns;
+	struct timespec ts = { 0, 10 * 1000000 };
+
+	while (!b->stop && !b->stall_cancel && now_ns() < end) {
+		pthread_mutex_unlock(&b->mu);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&b->mu);
+	}
+}
 
 static void *worker_main(void *arg)
 {
@@ -72,6 +89,9 @@ static void *worker_main(void *arg)
 		b->qhead = job->next;
 		if (!b->qhead)
 			b->qtail = NULL;
+		if (!job->armed && b->stall_round && !b->stall_loop &&
+		    job->r.round_id == b->stall_round)
+			stall(b);
 		pthread_mutex_unlock(&b->mu);
 
 		if (!job->armed) {
@@ -423,6 +443,12 @@ static int cpu_launch(void *ctx, struct rk_sched *s, const struct rk_wire_round 
 	int ret;
 
 	(void)flags;
+	if (b->stall_loop && round->round_id == b->stall_round) {
+		struct timespec ts = { (time_t)(b->stall_ns / 1000000000),
+				       (long)(b->stall_ns % 1000000000) };
+
+		nanosleep(&ts, NULL);	/* the test hook: a launch blocked in a collective */
+	}
 	/* with a device, partials leave after its mark, from the loop: no lane */
 	if (b->rank != 0 && !b->emu)
 		toy__lane_open(b);
@@ -596,6 +622,9 @@ int toy_cpu_create(struct rk_world *w, const struct toy_params *p, struct toy_cp
 	b->loop = rk_world_loop(w);
 	b->rank = (uint32_t)rank;
 	b->size = (uint32_t)size;
+	b->stall_round = p->stall_round;
+	b->stall_ns = p->stall_ms * 1000000;
+	b->stall_loop = p->stall_loop;
 	toy__resident_init(b, p);
 	ret = toy_model_init(&b->m, p->V, p->H, p->seed, b->rank, b->size);
 	if (ret)
@@ -654,6 +683,11 @@ void toy_cpu_abort(struct toy_cpu *b)
 {
 	if (!b->aborted)
 		b->aborted = -ECONNRESET;
+	if (b->stall_round) {
+		pthread_mutex_lock(&b->mu);
+		b->stall_cancel = true;
+		pthread_mutex_unlock(&b->mu);
+	}
 	if (b->rank == 0 && owes_report(b))
 		leader_fail(b, b->launched, -ECONNRESET);
 }

@@ -63,6 +63,9 @@ struct toy_cpu {
 	pthread_cond_t cv;
 	struct toy_job *qhead, *qtail;	/* under mu */
 	bool stop;			/* under mu */
+	uint64_t stall_round, stall_ns;	/* toy_params.stall_*: a test hook */
+	bool stall_loop;
+	bool stall_cancel;		/* under mu: toy_cpu_abort() ends a stall */
 
 	/* loop thread */
 	struct toy_job *free_jobs;
