@@ -156,6 +156,16 @@ struct rk_backend_ops {
 	int (*frame)(void *ctx, int peer, const struct rk_wire_user *msg);
 	uint32_t user_tag;
 	uint32_t user_tags;
+	/*
+	 * Optional, leader: the round watchdog's question when round @round_id
+	 * ran past the leader's bound and no follower reported its own share
+	 * late (its loop may be blocked, or it is not what it claims): which
+	 * rank's part does this rank's share still wait for? Return that rank
+	 * (the lowest, if several; 0 for the leader's own part), or -1 when the
+	 * backend cannot tell (a reduction inside a GPU library). NULL: -1.
+	 * Called on the loop thread; it must not report rounds.
+	 */
+	int (*waiting_for)(void *ctx, uint64_t round_id);
 };
 
 /*
@@ -426,7 +436,9 @@ RK_EXPORT void rk_sched_complete(struct rk_sched *s, uint64_t round_id, int stat
  * rank finished without a progress call (rk_sched_stats.round_bound_ns). A
  * follower whose share is not reported by then tells the leader (a ROUND_DONE
  * with -RK_EROUNDTIMEOUT); the leader waits a quarter of the bound longer,
- * for those reports, and then blames itself. The leader then fails that
+ * for those reports, and then blames the rank its backend names
+ * (rk_backend_ops.waiting_for), or itself when the backend cannot tell.
+ * The leader then fails that
  * round alone: its requests end with -RK_EROUNDTIMEOUT, the queued ones go on
  * with the next round, and every rank's timeout callback hears which rank was
  * slow (the leader's verdict reaches each follower in a ROUND_WATCH frame).

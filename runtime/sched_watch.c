@@ -7,9 +7,10 @@
  *
  * Who is blamed: a follower whose share is late says so itself (a ROUND_DONE
  * with -RK_EROUNDTIMEOUT); the leader waits a quarter of the bound longer
- * than its followers do, so their reports come first, and blames itself when
- * none came (its own share, which under tensor parallelism waits for every
- * rank's, did not finish). Its verdict goes to every follower in a
+ * than its followers do, so their reports come first; when none came it
+ * blames the rank its backend says its own share still waits for
+ * (rk_backend_ops.waiting_for: a follower whose loop is blocked, or one that
+ * never sends its part), or itself when the backend cannot tell. Its verdict goes to every follower in a
  * ROUND_WATCH and to each rank's timeout callback.
  *
  * The timer is lazy: armed when a round launches and none is pending, it
@@ -125,6 +126,15 @@ static void follower_late(struct rk_sched *s, uint64_t now)
 		rk_world_send(s->world, 0, RK_FRAME_ROUND_DONE, 0, buf, (uint32_t)n);
 }
 
+/* No follower said its share was late: the rank the leader's share waits for,
+ * as its backend tells, or the leader itself. */
+static int leader_blames(struct rk_sched *s)
+{
+	int r = s->ops->waiting_for ? s->ops->waiting_for(s->ctx, s->wd_round) : -1;
+
+	return r >= 0 && r < rk_world_size(s->world) ? r : 0;
+}
+
 enum rk_activity rk__sched_watch_cb(struct rk_timer *t, uint64_t now)
 {
 	struct rk_sched *s = t->data;
@@ -142,7 +152,7 @@ enum rk_activity rk__sched_watch_cb(struct rk_timer *t, uint64_t now)
 		return RK_BUSY;
 	}
 	if (s->in_flight && s->round_id == s->wd_round)
-		rk__sched_leader_timeout(s, 0);
+		rk__sched_leader_timeout(s, leader_blames(s));
 	return RK_BUSY;
 }
 

@@ -8,8 +8,9 @@
 #    /metrics counts it, and a later request succeeds;
 # 2. its launch() blocks its loop thread 4 s on round 3 (a backend blocked
 #    inside a collective call): /v1/stats and /metrics still answer, leaving
-#    rank 1 out (rankrt_rank_answered 0), and the round fails naming rank 0
-#    (a rank whose loop is blocked cannot report itself);
+#    rank 1 out (rankrt_rank_answered 0), and the round fails naming rank 1
+#    (a rank whose loop is blocked cannot report itself: the leader's backend
+#    names the rank whose partials it still waits for);
 # 3. its worker sits 3 s on round 3: the rounds after it queue behind and time
 #    out too, and after 3 in a row of rank 1 the leader stops the job.
 # It prints what failed and with what, what each rank logged, and the time to
@@ -108,7 +109,7 @@ post blocked '{"prompt":"watchdog loop","max_tokens":40}' &
 cpid=$!
 # asked once round 3 has failed: rank 1's loop is blocked until well after
 i=0
-until grep -q 'round 3: rank 0 did not finish' "$tmp/loop.err"; do
+until grep -q 'round 3: rank 1 did not finish' "$tmp/loop.err"; do
 	[ $i -ge 300 ] && fail "round 3 did not time out in 30 s"
 	sleep 0.1
 	i=$((i + 1))

@@ -404,6 +404,27 @@ bad:
 	return -EPROTO;
 }
 
+/*
+ * The round watchdog asks whose part round @id still waits for (leader): the
+ * lowest follower whose partials are not in, else the leader's own; nothing
+ * in at all is the leader's own share (its part opens the sum, or a
+ * follower's does and is in).
+ */
+static int cpu_waiting_for(void *ctx, uint64_t id)
+{
+	struct toy_cpu *b = ctx;
+	uint32_t r;
+
+	if (b->rank != 0 || (b->acc_valid && (id < b->acc_round || b->acc_done)))
+		return -1;
+	if (!b->acc_valid || id > b->acc_round)
+		return 0;
+	for (r = 1; r < b->size; r++)
+		if (!b->acc_from[r])
+			return (int)r;
+	return 0;
+}
+
 /* ---- the ops -------------------------------------------------------------------------- */
 
 /* The round's device time, then a mark after it that carries @job. */
@@ -554,6 +575,7 @@ const struct rk_backend_ops toy_cpu_ops = {
 	.frame = cpu_frame,
 	.user_tag = TOY_TAG,
 	.user_tags = 1,
+	.waiting_for = cpu_waiting_for,
 };
 
 /* ---- lifetime --------------------------------------------------------------------------- */
