@@ -95,6 +95,7 @@ enum knob_id {
 	K_RDMA_GID,
 	K_AUTH,
 	K_SECRET_FILE,
+	K_FRAME_AUTH,
 	K_MAX_PENDING,
 	K_REFUSED_LOG_MS,
 	K_SHM,
@@ -201,6 +202,9 @@ static const struct knob knobs[] = {
 	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, S(secret), 1, 0, 0,
 			    "file holding the job's shared secret (mode 0600 or stricter, "
 			    ">= 32 bytes)" },
+	[K_FRAME_AUTH] = { "RK_FRAME_AUTH", "frame_auth", KIND_BOOL, T(frame_auth), 1, 0, 0,
+			   "with a secret: an AES-256-GCM tag on every frame after the handshake "
+			   "(not on same-host shared memory); every rank must agree" },
 	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, T(max_pending), 1,
 			    1, 65536, "connections a leader keeps before their handshake" },
 	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
@@ -302,6 +306,7 @@ void rk_config_init(struct rk_config *cfg)
 	t->max_pending = RK_DEF_MAX_PENDING;
 	t->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
 	t->lane = true;
+	t->frame_auth = false;
 	t->resident = RK_RESIDENT_AUTO;
 }
 
