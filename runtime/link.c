@@ -538,11 +538,11 @@ static int link_tags_start(struct rk_link *l)
 
 	ret = rk__auth_mac(cfg->secret, cfg->secret_len, tx, l->transcript, key);
 	if (!ret)
-		ret = rk__tagger_init(&l->tag_tx, key, true);
+		ret = rk__tagger_init(&l->tag_tx, key);
 	if (!ret)
 		ret = rk__auth_mac(cfg->secret, cfg->secret_len, rx, l->transcript, key);
 	if (!ret)
-		ret = rk__tagger_init(&l->tag_rx, key, false);
+		ret = rk__tagger_init(&l->tag_rx, key);
 	rk__secure_zero(key, sizeof(key));
 	if (ret)
 		return ret;

@@ -110,15 +110,16 @@ void rk__secure_zero(void *p, size_t n);
 /*
  * Frame tags (WIRE.md, "Frame tags"): AES-256-GCM with the whole frame as
  * associated data and no plaintext, one key per link and direction, the
- * frame's sequence number as the nonce. One context per direction, keyed once.
+ * frame's sequence number as the nonce. One per direction, keyed once.
  */
 #define RK__TAG_LEN	RK_WIRE_TAG_LEN
 struct rk__tagger {
-	void *ctx;			/* EVP_CIPHER_CTX, NULL until keyed */
+	void *ctx;			/* EVP_CIPHER_CTX: AES-256 (ECB, its block) */
+	void *gcm;			/* GCM128_CONTEXT over it; NULL until keyed */
 };
-/* Key @t for sealing (@seal) or opening with @key. 0, -EOPNOTSUPP, -ENOMEM or -EIO. */
-int rk__tagger_init(struct rk__tagger *t, const uint8_t key[RK_WIRE_MAC_LEN], bool seal);
-/* Free the context and its key schedule (wiped). Safe on a zeroed @t. */
+/* Key @t with @key. 0, -EOPNOTSUPP (no OpenSSL), -ENOMEM or -EIO. */
+int rk__tagger_init(struct rk__tagger *t, const uint8_t key[RK_WIRE_MAC_LEN]);
+/* Free the contexts, their key material wiped. Safe on a zeroed @t. */
 void rk__tagger_fini(struct rk__tagger *t);
 /* The tag of the @n bytes at @p under nonce @seq, into @tag. 0 or -EIO. */
 int rk__tag_seal(struct rk__tagger *t, uint64_t seq, const uint8_t *p, size_t n,
