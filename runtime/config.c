@@ -95,10 +95,10 @@ enum knob_id {
 	K_RDMA_GID,
 	K_AUTH,
 	K_SECRET_FILE,
-	K_FRAME_AUTH,
 	K_MAX_PENDING,
 	K_REFUSED_LOG_MS,
 	K_SHM,
+	K_FRAME_AUTH,
 	K_LANE,
 	K__COUNT,
 };
@@ -202,9 +202,6 @@ static const struct knob knobs[] = {
 	[K_SECRET_FILE] = { "RK_SECRET_FILE", "secret_file", KIND_SECRET, S(secret), 1, 0, 0,
 			    "file holding the job's shared secret (mode 0600 or stricter, "
 			    ">= 32 bytes)" },
-	[K_FRAME_AUTH] = { "RK_FRAME_AUTH", "frame_auth", KIND_BOOL, T(frame_auth), 1, 0, 0,
-			   "with a secret: an AES-256-GCM tag on every frame after the handshake "
-			   "(not on same-host shared memory); every rank must agree" },
 	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, T(max_pending), 1,
 			    1, 65536, "connections a leader keeps before their handshake" },
 	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
@@ -213,6 +210,9 @@ static const struct knob knobs[] = {
 	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, S(shm), 1, 0, 0,
 		    "same-host links on shared memory: auto (when both ends share a host), "
 		    "on (required on every link), off (never)" },
+	[K_FRAME_AUTH] = { "RK_FRAME_AUTH", "frame_auth", KIND_BOOL, T(frame_auth), 1, 0, 0,
+			   "with a secret: an AES-256-GCM tag on every frame after the handshake "
+			   "(not on same-host shared memory); every rank must agree" },
 	[K_LANE] = { "RK_LANE", "lane", KIND_BOOL, T(lane), 1, 0, 0,
 		     "a same-host follower's threads may send USER frames to the leader "
 		     "without its loop (rk_link_lane_open); 0: every frame goes by the loop" },
