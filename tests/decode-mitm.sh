@@ -20,7 +20,7 @@ relay=$b/tests/mitm-relay
 key=$tmp/job.key
 (umask 077 && printf '%s\n' "decode-mitm: the job's secret, 32+ bytes long" >"$key")
 model="--hidden 256 --model-seed 7"
-export RK_LOG=info RK_CONNECT_TIMEOUT_MS=20000 RK_SHM=off RK_FRAME_AUTH=on RK_SECRET_FILE=$key
+export RK_LOG=info RK_CONNECT_TIMEOUT_MS=20000 RK_SHM=off RK_FRAME_AUTH=on RK_SECRET_FILE="$key"
 
 # the leader, on a port from the PID (another one when it is taken)
 port=$(( (($$ * 11) % 20000) + 30000 ))
