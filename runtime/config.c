@@ -99,6 +99,7 @@ enum knob_id {
 	K_MAX_PENDING,
 	K_REFUSED_LOG_MS,
 	K_SHM,
+	K_FRAME_AUTH,
 	K_LANE,
 	K__COUNT,
 };
@@ -215,6 +216,9 @@ static const struct knob knobs[] = {
 	[K_SHM] = { "RK_SHM", "shm", KIND_TRI, S(shm), 1, 0, 0,
 		    "same-host links on shared memory: auto (when both ends share a host), "
 		    "on (required on every link), off (never)" },
+	[K_FRAME_AUTH] = { "RK_FRAME_AUTH", "frame_auth", KIND_BOOL, T(frame_auth), 1, 0, 0,
+			   "with a secret: an AES-256-GCM tag on every frame after the handshake "
+			   "(not on same-host shared memory); every rank must agree" },
 	[K_LANE] = { "RK_LANE", "lane", KIND_BOOL, T(lane), 1, 0, 0,
 		     "a same-host follower's threads may send USER frames to the leader "
 		     "without its loop (rk_link_lane_open); 0: every frame goes by the loop" },
@@ -309,6 +313,7 @@ void rk_config_init(struct rk_config *cfg)
 	t->max_pending = RK_DEF_MAX_PENDING;
 	t->refused_log_ns = RK_DEF_REFUSED_LOG_MS * NS_PER_MS;
 	t->lane = true;
+	t->frame_auth = false;
 	t->resident = RK_RESIDENT_AUTO;
 }
 

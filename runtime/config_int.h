@@ -64,6 +64,7 @@ struct rk__tuning {
 	unsigned int max_pending;	/* RK_MAX_PENDING: accepted, not yet handshaken */
 	uint64_t refused_log_ns;	/* RK_REFUSED_LOG_MS: refused connections' log interval */
 	bool lane;			/* RK_LANE: a same-host follower's lane */
+	bool frame_auth;		/* RK_FRAME_AUTH: with a secret, tags on every frame */
 	/* schedulers on this loop: the round watchdog's floor (0: off) */
 	uint64_t round_timeout_ns;	/* RK_ROUND_TIMEOUT_MS */
 	/* schedulers on this loop whose own config says auto (rk_sched.h) */

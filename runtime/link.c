@@ -4,7 +4,10 @@
  *
  * A link owns, once for every transport: the frame decoder over received
  * bytes (any split), the handshake (HELLO/WELCOME/AUTH, with the proofs that
- * both sides hold the job's secret, WIRE.md), sequence numbers,
+ * both sides hold the job's secret, WIRE.md), sequence numbers, the tags
+ * that frames carry after an authenticated handshake where the transport
+ * leaves the host (WIRE.md, "Frame tags": sealed here, before any transport
+ * sees a frame, and opened before any frame is dispatched),
  * the send batch (frames queued by handlers leave in one send before the loop
  * waits; a frame with nothing queued before it may leave at once, from its
  * commit: link_direct()), the per-link memory bounds (a partial frame
@@ -67,6 +70,8 @@ static void link_maybe_free(struct rk_link *l)
 	free(l->rx);
 	l->q.p = l->out.p = l->rx = NULL;
 	rk__secure_zero(l->key, sizeof(l->key));
+	rk__tagger_fini(&l->tag_tx);
+	rk__tagger_fini(&l->tag_rx);
 	rk__gaps_detach(&l->gaps);
 	rk__loop_unref(loop);
 	if (l->tclass && l->tclass->link_free)
@@ -171,10 +176,16 @@ static int txbuf_reserve(struct rk__txbuf *b, size_t need)
 	return rk__grow((void **)&b->p, &b->cap, b->len + need, 1, 4096);
 }
 
+/* The bytes a frame of @len payload bytes takes on the link: its tag's too. */
+static size_t tx_frame_len(const struct rk_link *l, uint32_t len)
+{
+	return RK_WIRE_HDR_LEN + (size_t)len + (l->tx_tag ? RK__TAG_LEN : 0);
+}
+
 /* Make room for a frame of @len payload bytes at the end of q; enforce the bounds. */
 static uint8_t *link_room(struct rk_link *l, uint32_t len, int *err)
 {
-	size_t need = RK_WIRE_HDR_LEN + (size_t)len;
+	size_t need = tx_frame_len(l, len);
 	int ret;
 
 	if (len > l->max_frame) {
@@ -243,10 +254,16 @@ static int link_commit(struct rk_link *l, unsigned int type, unsigned int flags,
 				 hdr + RK_WIRE_HDR_LEN, len);
 	if (ret < 0)
 		return ret;
+	if (l->tx_tag) {
+		ret = rk__tag_seal(&l->tag_tx, l->tx_seq, hdr, n, hdr + n);
+		if (ret < 0)
+			return ret;
+	}
 	l->tx_seq++;
 	l->stats.tx_frames++;
 	l->stats.tx_bytes += n;
 	l->last_tx = rk_loop_now(l->loop);
+	n = tx_frame_len(l, len);
 	if (link_direct(l, hdr, n))
 		return 0;
 	l->q.len += n;
@@ -311,7 +328,7 @@ int rk_link_commit(struct rk_link *l, unsigned int type, unsigned int flags, uin
 	if (l->state != RK_LINK_UP)
 		return -ENOTCONN;
 	/* More than was reserved would encode (and send) past the buffer. */
-	if (len > l->max_frame || l->q.len + RK_WIRE_HDR_LEN + (size_t)len > l->q.cap)
+	if (len > l->max_frame || l->q.len + tx_frame_len(l, len) > l->q.cap)
 		return -EINVAL;
 	return link_commit(l, type, flags, len);
 }
@@ -344,12 +361,16 @@ void rk__link_set_transport(struct rk_link *l, const struct rk__transport_ops *o
 	l->carrier_name = l->tops->name;
 	l->tops = ops;
 	l->tpriv = priv;
+	if (ops->local)
+		l->tx_tag = false;
 }
 
-void rk__link_rx_switch(struct rk_link *l)
+void rk__link_rx_switch(struct rk_link *l, const struct rk__transport_ops *to)
 {
 	l->rx_cut = true;
 	l->rx_moved = true;
+	if (to->local)
+		l->rx_tag = false;
 }
 
 /* ---- failure and close ------------------------------------------------------------ */
@@ -429,6 +450,12 @@ static bool link_auth(const struct rk_link *l)
 	return link_cfg(l)->secret_len > 0;
 }
 
+/* Whether this side tags its frames after the handshake (it authenticates). */
+static bool link_tags_wanted(const struct rk_link *l)
+{
+	return link_auth(l) && rk__config_ctuning(link_cfg(l))->frame_auth;
+}
+
 /* Encode our HELLO (connecting side) or WELCOME (accepting side) with a fresh
  * nonce into its half of the transcript, and queue it. */
 static int link_send_hello(struct rk_link *l, unsigned int type)
@@ -438,7 +465,8 @@ static int link_send_hello(struct rk_link *l, unsigned int type)
 		.proto_version = RK_WIRE_VERSION,
 		.world_size = (uint32_t)cfg->world_size,
 		.rank = (uint32_t)cfg->rank,
-		.auth = link_auth(l) ? RK_WIRE_AUTH_HMAC : RK_WIRE_AUTH_NONE,
+		.auth = !link_auth(l) ? RK_WIRE_AUTH_NONE :
+			link_tags_wanted(l) ? RK_WIRE_AUTH_TAGS : RK_WIRE_AUTH_HMAC,
 		.session_id = cfg->session_id,
 		.caps = 0,
 	};
@@ -494,6 +522,35 @@ void rk__link_connected(struct rk_link *l)
 }
 
 /*
+ * Key both directions' tags (WIRE.md, "Frame tags"): each side seals with the
+ * key of its role and opens with the other's. From here on every frame each
+ * way carries a tag, unless the link's transport is local; the keys stay even
+ * if the owner refuses the link, since the peer is up and opens the ERROR
+ * that says so.
+ */
+static int link_tags_start(struct rk_link *l)
+{
+	const struct rk_config *cfg = link_cfg(l);
+	enum rk__auth_label tx = l->accepted ? RK__AUTH_TAG_LEADER : RK__AUTH_TAG_FOLLOWER;
+	enum rk__auth_label rx = l->accepted ? RK__AUTH_TAG_FOLLOWER : RK__AUTH_TAG_LEADER;
+	uint8_t key[RK_WIRE_MAC_LEN];
+	int ret;
+
+	ret = rk__auth_mac(cfg->secret, cfg->secret_len, tx, l->transcript, key);
+	if (!ret)
+		ret = rk__tagger_init(&l->tag_tx, key);
+	if (!ret)
+		ret = rk__auth_mac(cfg->secret, cfg->secret_len, rx, l->transcript, key);
+	if (!ret)
+		ret = rk__tagger_init(&l->tag_rx, key);
+	rk__secure_zero(key, sizeof(key));
+	if (ret)
+		return ret;
+	l->tx_tag = l->rx_tag = !l->tops->local;
+	return 0;
+}
+
+/*
  * The handshake completed (and the peer proved the secret, if we use one):
  * the link is up before the owner hears of it, since accepting may complete
  * the world and the ready callback sends on this very link.
@@ -510,6 +567,11 @@ static int link_up(struct rk_link *l)
 		if (ret)
 			return ret;
 		l->authed = true;
+	}
+	if (l->tags) {
+		ret = link_tags_start(l);
+		if (ret)
+			return ret;
 	}
 	l->state = RK_LINK_UP;
 	l->was_up = true;
@@ -531,7 +593,7 @@ static int link_check_hello(struct rk_link *l, const struct rk_wire_hdr *h,
 			    const struct rk_wire_hello *p, const char **why)
 {
 	const struct rk_config *cfg = link_cfg(l);
-	bool mine = link_auth(l);
+	bool mine = link_auth(l), tags = link_tags_wanted(l);
 	int ret;
 
 	if (p->proto_version != RK_WIRE_VERSION)
@@ -545,11 +607,17 @@ static int link_check_hello(struct rk_link *l, const struct rk_wire_hdr *h,
 	ret = l->oops->check(l, p);
 	if (ret)
 		return ret;
-	if (mine != (p->auth == RK_WIRE_AUTH_HMAC)) {
+	if (mine != (p->auth != RK_WIRE_AUTH_NONE)) {
 		*why = mine ? "RK_EAUTH: this side requires a secret (RK_SECRET_FILE)" :
 			      "RK_EAUTH: this side has no secret (set the same RK_SECRET_FILE)";
 		return -RK_EAUTH;
 	}
+	if (mine && tags != (p->auth == RK_WIRE_AUTH_TAGS)) {
+		*why = tags ? "RK_EAUTH: this side tags frames (RK_FRAME_AUTH=on), the peer does not" :
+			      "RK_EAUTH: the peer tags frames (RK_FRAME_AUTH=on), this side does not";
+		return -RK_EAUTH;
+	}
+	l->tags = tags;
 	return 0;
 }
 
@@ -734,6 +802,22 @@ static bool link_receiving(const struct rk_link *l)
 	return l->state >= RK_LINK_ACCEPTED && l->state <= RK_LINK_UP;
 }
 
+/* A whole frame of the byte stream at @p, @h its header (and its tag after it,
+ * when the link's frames carry one now): the tag is checked before anything
+ * of the frame is, under the sequence number the frame must have. */
+static int link_rx_one(struct rk_link *l, const struct rk_wire_hdr *h, const uint8_t *p)
+{
+	size_t n = RK_WIRE_HDR_LEN + (size_t)h->len;
+	int ret;
+
+	if (l->rx_tag) {
+		ret = rk__tag_open(&l->tag_rx, l->rx_seq, p, n, p + n);
+		if (ret)
+			return ret;
+	}
+	return link_dispatch(l, h, p + RK_WIRE_HDR_LEN, &l->rx_seq);
+}
+
 /* Decode a header and admit its type in this state (-EAGAIN: not enough bytes). */
 static int64_t link_hdr(const struct rk_link *l, const uint8_t *p, size_t n, struct rk_wire_hdr *h)
 {
@@ -774,6 +858,8 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 				continue;
 			if (total < 0)
 				return (int)total;
+			if (l->rx_tag)
+				total += RK__TAG_LEN;
 			take = (size_t)total - l->rx_len;
 			take = take < n ? take : n;
 			ret = rx_append(l, p, take);
@@ -784,7 +870,7 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 			if (l->rx_len < (size_t)total)
 				return 0;
 			l->rx_len = 0;
-			ret = link_dispatch(l, &h, l->rx + RK_WIRE_HDR_LEN, &l->rx_seq);
+			ret = link_rx_one(l, &h, l->rx);
 			if (ret)
 				return ret;
 			if (l->rx_cut)
@@ -796,11 +882,13 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 			return rx_append(l, p, n);
 		if (total < 0)
 			return (int)total;
+		if (l->rx_tag)
+			total += RK__TAG_LEN;
 		if ((size_t)total > n) {
 			ret = rx_grow(l, (size_t)total);
 			return ret ? ret : rx_append(l, p, n);
 		}
-		ret = link_dispatch(l, &h, p + RK_WIRE_HDR_LEN, &l->rx_seq);
+		ret = link_rx_one(l, &h, p);
 		if (ret)
 			return ret;
 		p += total;
@@ -814,6 +902,7 @@ static int link_rx(struct rk_link *l, const uint8_t *p, size_t n)
 /*
  * The whole-frame streams (rk__link_rx_frame()): a record holds exactly one
  * frame, of a type the stream may carry, counted in the stream's own sequence.
+ * Only a local transport reads such streams: their frames carry no tag.
  */
 static int link_rx_whole(struct rk_link *l, struct rk__frame_stream *st, const uint8_t *p,
 			 size_t n)

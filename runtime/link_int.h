@@ -16,6 +16,9 @@ struct rk_epoch;
 
 struct rk__transport_ops {
 	const char *name;		/* "tcp", "shm", "roce": what rk_link_transport() says */
+	/* Its bytes go only between two processes of one user on one kernel (shared
+	 * memory): frames on it carry no tag (WIRE.md, "Frame tags"). */
+	bool local;
 	/* Send what rk__link_tx_next() hands out; called by the flusher when
 	 * frames are queued and nothing is in flight. */
 	void (*flush)(struct rk_link *l);
@@ -105,6 +108,11 @@ struct rk_link {
 	bool authed;			/* the peer proved the secret; key[] is the link's */
 	uint8_t transcript[RK__TRANSCRIPT_LEN];	/* HELLO payload, then WELCOME payload */
 	uint8_t key[RK_WIRE_MAC_LEN];	/* the link's own key (WIRE.md), once authed */
+	bool tags;			/* both sides agreed on frame tags (auth 2, WIRE.md) */
+	bool tx_tag, rx_tag;		/* ...and its frames carry them now, each way: from
+					 * the handshake on, until a local transport takes
+					 * that direction over */
+	struct rk__tagger tag_tx, tag_rx;	/* keyed once the link is up */
 	char peer_addr[64];		/* "host:port" of the peer, for log lines */
 	struct rk_link_stats stats;
 	struct rk__gaps gaps;		/* its busy frames' arrivals, learned by the loop */
@@ -203,9 +211,10 @@ void rk__link_connected(struct rk_link *l);
  */
 void rk__link_set_transport(struct rk_link *l, const struct rk__transport_ops *ops, void *priv);
 /* Inside a control() hook: the frame being dispatched is the peer's last on the
- * carrier; its frames come through the transport swapped in from now on, and
- * bytes after it on the carrier fail the link (-EPROTO). */
-void rk__link_rx_switch(struct rk_link *l);
+ * carrier; its frames come through the transport @to (the one swapped in, or
+ * about to be) from now on, and bytes after it on the carrier fail the link
+ * (-EPROTO). */
+void rk__link_rx_switch(struct rk_link *l, const struct rk__transport_ops *to);
 /* A stranger: an accepted link whose handshake has not completed. Its
  * failures are the owner's to count and log (rate-limited), not the link's. */
 static inline bool rk__link_stranger(const struct rk_link *l)

@@ -94,6 +94,8 @@ enum rk__auth_label {
 	RK__AUTH_LEADER,	/* the leader's proof (its AUTH frame) */
 	RK__AUTH_FOLLOWER,	/* the follower's proof */
 	RK__AUTH_LINK_KEY,	/* the link's own key, for whatever later needs one */
+	RK__AUTH_TAG_LEADER,	/* the key of the tags on the leader's frames */
+	RK__AUTH_TAG_FOLLOWER,	/* ...and on the follower's */
 	RK__AUTH__COUNT,
 };
 /* Whether this build can authenticate (it has libcrypto). */
@@ -107,6 +109,27 @@ bool rk__auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 int rk__auth_random(void *buf, size_t n);
 /* Wipe key material (not optimised away). */
 void rk__secure_zero(void *p, size_t n);
+
+/*
+ * Frame tags (WIRE.md, "Frame tags"): AES-256-GCM with the whole frame as
+ * associated data and no plaintext, one key per link and direction, the
+ * frame's sequence number as the nonce. One per direction, keyed once.
+ */
+#define RK__TAG_LEN	RK_WIRE_TAG_LEN
+struct rk__tagger {
+	void *ctx;			/* EVP_CIPHER_CTX: AES-256 (ECB, its block) */
+	void *gcm;			/* GCM128_CONTEXT over it; NULL until keyed */
+};
+/* Key @t with @key. 0, -EOPNOTSUPP (no OpenSSL), -ENOMEM or -EIO. */
+int rk__tagger_init(struct rk__tagger *t, const uint8_t key[RK_WIRE_MAC_LEN]);
+/* Free the contexts, their key material wiped. Safe on a zeroed @t. */
+void rk__tagger_fini(struct rk__tagger *t);
+/* The tag of the @n bytes at @p under nonce @seq, into @tag. 0 or -EIO. */
+int rk__tag_seal(struct rk__tagger *t, uint64_t seq, const uint8_t *p, size_t n,
+		 uint8_t tag[RK__TAG_LEN]);
+/* Whether @tag is the tag of the @n bytes at @p under nonce @seq: 0 or -RK_EFRAMEAUTH. */
+int rk__tag_open(struct rk__tagger *t, uint64_t seq, const uint8_t *p, size_t n,
+		 const uint8_t tag[RK__TAG_LEN]);
 
 /* Grow *@p (@elem-byte elements, capacity *@cap) to hold @need, doubling from
  * @min. Return: 0 or -ENOMEM (then *@p and *@cap are unchanged). */

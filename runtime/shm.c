@@ -550,8 +550,9 @@ static void shm_destroy(struct rk_link *l)
 	carrier->destroy(l);	/* frees l */
 }
 
-static const struct rk__transport_ops shm_ops = {
+const struct rk__transport_ops rk__shm_ops = {
 	.name = "shm",
+	.local = true,
 	.flush = shm_flush,
 	.shutdown = shm_shutdown,
 	.destroy = shm_destroy,
@@ -582,7 +583,7 @@ void rk__shm_swap(struct rk__shm_link *s)
 {
 	s->carrier = s->l->tops;
 	s->swapped = true;
-	rk__link_set_transport(s->l, &shm_ops, s);
+	rk__link_set_transport(s->l, &rk__shm_ops, s);
 }
 
 void rk__shm_link_shutdown(struct rk__shm_link *s)

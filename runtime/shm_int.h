@@ -580,6 +580,8 @@ int rk__shm_begin(struct rk__shm_link *s);
 /* Swap the shm transport in over the link's carrier, after the side's switch
  * frame was queued: the frames committed after it go on the ring. */
 void rk__shm_swap(struct rk__shm_link *s);
+/* The transport rk__shm_swap() puts in: local, its frames carry no tag. */
+extern const struct rk__transport_ops rk__shm_ops;
 /* The link is shut down: stop the ring operations, leave the broadcast
  * readers, release the epoch consumers, shut the lane. Idempotent. */
 void rk__shm_link_shutdown(struct rk__shm_link *s);

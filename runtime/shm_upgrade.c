@@ -571,7 +571,7 @@ static int leader_answer(struct rk_link *l, struct rk__shm *c, const uint8_t *pa
 		return -RK_EHANDSHAKE;	/* "mapped" what it was never sent */
 	/* its frames come on the ring from the next one on; this was the last on TCP */
 	s->rx_ring = true;
-	rk__link_rx_switch(l);
+	rk__link_rx_switch(l, &rk__shm_ops);
 	sw.slot = RK_WIRE_SHM_NO_SLOT;
 	if (c->bbase) {
 		for (i = 0; i < RK_WIRE_SHM_SLOTS; i++) {
@@ -876,7 +876,7 @@ static int follower_switch(struct rk_link *l, struct rk__shm *c, const uint8_t *
 	else
 		rk__shm_epoch_detach(s);	/* no slot, no bell: the leader would not ring it */
 	s->rx_ring = true;
-	rk__link_rx_switch(l);	/* SWITCH was the leader's last frame on TCP */
+	rk__link_rx_switch(l, &rk__shm_ops);	/* SWITCH was the leader's last frame on TCP */
 	s->st = SS_ACTIVE;
 	s->settled = true;
 	c->links++;

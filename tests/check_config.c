@@ -98,6 +98,7 @@ START_TEST(test_print_defaults)
 		"RK_RESIDENT=auto\n"
 		"RK_MAX_PENDING=64\n"
 		"RK_REFUSED_LOG_MS=10000\n"
+		"RK_FRAME_AUTH=0\n"
 		"RK_LANE=1\n";
 	struct rk_config c = defaults();
 	char *out = print_cfg(&c);

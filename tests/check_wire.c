@@ -193,6 +193,54 @@ START_TEST(test_golden_auth)
 }
 END_TEST
 
+/* WIRE.md's frame tag example: the keys, the tag, and that the tag binds every
+ * byte of the frame and its sequence number. */
+START_TEST(test_golden_tag)
+{
+	uint8_t t[RK__TRANSCRIPT_LEN], key[RK_WIRE_MAC_LEN], tag[RK__TAG_LEN], f[40];
+	const uint8_t *k = (const uint8_t *)golden_key;
+	struct rk__tagger s = { 0 };
+	size_t i;
+
+	if (!rk__auth_available()) {
+		ck_assert_int_eq(rk__tagger_init(&s, golden_follower_frame_key), -EOPNOTSUPP);
+		return;
+	}
+	memcpy(t, golden_hello, RK_WIRE_HELLO_LEN);
+	memcpy(t + RK_WIRE_HELLO_LEN, golden_welcome, RK_WIRE_HELLO_LEN);
+	ck_assert_int_eq(rk__auth_mac(k, strlen(golden_key), RK__AUTH_TAG_LEADER, t, key), 0);
+	ck_assert_mem_eq(key, golden_leader_frame_key, sizeof(key));
+	ck_assert_int_eq(rk__auth_mac(k, strlen(golden_key), RK__AUTH_TAG_FOLLOWER, t, key), 0);
+	ck_assert_mem_eq(key, golden_follower_frame_key, sizeof(key));
+	ck_assert_int_eq(rk__tagger_init(&s, key), 0);
+	ck_assert_int_eq(rk__tag_seal(&s, 5, golden_heartbeat, sizeof(golden_heartbeat), tag), 0);
+	ck_assert_mem_eq(tag, golden_heartbeat_tag, sizeof(tag));
+	ck_assert_int_eq(rk__tag_open(&s, 5, golden_heartbeat, sizeof(golden_heartbeat), tag), 0);
+	/* another nonce: a replay or a reordering */
+	ck_assert_int_eq(rk__tag_open(&s, 4, golden_heartbeat, sizeof(golden_heartbeat), tag),
+			 -RK_EFRAMEAUTH);
+	ck_assert_int_eq(rk__tag_open(&s, 6, golden_heartbeat, sizeof(golden_heartbeat), tag),
+			 -RK_EFRAMEAUTH);
+	/* any bit of the frame or of the tag */
+	for (i = 0; i < 8 * sizeof(f); i++) {
+		memcpy(f, golden_heartbeat, sizeof(f));
+		f[i / 8] ^= (uint8_t)(1u << (i % 8));
+		ck_assert_int_eq(rk__tag_open(&s, 5, f, sizeof(f), tag), -RK_EFRAMEAUTH);
+	}
+	for (i = 0; i < 8 * sizeof(tag); i++) {
+		tag[i / 8] ^= (uint8_t)(1u << (i % 8));
+		ck_assert_int_eq(rk__tag_open(&s, 5, golden_heartbeat, sizeof(golden_heartbeat),
+					      tag), -RK_EFRAMEAUTH);
+		tag[i / 8] ^= (uint8_t)(1u << (i % 8));
+	}
+	/* a frame cut short */
+	ck_assert_int_eq(rk__tag_open(&s, 5, golden_heartbeat, sizeof(golden_heartbeat) - 1, tag),
+			 -RK_EFRAMEAUTH);
+	rk__tagger_fini(&s);
+	rk__tagger_fini(&s);	/* idempotent */
+}
+END_TEST
+
 START_TEST(test_golden_round)
 {
 	struct rk_wire_stream st;
@@ -443,6 +491,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, test_golden_heartbeat);
 	tcase_add_test(tc, test_golden_hello);
 	tcase_add_test(tc, test_golden_auth);
+	tcase_add_test(tc, test_golden_tag);
 	tcase_add_test(tc, test_golden_round);
 	tcase_add_test(tc, test_golden_error);
 	tcase_add_test(tc, test_golden_shm);

@@ -30,6 +30,13 @@ START_TEST(test_roundtrip)
 		ck_assert(a.proto_version == b.proto_version && a.world_size == b.world_size &&
 			  a.rank == b.rank && a.auth == b.auth && a.session_id == b.session_id &&
 			  a.caps == b.caps && !memcmp(a.nonce, b.nonce, sizeof(a.nonce)));
+		a.auth = RK_WIRE_AUTH_TAGS;	/* the frame tags' agreement, WIRE.md */
+		ck_assert_int_eq(rk_wire_encode_hello(p, cap, &a), len);
+		ck_assert_int_eq(rk_wire_decode_hello(p, (size_t)len, &b), 0);
+		ck_assert_uint_eq(b.auth, RK_WIRE_AUTH_TAGS);
+		ck_assert_uint_eq(rk__le32_load(p + 12), 2);
+		a.auth = RK_WIRE_AUTH_HMAC;
+		ck_assert_int_eq(rk_wire_encode_hello(p, cap, &a), len);
 		break;
 	}
 	case RK_FRAME_HEARTBEAT: {

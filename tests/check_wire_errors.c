@@ -273,7 +273,8 @@ static const struct bad_frame bad_frames[] = {
 	/* ranks are the link's to judge (RK_ERANK): any value decodes */
 	{ "HELLO rank == world ok", RK_FRAME_HELLO, .pay = { P(8, 4, 4) }, .expect = 0 },
 	{ "HELLO rank 4G ok", RK_FRAME_HELLO, .pay = { P(8, 4, 0xffffffff) }, .expect = 0 },
-	{ "HELLO auth 2", RK_FRAME_HELLO, .pay = { P(12, 4, 2) }, .expect = -RK_EFIELD },
+	{ "HELLO auth 3", RK_FRAME_HELLO, .pay = { P(12, 4, 3) }, .expect = -RK_EFIELD },
+	{ "HELLO auth tags ok", RK_FRAME_HELLO, .pay = { P(12, 4, 2) }, .expect = 0 },
 	{ "HELLO auth 4G", RK_FRAME_HELLO, .pay = { P(12, 4, 0xffffffff) }, .expect = -RK_EFIELD },
 	{ "HELLO auth none ok", RK_FRAME_HELLO, .pay = { P(12, 4, 0) }, .expect = 0 },
 	{ "HELLO world 0", RK_FRAME_HELLO, .pay = { P(4, 4, 0), P(8, 4, 0) },
@@ -281,7 +282,8 @@ static const struct bad_frame bad_frames[] = {
 	{ "HELLO last rank ok", RK_FRAME_HELLO, .pay = { P(8, 4, 3) }, .expect = 0 },
 	{ "HELLO any version ok", RK_FRAME_HELLO, .pay = { P(0, 4, 99) }, .expect = 0 },
 	{ "WELCOME rank > world ok", RK_FRAME_WELCOME, .pay = { P(8, 4, 5) }, .expect = 0 },
-	{ "WELCOME auth 2", RK_FRAME_WELCOME, .pay = { P(12, 4, 2) }, .expect = -RK_EFIELD },
+	{ "WELCOME auth 3", RK_FRAME_WELCOME, .pay = { P(12, 4, 3) }, .expect = -RK_EFIELD },
+	{ "WELCOME auth tags ok", RK_FRAME_WELCOME, .pay = { P(12, 4, 2) }, .expect = 0 },
 };
 
 static void apply_patch(uint8_t *p, const struct patch *pt)
@@ -416,7 +418,7 @@ END_TEST
 START_TEST(test_encode_payload_errors)
 {
 	struct rk_wire_hello hello = { .proto_version = 1, .world_size = 4, .rank = 4,
-				       .auth = 2 };
+				       .auth = 3 };
 	struct rk_wire_heartbeat hb = { 1 };
 	struct rk_wire_round_done done = { 1, 1, 1 };
 	struct rk_wire_round_watch watch = { 1, 1, 1, 1 };

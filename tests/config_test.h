@@ -95,7 +95,8 @@ static const struct tier_knob {
 	{ "RK_HANDSHAKE_MS", "handshake_ms", "700" }, { "RK_RESIDENT", "resident", "off" },
 	{ "RK_ROUND_TIMEOUT_MS", "round_timeout_ms", "250" },
 	{ "RK_MAX_PENDING", "max_pending", "8" },
-	{ "RK_REFUSED_LOG_MS", "refused_log_ms", "100" }, { "RK_LANE", "lane", "0" },
+	{ "RK_REFUSED_LOG_MS", "refused_log_ms", "100" }, { "RK_FRAME_AUTH", "frame_auth", "1" },
+	{ "RK_LANE", "lane", "0" },
 };
 #define N_STABLE ARRAY_SIZE(stable_knobs)
 #define N_TUNING ARRAY_SIZE(tuning_knobs)

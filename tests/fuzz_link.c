@@ -17,6 +17,9 @@
  *   fuzz_peer (FUZZ_PEER 1): the connection completes a real handshake as a
  *     follower holding the secret (the harness answers the leader's proof),
  *     then sends the input, read the same two ways, as an authenticated rank.
+ *     The leader tags frames (RK_FRAME_AUTH=on): in the list of frames the
+ *     harness seals each one as the follower would (WIRE.md, "Frame tags"),
+ *     so the input reaches the frame handlers; raw bytes go as they are.
  *
  * Invariants checked on every input (abort() = a crash for libFuzzer): a
  * stranger never takes a rank or makes the world ready; peer_error() names a
@@ -254,6 +257,8 @@ static void fuzz_config(struct rk_config *c, int rank)
 	c->log_level = RK_LOG_ERROR;
 	c->connect_timeout_ns = 1000000000ull;
 	CHECK(rk_config_set_secret(c, secret, sizeof(secret) - 1) == 0);
+	if (FUZZ_PEER)
+		CHECK(rk_config_set(c, "frame_auth", "on", NULL, 0) == 0);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -305,6 +310,11 @@ static void feed(struct rk_loop *loop, const uint8_t *p, size_t n)
 	pump(loop);
 }
 
+/* The follower's frame tags on the input's link, once its handshake is done
+ * (fuzz_peer, when the link's frames carry tags): feed_frames() seals with it. */
+static struct rk__tagger g_seal;
+static bool g_sealing;
+
 /* One frame with right CRCs, sequence number @seq and source @src. */
 static size_t frame(uint8_t *out, unsigned int type, unsigned int flags, uint32_t src,
 		    uint64_t seq, const uint8_t *payload, uint32_t len)
@@ -328,12 +338,14 @@ static size_t frame(uint8_t *out, unsigned int type, unsigned int flags, uint32_
 /*
  * The input as frames: each is [type % 11][flags][len lo][len hi % 4][tweak] then
  * len payload bytes (fewer if the input ends). tweak bit 0 breaks the sequence
- * number, bit 1 the source rank, bit 2 the payload CRC.
+ * number, bit 1 the source rank, bit 2 the payload CRC, bit 3 the tag (when
+ * sealing: the tag is made after the other tweaks, under the header's seq).
  */
 static void feed_frames(struct rk_loop *loop, const uint8_t *p, size_t n, uint32_t src,
 			uint64_t *seq)
 {
-	static uint8_t f[RK_WIRE_HDR_LEN + 1024];
+	static uint8_t f[RK_WIRE_HDR_LEN + 1024 + RK__TAG_LEN];
+	uint64_t s;
 	unsigned int type, flags, tweak;
 	size_t len, m;
 
@@ -346,10 +358,16 @@ static void feed_frames(struct rk_loop *loop, const uint8_t *p, size_t n, uint32
 		n -= 5;
 		if (len > n)
 			len = n;
-		m = frame(f, type, flags, tweak & 2 ? src ^ 1 : src, tweak & 1 ? *seq + 3 : *seq, p,
-			  (uint32_t)len);
+		s = tweak & 1 ? *seq + 3 : *seq;
+		m = frame(f, type, flags, tweak & 2 ? src ^ 1 : src, s, p, (uint32_t)len);
 		if (tweak & 4)
 			f[RK_WIRE_HDR_LEN + len / 2] ^= len ? 0x10 : 0;
+		if (g_sealing) {
+			CHECK(rk__tag_seal(&g_seal, s, f, m, f + m) == 0);
+			if (tweak & 8)
+				f[m + tweak % RK__TAG_LEN] ^= 0x01;
+			m += RK__TAG_LEN;
+		}
 		(*seq)++;
 		feed(loop, f, m);
 		p += len;
@@ -409,9 +427,10 @@ static void accept_one(void)
 /* Complete a real handshake as rank @rank with the secret. */
 static void handshake(uint32_t rank, const uint8_t nonce[RK_WIRE_NONCE_LEN])
 {
+	bool tags = rk__config_ctuning(rk_loop_config(g_loop))->frame_auth;
 	struct rk_wire_hello h = {
 		.proto_version = RK_WIRE_VERSION, .world_size = SIZE, .rank = rank,
-		.auth = RK_WIRE_AUTH_HMAC, .session_id = SESSION,
+		.auth = tags ? RK_WIRE_AUTH_TAGS : RK_WIRE_AUTH_HMAC, .session_id = SESSION,
 	};
 	uint8_t f[RK_WIRE_HDR_LEN + RK_WIRE_HELLO_LEN], t[RK__TRANSCRIPT_LEN], mac[RK_WIRE_MAC_LEN];
 	struct rk_wire_hdr hdr;
@@ -441,6 +460,13 @@ static void handshake(uint32_t rank, const uint8_t nonce[RK_WIRE_NONCE_LEN])
 	feed(g_loop, f, frame(f, RK_FRAME_AUTH, 0, rank, 1, mac, sizeof(mac)));
 	CHECK(g_link && g_link->state == RK_LINK_UP && g_link->authed);
 	CHECK(rk_world_link(g_world, (int)rank) == g_link);
+	CHECK(g_link->tags == tags && g_link->rx_tag == tags);
+	g_sealing = tags;
+	if (tags) {	/* the follower seals with its role's key */
+		CHECK(rk__auth_mac((const uint8_t *)secret, sizeof(secret) - 1,
+				   RK__AUTH_TAG_FOLLOWER, t, mac) == 0);
+		CHECK(rk__tagger_init(&g_seal, mac) == 0);
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -461,6 +487,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	else
 		feed_frames(g_loop, data + 2, size - 2, rank, &seq);
 	finish(g_loop);
+	rk__tagger_fini(&g_seal);
+	g_sealing = false;
 	CHECK(!rk_world_link(g_world, (int)rank));	/* its rank is free again */
 	return 0;
 }

@@ -14,6 +14,7 @@
  * CHECK_WORLD_VERBOSE=1 prints rankrt's log lines. RK_TEST_SHM=auto runs the
  * suites with same-host links allowed (tests/world-shm.sh): links then move to
  * shared memory after their handshake; the default keeps them on TCP.
+ * RK_TEST_TAGS=on turns frame tags on (tests/world-tags.sh).
  */
 #ifndef RK_WORLD_TEST_H
 #define RK_WORLD_TEST_H
@@ -43,6 +44,20 @@ static inline enum rk_shm_mode test_shm(void)
 		return RK_SHM_AUTO;
 	ck_abort_msg("RK_TEST_SHM='%s': want auto or off", s);
 	return RK_SHM_OFF;
+}
+
+/* Frame tags on every link (RK_TEST_TAGS=on, tests/world-tags.sh: the suites
+ * whose peers are all ranks, not raw sockets that speak untagged frames). */
+static inline bool test_tags(void)
+{
+	const char *s = getenv("RK_TEST_TAGS");
+
+	if (!s || !strcmp(s, "off"))
+		return false;
+	if (!strcmp(s, "on"))
+		return true;
+	ck_abort_msg("RK_TEST_TAGS='%s': want on or off", s);
+	return false;
 }
 
 /* ---- the log: what the leader said of strangers ----------------------------------- */
@@ -104,6 +119,8 @@ static inline void cfg_base(struct rk_config *c, int rank, int size, int port)
 	g_auth = rk__auth_available();
 	if (g_auth)
 		ck_assert_int_eq(rk_config_set_secret(c, SECRET, strlen(SECRET)), 0);
+	if (g_auth && test_tags())
+		ck_assert_int_eq(rk_config_set(c, "frame_auth", "on", NULL, 0), 0);
 }
 
 /*

@@ -71,6 +71,8 @@ enum rk_frame_type {
 /* HELLO/WELCOME auth field: how the handshake proves the key (WIRE.md). */
 #define RK_WIRE_AUTH_NONE	0u	/* no secret: no AUTH frames */
 #define RK_WIRE_AUTH_HMAC	1u	/* HMAC-SHA256 over the transcript, AUTH both ways */
+#define RK_WIRE_AUTH_TAGS	2u	/* as HMAC, then an AES-256-GCM tag after every frame */
+#define RK_WIRE_TAG_LEN		16	/* a frame's tag, after its payload (WIRE.md, "Frame tags") */
 
 /* Capability bits in HELLO/WELCOME. */
 #define RK_CAP_VERBS		0x0001u

@@ -187,7 +187,7 @@ static int check_fixed(size_t n, size_t len)
  * compared by the link, which knows what it expects. */
 static int hello_fields_ok(uint32_t world_size, uint32_t auth)
 {
-	return world_size != 0 && auth <= RK_WIRE_AUTH_HMAC;
+	return world_size != 0 && auth <= RK_WIRE_AUTH_TAGS;
 }
 
 int rk_wire_decode_hello(const uint8_t *p, size_t n, struct rk_wire_hello *out)

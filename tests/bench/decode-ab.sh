@@ -11,7 +11,9 @@
 # BUILD_*: built trees (examples/launch/rk-launch, examples/serve/rk-serve,
 # .libs). Environment: SHM (off: links on TCP loopback, the default; on: same-
 # host shared memory), REQUESTS (64 per cell), TOKENS (64), DEPLIB (a folder
-# put first on LD_LIBRARY_PATH, e.g. unpacked .debs' usr/lib/x86_64-linux-gnu).
+# put first on LD_LIBRARY_PATH, e.g. unpacked .debs' usr/lib/x86_64-linux-gnu),
+# ENV_A / ENV_B (VAR=value words added to A's / B's environment: one build
+# against itself with a knob off and on, e.g. ENV_B=RK_FRAME_AUTH=on).
 # RAW_OUT keeps every cell line: build size streams tok/s cpu_r0 cpu_r1 hash pair.
 set -u
 a=${1:?BUILD_A} b=${2:?BUILD_B} pairs=${3:-6} raw=${4:-$(mktemp)}
@@ -19,10 +21,11 @@ a=${1:?BUILD_A} b=${2:?BUILD_B} pairs=${3:-6} raw=${4:-$(mktemp)}
 for p in $(seq 1 "$pairs"); do
 	if [ $((p % 2)) = 1 ]; then order="A B"; else order="B A"; fi
 	for w in $order; do
-		d=$a
-		[ "$w" = B ] && d=$b
+		d=$a e=${ENV_A:-}
+		[ "$w" = B ] && d=$b e=${ENV_B:-}
 		for sz in "small:--hidden 1024" "large:--hidden 16384"; do
-			LD_LIBRARY_PATH=${DEPLIB:+$DEPLIB:}$d/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			# shellcheck disable=SC2086 # $e: words of VAR=value
+			env $e LD_LIBRARY_PATH=${DEPLIB:+$DEPLIB:}$d/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			RK_SHM=${SHM:-off} timeout -k 5 120 "$d/examples/launch/rk-launch" \
 				--hosts localhost,localhost -- "$d/examples/serve/rk-serve" --backend=cpu \
 				--bench --bench-runs 1 --bench-requests "${REQUESTS:-64}" \
@@ -33,7 +36,7 @@ for p in $(seq 1 "$pairs"); do
 		done
 	done
 done
-echo "decode-ab: A=$a B=$b, $pairs pairs, RK_SHM=${SHM:-off}, $(nproc) CPUs"
+echo "decode-ab: A=$a${ENV_A:+ ($ENV_A)} B=$b${ENV_B:+ ($ENV_B)}, $pairs pairs, RK_SHM=${SHM:-off}, $(nproc) CPUs"
 awk '
 function med(s, a, n, i, j, t) {
 	n = split(s, a, " ")
