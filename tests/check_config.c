@@ -95,7 +95,7 @@ START_TEST(test_print_defaults)
 		"RK_HEARTBEAT_MS=1000\n"
 		"RK_HANDSHAKE_MS=2000\n"
 		"RK_RESIDENT=auto\n"
-		"RK_MAX_PENDING=64\n"
+		"RK_MAX_PENDING=1024\n"
 		"RK_REFUSED_LOG_MS=10000\n"
 		"RK_LANE=1\n";
 	struct rk_config c = defaults();
