@@ -99,7 +99,7 @@ join_once()
 # One flood of $1 seconds from $mode: as many joins as fit, then the row.
 flood_once()
 {
-	local secs=$1 trial=$2 fl end joins=() ev=0 evmax=0 failed=0 hwm=0 med max
+	local secs=$1 trial=$2 fl end joins=() ev=0 evmax=0 failed=0 hwm=0 med max fs
 	if [ "$mode" = netns ]; then
 		ip netns exec "$ns" "$tool" "$addr" "$port" "$secs" "$threads" "$session" \
 			>"$tmp/flood.out" 2>&1 &
@@ -128,12 +128,15 @@ flood_once()
 	else
 		med=- max=-
 	fi
-	out "| $mode | $secs s | $trial | ${#joins[@]} | $med | $max | $ev ($evmax) | $failed | $hwm |" \
-		"$(sed -n 's/^hello-flood: [0-9]* threads, [0-9.]* s: \([0-9]*\) HELLOs.*held \([0-9.]*\) ms.*/\1, held \2 ms/p' "$tmp/flood.out") |"
+	fs=$(sed -n 's/^hello-flood: .* s: \([0-9]*\) HELLOs.*held \([0-9.]*\) ms.*/\1, \2 ms/p' \
+		"$tmp/flood.out")
+	out "| $mode | $secs s | $trial | ${#joins[@]} | $med | $max | $ev ($evmax) | $failed |" \
+		"$hwm | $fs |"
 }
 
 out "hello-flood: $threads threads of HELLOs with the session and no proof; TP2 rk-pingpong joins"
-out "| flood from | flood | trial | joins | median ms | max ms | follower evicted (most in a join) | failed joins | leader VmHWM KiB | HELLOs sent, held on average |"
+out "| flood from | flood | trial | joins | median ms | max ms | follower evicted (most in one)" \
+	"| failed joins | leader VmHWM KiB | HELLOs sent, held on average |"
 out "|---|---|---|---|---|---|---|---|---|---|"
 for mode in $modes; do
 	case $mode in
