@@ -209,7 +209,8 @@ static const struct knob knobs[] = {
 			    "file holding the job's shared secret (mode 0600 or stricter, "
 			    ">= 32 bytes)" },
 	[K_MAX_PENDING] = { "RK_MAX_PENDING", "max_pending", KIND_U64, T(max_pending), 1,
-			    1, 65536, "connections a leader keeps before their handshake" },
+			    1, 65536, "connections a leader keeps before their handshake (at most "
+			    "half of RLIMIT_NOFILE)" },
 	[K_REFUSED_LOG_MS] = { "RK_REFUSED_LOG_MS", "refused_log_ms", KIND_U64,
 			       T(refused_log_ns), NS_PER_MS, 1, 3600000,
 			       "refused connections: at most one log line per this many ms" },

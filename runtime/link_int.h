@@ -11,6 +11,7 @@
 #include "runtime_int.h"
 
 struct rk_epoch;
+struct rk__pending_host;
 
 /* ---- transports: how a link's bytes move ---------------------------------------- */
 
@@ -137,6 +138,11 @@ struct rk_link {
 
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
+	/* the leader's pending table (world.c), while the link is a stranger there */
+	struct rk_link *prev;		/* ...next's other way */
+	struct rk_link *host_prev, *host_next;	/* its address's strangers, stalest first */
+	struct rk__pending_host *host;	/* that address */
+	uint64_t step_at;		/* its last handshake step: accepted, then a valid HELLO */
 };
 
 /* Initialise the generic part of a link embedded in a transport's struct. */

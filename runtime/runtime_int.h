@@ -33,7 +33,7 @@
 /* The round watchdog's floor: a first prefill with no progress calls, seconds on
  * a GPU, must pass; 10x the slowest round seen raises the bound above it. */
 #define RK_DEF_ROUND_TIMEOUT_MS	10000
-#define RK_DEF_MAX_PENDING	64
+#define RK_DEF_MAX_PENDING	1024
 #define RK_DEF_REFUSED_LOG_MS	10000
 #define RK_RX_POOL_MAX		(1ull << 30)	/* RK_RX_BUF_COUNT x RK_RX_BUF_SIZE */
 

@@ -163,7 +163,10 @@ int rk__sock_listen(struct rk_loop *loop, const struct rk__addr *a,
 		goto err_free;
 	}
 	setsockopt(ls->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(ls->fd, (struct sockaddr *)&ss, len) < 0 || listen(ls->fd, 128) < 0) {
+	/* As deep as the kernel allows: a flood that fills a shallow accept queue
+	 * before the loop drains it drops a real rank's SYN, and its connect then
+	 * waits for the retransmission (1 s, then 3 s), whatever the world admits. */
+	if (bind(ls->fd, (struct sockaddr *)&ss, len) < 0 || listen(ls->fd, SOMAXCONN) < 0) {
 		ret = -errno;
 		goto err_close;
 	}

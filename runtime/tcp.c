@@ -88,10 +88,14 @@ static void tcp_recv_arm(struct tcp_link *t, bool multi);
  * multishot receive submitted with the wait costs least), or a link that
  * another transport takes over (its socket is watched through this receive,
  * as the side channel). Sends go direct under RK_WAIT=block too (tcp_flush()).
+ * Also a stranger (accepted, its handshake not done): a leader keeps up to
+ * RK_MAX_PENDING of them, and a direct read of each at every spin of its loop
+ * would make strangers cost the real ranks' frames a syscall apiece.
  */
 static bool tcp_ring_only(const struct tcp_link *t)
 {
-	return t->link.moving || rk_loop_config(t->link.loop)->wait.mode == RK_WAIT_BLOCK;
+	return t->link.moving || (t->link.accepted && !t->link.was_up) ||
+	       rk_loop_config(t->link.loop)->wait.mode == RK_WAIT_BLOCK;
 }
 
 static uint8_t *tcp_buf(struct tcp_link *t)

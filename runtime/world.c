@@ -6,8 +6,9 @@
  * socket has completed the handshake (and, with a secret, proved it holds
  * it) it is a stranger: it holds no rank, it may send only the handshake,
  * it must finish within handshake_timeout, at most max_pending strangers are
- * kept (a new one pushes the oldest out, so strangers never starve a real
- * rank), and its failure is counted by cause and logged at a bounded rate.
+ * kept (when full, a new one pushes out the stalest stranger of the address
+ * holding the most: pending_victim()), and its failure is counted by cause
+ * and logged at a bounded rate.
  * A follower connects, retrying with backoff until connect_timeout, and sends
  * HELLO; the leader answers WELCOME (and both prove the secret with AUTH).
  * Links are made by the transport classes of the leader address's scheme
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
@@ -62,6 +64,18 @@ _Static_assert(ARRAY_SIZE(refusal_names) == REF__COUNT, "every refusal needs a n
 /* The error a stranger is evicted with (never sent: it is not told). */
 #define ERR_EVICTED (-ECONNABORTED)
 
+#define PENDING_BUCKETS	64	/* hash chains of the pending table's addresses */
+
+/* One peer address (without its port) and its strangers in the pending table. */
+struct rk__pending_host {
+	struct rk__pending_host *chain;		/* its hash bucket's */
+	struct rk__pending_host *prev, *next;	/* every address that holds a stranger */
+	struct rk_link *head, *tail;		/* its strangers, stalest step first */
+	unsigned int n;
+	uint32_t hash;
+	char name[64];
+};
+
 struct rk_world {
 	struct rk_loop *loop;
 	const struct rk_world_ops *ops;
@@ -73,6 +87,9 @@ struct rk_world {
 	uint8_t *bdone;			/* [size]: followers a class's broadcast reached */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
+	unsigned int max_pending;	/* ...at most (pending_bound()) */
+	struct rk__pending_host *hosts;	/* ...their addresses */
+	struct rk__pending_host *host_hash[PENDING_BUCKETS];
 	struct rk_link *connecting;	/* follower: the link being set up */
 	struct rk_link *all;		/* every link not yet freed, whatever its state */
 	unsigned int nr_live;		/* links not yet freed */
@@ -94,18 +111,174 @@ struct rk_world {
 	struct rk__claim *claims;	/* frames modules above take (rk__world_claim) */
 };
 
+/* ---- the leader's pending table ------------------------------------------------ */
+
+/* The address part of @l's "host:port" or "[host]:port" (the whole, failing that). */
+static size_t host_name(const struct rk_link *l)
+{
+	const char *colon = strrchr(l->peer_addr, ':');
+
+	return colon ? (size_t)(colon - l->peer_addr) : strlen(l->peer_addr);
+}
+
+static uint32_t host_hash(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;	/* FNV-1a */
+
+	while (n--)
+		h = (h ^ (uint8_t)*p++) * 16777619u;
+	return h;
+}
+
+/* @l's address in the table, added if new; NULL when out of memory. */
+static struct rk__pending_host *host_get(struct rk_world *w, const struct rk_link *l)
+{
+	size_t n = host_name(l);
+	uint32_t hash = host_hash(l->peer_addr, n);
+	struct rk__pending_host **bucket = &w->host_hash[hash % PENDING_BUCKETS], *h;
+
+	for (h = *bucket; h; h = h->chain)
+		if (h->hash == hash && !strncmp(h->name, l->peer_addr, n) && !h->name[n])
+			return h;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	memcpy(h->name, l->peer_addr, n);	/* n < sizeof(peer_addr) == sizeof(name) */
+	h->hash = hash;
+	h->chain = *bucket;
+	*bucket = h;
+	h->next = w->hosts;
+	if (w->hosts)
+		w->hosts->prev = h;
+	w->hosts = h;
+	return h;
+}
+
+static void host_put(struct rk_world *w, struct rk__pending_host *h)
+{
+	struct rk__pending_host **pp;
+
+	if (h->n)
+		return;
+	for (pp = &w->host_hash[h->hash % PENDING_BUCKETS]; *pp != h; pp = &(*pp)->chain)
+		;
+	*pp = h->chain;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		w->hosts = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	free(h);
+}
+
+/* Append @l to its address's strangers: the freshest step is the last. */
+static void host_append(struct rk__pending_host *h, struct rk_link *l)
+{
+	l->host_next = NULL;
+	l->host_prev = h->tail;
+	if (h->tail)
+		h->tail->host_next = l;
+	else
+		h->head = l;
+	h->tail = l;
+}
+
+static void host_unlink(struct rk__pending_host *h, struct rk_link *l)
+{
+	if (l->host_prev)
+		l->host_prev->host_next = l->host_next;
+	else
+		h->head = l->host_next;
+	if (l->host_next)
+		l->host_next->host_prev = l->host_prev;
+	else
+		h->tail = l->host_prev;
+	l->host_prev = l->host_next = NULL;
+}
+
+static void pending_add(struct rk_world *w, struct rk_link *l, struct rk__pending_host *h)
+{
+	l->host = h;
+	l->step_at = rk_loop_now(w->loop);
+	host_append(h, l);
+	h->n++;
+	l->prev = NULL;
+	l->next = w->pending;
+	if (w->pending)
+		w->pending->prev = l;
+	w->pending = l;
+	w->nr_pending++;
+	if (w->nr_pending > w->stats.pending_max)
+		w->stats.pending_max = w->nr_pending;
+}
+
+/* @l leaves the table (it joined, failed or closed); a no-op when not in it. */
 static void pending_remove(struct rk_world *w, struct rk_link *l)
 {
-	struct rk_link **pp;
+	struct rk__pending_host *h = l->host;
 
-	for (pp = &w->pending; *pp; pp = &(*pp)->next) {
-		if (*pp == l) {
-			*pp = l->next;
-			l->next = NULL;
-			w->nr_pending--;
-			return;
-		}
+	if (!h)
+		return;
+	host_unlink(h, l);
+	h->n--;
+	host_put(w, h);
+	l->host = NULL;
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		w->pending = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->prev = l->next = NULL;
+	w->nr_pending--;
+}
+
+/* @l took a handshake step (a valid HELLO): it is its address's freshest. */
+static void pending_step(struct rk_world *w, struct rk_link *l)
+{
+	struct rk__pending_host *h = l->host;
+
+	if (!h)
+		return;
+	l->step_at = rk_loop_now(w->loop);
+	host_unlink(h, l);
+	host_append(h, l);
+}
+
+/*
+ * The stranger to push out for a newcomer: the address that holds the most
+ * strangers gives up its stalest, the one whose last handshake step is the
+ * oldest (ties between addresses: the stalest of theirs). A real rank's last
+ * step starts its proof round trip, so strangers from another address never
+ * push it out, and strangers from its own must take a table's worth of steps
+ * within that one round trip to.
+ */
+static struct rk_link *pending_victim(struct rk_world *w)
+{
+	struct rk__pending_host *h, *best = NULL;
+
+	for (h = w->hosts; h; h = h->next)
+		if (!best || h->n > best->n ||
+		    (h->n == best->n && h->head->step_at < best->head->step_at))
+			best = h;
+	return best ? best->head : NULL;
+}
+
+/* The table's bound: RK_MAX_PENDING, and never over half the descriptors the
+ * process may open, so strangers cannot starve the accept of a real rank. */
+static unsigned int pending_bound(const struct rk_config *cfg)
+{
+	unsigned int max = rk__config_ctuning(cfg)->max_pending;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 < max) {
+		max = rl.rlim_cur / 2 ? (unsigned int)(rl.rlim_cur / 2) : 1;
+		rk__info(0, "pending handshakes: at most %u, half of RLIMIT_NOFILE (%llu)", max,
+			 (unsigned long long)rl.rlim_cur);
 	}
+	return max;
 }
 
 static void world_set_ready(struct rk_world *w)
@@ -255,8 +428,12 @@ static int world_check(struct rk_link *l, const struct rk_wire_hello *hello)
 	struct rk_world *w = l->owner;
 	int r = (int)hello->rank;
 
-	if (w->rank == 0)
-		return r <= 0 || r >= w->size || w->links[r] ? -RK_ERANK : 0;
+	if (w->rank == 0) {
+		if (r <= 0 || r >= w->size || w->links[r])
+			return -RK_ERANK;
+		pending_step(w, l);
+		return 0;
+	}
 	return r != 0 ? -RK_ERANK : 0;
 }
 
@@ -430,26 +607,10 @@ static const struct rk__link_owner_ops world_link_ops = {
 
 /* ---- leader: accept ---------------------------------------------------------------- */
 
-/* The stranger to drop for a new one: the oldest that has not sent a valid
- * HELLO yet, or failing that the oldest. */
-static struct rk_link *pending_victim(struct rk_world *w)
-{
-	struct rk_link *l, *old = NULL, *old_quiet = NULL;
-
-	for (l = w->pending; l; l = l->next) {
-		if (l->state >= RK_LINK_FAILED)
-			continue;
-		if (!old || l->created <= old->created)
-			old = l;
-		if (l->state == RK_LINK_ACCEPTED && (!old_quiet || l->created <= old_quiet->created))
-			old_quiet = l;
-	}
-	return old_quiet ? old_quiet : old;
-}
-
 void rk__world_accept(struct rk_world *w, int fd)
 {
-	unsigned int max = rk__config_ctuning(rk_loop_config(w->loop))->max_pending;
+	unsigned int max = w->max_pending;
+	struct rk__pending_host *h;
 	struct rk_link *l;
 	int ret;
 
@@ -477,11 +638,12 @@ void rk__world_accept(struct rk_world *w, int fd)
 		return;
 	}
 	live_add(w, l);
-	l->next = w->pending;
-	w->pending = l;
-	w->nr_pending++;
-	if (w->nr_pending > w->stats.pending_max)
-		w->stats.pending_max = w->nr_pending;
+	h = host_get(w, l);
+	if (!h) {
+		rk__link_fail(l, -ENOMEM, false);
+		return;
+	}
+	pending_add(w, l, h);
 }
 
 static void world_accept(struct rk__listener *ls, int fd)
@@ -653,6 +815,7 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 		if (ret)
 			goto err_free_links;
 		if (w->rank == 0) {
+			w->max_pending = pending_bound(cfg);
 			ret = rk__sock_listen(loop, &w->addr, world_accept, w, &w->ls);
 			if (ret) {
 				rk__err(0, "world: cannot listen on %s: %s", cfg->leader,

@@ -129,7 +129,7 @@ START_TEST(test_garbage)
 }
 END_TEST
 
-/* Many silent sockets: the leader bounds them (RK_MAX_PENDING, 64) and drops the rest. */
+/* Many silent sockets: the leader bounds them (RK_MAX_PENDING, here 64) and drops the rest. */
 START_TEST(test_pending_flood)
 {
 	enum { FLOOD = 80 };
@@ -142,6 +142,7 @@ START_TEST(test_pending_flood)
 	cfg_base(&c, 0, 2, 0);
 	c.peer_timeout_ns = 2000 * MS;
 	rk__config_tuning(&c)->handshake_timeout_ns = 2000 * MS;
+	rk__config_tuning(&c)->max_pending = 64;
 	port = start_world(n, 2, &c);
 	r = calloc(FLOOD, sizeof(*r));
 	ck_assert_ptr_nonnull(r);
@@ -535,7 +536,7 @@ START_TEST(test_pending_evict)
 	for (i = 0; i < IDLE; i++) {
 		raw_connect(&r[i], port, 0);
 		if (i % 16 == 15)
-			PUMP_FOR(2, &n[0]);	/* the accept queue holds 128 */
+			PUMP_FOR(2, &n[0]);	/* the accept queue may be short (somaxconn) */
 	}
 #define COUNT_CLOSED()								\
 	({									\
@@ -581,6 +582,177 @@ START_TEST(test_pending_evict)
 	free(r);
 	rank_stop(&n[1]);
 	rank_stop(&n[0]);
+}
+END_TEST
+
+/* A stranger with the session but not the key: connect from @src, send HELLO for
+ * rank 1, and pump until the leader's WELCOME is in (it waits for a proof now). */
+static void hello_stranger(struct raw *r, int port, const char *src, struct rank *n)
+{
+	uint8_t hello[RK_WIRE_HELLO_LEN], pl[64];
+	struct rk_wire_hdr h;
+
+	raw_connect_from(r, port, src, 0);
+	raw_hello(hello, 1, 2, true, 0x99);
+	raw_send_frame(r, RK_FRAME_HELLO, 0, 1, hello, sizeof(hello));
+	ck_assert_int_eq(raw_next(r, &n, 1, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+}
+
+/* The real rank 1, by hand: its HELLO, then the leader's WELCOME and proof in. */
+static void follower_hello(struct raw *r, struct rank *n, uint8_t *hello, uint8_t *welcome)
+{
+	uint8_t pl[64];
+	struct rk_wire_hdr h;
+
+	raw_hello(hello, 1, 2, true, 0x41);
+	raw_send_frame(r, RK_FRAME_HELLO, 0, 1, hello, RK_WIRE_HELLO_LEN);
+	ck_assert_int_eq(raw_next(r, &n, 1, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_WELCOME);
+	memcpy(welcome, pl, RK_WIRE_HELLO_LEN);
+	ck_assert_int_eq(raw_next(r, &n, 1, 3000, &h, pl, sizeof(pl)), 1);
+	ck_assert_uint_eq(h.type, RK_FRAME_AUTH);
+}
+
+/* ...and its proof: the leader takes it as rank 1. */
+static void follower_proof(struct raw *r, struct rank *n, const uint8_t *hello,
+			   const uint8_t *welcome)
+{
+	uint8_t mac[RK_WIRE_MAC_LEN];
+
+	raw_proof(SECRET, RK__AUTH_FOLLOWER, hello, welcome, mac);
+	raw_send_frame(r, RK_FRAME_AUTH, 0, 1, mac, sizeof(mac));
+	ck_assert(PUMP_UNTIL(3000, n->ready, n));
+}
+
+/* Pump until the leader has evicted @want strangers in all. */
+#define PUMP_EVICTED(n, want)								\
+	({										\
+		struct rk_world_stats st_;						\
+											\
+		PUMP_UNTIL(3000, (rk_world_stats((n)->w, &st_, sizeof(st_)),		\
+				  st_.refused_evicted >= (want)), (n));		\
+	})
+
+/*
+ * A full table of strangers that sent the session's HELLO, then a real rank
+ * that connected before them starts its proof round trip, then more such
+ * strangers come: each pushes out the stalest stranger, never the rank whose
+ * round trip is younger than theirs, and the rank joins.
+ */
+START_TEST(test_pending_round_trip)
+{
+	enum { MAX = 8 };
+	struct rank n = { 0 };
+	struct rk_config c;
+	struct rk_world_stats st;
+	struct raw f, old[MAX - 1], fresh[MAX - 1];
+	uint8_t hello[RK_WIRE_HELLO_LEN], welcome[RK_WIRE_HELLO_LEN];
+	int port, i;
+
+	cfg_base(&c, 0, 2, 0);
+	if (!g_auth)
+		return;		/* without a secret a HELLO is the whole handshake */
+	c.peer_timeout_ns = 5000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 30000 * MS;	/* only eviction */
+	rk__config_tuning(&c)->max_pending = MAX;
+	rank_start(&n, &c);
+	port = rk_world_port(n.w);
+	raw_connect(&f, port, 0);
+	for (i = 0; i < MAX - 1; i++)
+		hello_stranger(&old[i], port, NULL, &n);
+	follower_hello(&f, &n, hello, welcome);
+	for (i = 0; i < MAX - 1; i++)
+		hello_stranger(&fresh[i], port, NULL, &n);
+	ck_assert(PUMP_EVICTED(&n, MAX - 1));
+	PUMP_FOR(20, &n);
+	rk_world_stats(n.w, &st, sizeof(st));
+	ck_assert_uint_eq(st.refused_evicted, MAX - 1);
+	ck_assert_uint_eq(st.pending, MAX);
+	for (i = 0; i < MAX - 1; i++) {
+		raw_poll(&old[i]);
+		raw_poll(&fresh[i]);
+		ck_assert_msg(old[i].eof, "stale stranger %d is still in", i);
+		ck_assert_msg(!fresh[i].eof, "fresh stranger %d was pushed out", i);
+	}
+	raw_poll(&f);
+	ck_assert_msg(!f.eof, "the rank in its proof round trip was pushed out");
+	follower_proof(&f, &n, hello, welcome);
+	rk_world_stats(n.w, &st, sizeof(st));
+	ck_assert_uint_eq(st.joined, 1);
+	ck_assert_uint_eq(st.refused_evicted, MAX - 1);
+	for (i = 0; i < MAX - 1; i++) {
+		raw_close(&old[i]);
+		raw_close(&fresh[i]);
+	}
+	raw_close(&f);
+	rank_stop(&n);
+}
+END_TEST
+
+/*
+ * Per-address accounting: the real rank (127.0.0.1) is the stalest stranger,
+ * but each newcomer (from 127.0.0.2 or .3) pushes out the stalest stranger of
+ * the address that holds the most at the time: 127.0.0.2's until .3 holds
+ * more, then .3's. The rank, alone on its address, stays in and joins.
+ */
+START_TEST(test_pending_by_address)
+{
+	enum { MAX = 8 };
+	struct rank n = { 0 };
+	struct rk_config c;
+	struct rk_world_stats st;
+	struct raw f, two[MAX + 2], three[4];
+	uint8_t hello[RK_WIRE_HELLO_LEN], welcome[RK_WIRE_HELLO_LEN];
+	int port, i;
+
+	cfg_base(&c, 0, 2, 0);
+	if (!g_auth)
+		return;
+	c.peer_timeout_ns = 5000 * MS;
+	rk__config_tuning(&c)->handshake_timeout_ns = 30000 * MS;
+	rk__config_tuning(&c)->max_pending = MAX;
+	rank_start(&n, &c);
+	port = rk_world_port(n.w);
+	raw_connect(&f, port, 0);
+	follower_hello(&f, &n, hello, welcome);
+	for (i = 0; i < MAX - 1; i++)		/* full: .1 holds 1, .2 holds 7 */
+		hello_stranger(&two[i], port, "127.0.0.2", &n);
+	ck_assert_uint_eq((rk_world_stats(n.w, &st, sizeof(st)), st.refused_evicted), 0);
+	for (i = 0; i < 3; i++)			/* .2 gives up 3: .2 holds 4, .3 holds 3 */
+		hello_stranger(&three[i], port, "127.0.0.3", &n);
+	ck_assert(PUMP_EVICTED(&n, 3));
+	hello_stranger(&two[MAX - 1], port, "127.0.0.2", &n);	/* .2's own: still 4 */
+	ck_assert(PUMP_EVICTED(&n, 4));
+	hello_stranger(&three[3], port, "127.0.0.3", &n);	/* .2 3, .3 4 */
+	ck_assert(PUMP_EVICTED(&n, 5));
+	hello_stranger(&two[MAX], port, "127.0.0.2", &n);	/* .3 gives up its stalest */
+	ck_assert(PUMP_EVICTED(&n, 6));
+	PUMP_FOR(20, &n);
+	rk_world_stats(n.w, &st, sizeof(st));
+	ck_assert_uint_eq(st.refused_evicted, 6);
+	ck_assert_uint_eq(st.pending, MAX);
+	for (i = 0; i <= MAX; i++) {
+		raw_poll(&two[i]);
+		ck_assert_msg(two[i].eof == (i < 5), "127.0.0.2's stranger %d: %s", i,
+			      two[i].eof ? "pushed out" : "still in");
+	}
+	for (i = 0; i < 4; i++) {
+		raw_poll(&three[i]);
+		ck_assert_msg(three[i].eof == (i == 0), "127.0.0.3's stranger %d: %s", i,
+			      three[i].eof ? "pushed out" : "still in");
+	}
+	raw_poll(&f);
+	ck_assert_msg(!f.eof, "the only stranger of its address was pushed out");
+	follower_proof(&f, &n, hello, welcome);
+	rk_world_stats(n.w, &st, sizeof(st));
+	ck_assert_uint_eq(st.joined, 1);
+	for (i = 0; i <= MAX; i++)
+		raw_close(&two[i]);
+	for (i = 0; i < 4; i++)
+		raw_close(&three[i]);
+	raw_close(&f);
+	rank_stop(&n);
 }
 END_TEST
 
@@ -719,6 +891,8 @@ static Suite *world_strangers_suite(void)
 	tcase_add_loop_test(tc, test_error_rank_checked, 0, 3);
 	tcase_add_loop_test(tc, test_stranger_big_frame, 0, ARRAY_SIZE(big_frames));
 	tcase_add_test(tc, test_pending_evict);
+	tcase_add_test(tc, test_pending_round_trip);
+	tcase_add_test(tc, test_pending_by_address);
 	tcase_add_test(tc, test_refusal_log_rate);
 	tcase_add_test(tc, test_transport_class);
 	return s;

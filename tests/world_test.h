@@ -243,15 +243,21 @@ static inline void reseal_hdr(uint8_t *frame)
 	put32(frame + 28, rk_wire_crc32c(0, frame, 28));
 }
 
-/* Connect @r to the leader's @port on loopback, receive buffer @rcvbuf (0: the default). */
-static inline void raw_connect(struct raw *r, int port, int rcvbuf)
+/* Connect @r to the leader's @port on 127.0.0.1 from @src (a loopback address;
+ * NULL: the kernel's choice), receive buffer @rcvbuf (0: the default). */
+static inline void raw_connect_from(struct raw *r, int port, const char *src, int rcvbuf)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in b = { .sin_family = AF_INET };
 
 	memset(r, 0, sizeof(*r));
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(r->fd, 0);
+	if (src) {
+		ck_assert_int_eq(inet_pton(AF_INET, src, &b.sin_addr), 1);
+		ck_assert_int_eq(bind(r->fd, (struct sockaddr *)&b, sizeof(b)), 0);
+	}
 	if (rcvbuf)
 		ck_assert_int_eq(setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
 					    sizeof(rcvbuf)), 0);
@@ -260,6 +266,12 @@ static inline void raw_connect(struct raw *r, int port, int rcvbuf)
 	r->cap = 65536;
 	r->buf = malloc(r->cap);
 	ck_assert_ptr_nonnull(r->buf);
+}
+
+/* Connect @r to the leader's @port on loopback, receive buffer @rcvbuf (0: the default). */
+static inline void raw_connect(struct raw *r, int port, int rcvbuf)
+{
+	raw_connect_from(r, port, NULL, rcvbuf);
 }
 
 /* Close @r's socket and free what it read. */
