@@ -136,6 +136,13 @@ static void check_canonical(unsigned int type, const uint8_t *p, size_t n)
 		len = rk_wire_encode_shm_switch(out, n, &x);
 		break;
 	}
+	case RK_FRAME_ROUND_WATCH: {
+		struct rk_wire_round_watch x;
+
+		CHECK(rk_wire_decode_round_watch(p, n, &x) == 0);
+		len = rk_wire_encode_round_watch(out, n, &x);
+		break;
+	}
 	default:
 		abort();	/* a type the decoder takes and this harness does not know */
 	}
