@@ -115,7 +115,7 @@ START_TEST(test_garbage)
 		ck_assert_msg(el >= rk__config_tuning(&c)->handshake_timeout_ns,
 			      "a silent socket was dropped after %llu ms", (unsigned long long)(el / MS));
 	/* the leader logged it */
-	ck_assert(PUMP_UNTIL(1000, log_dropped() > dropped, &n[0], &n[1]));
+	ck_assert(PUMP_UNTIL(5000, log_dropped() > dropped, &n[0], &n[1]));
 
 	ping_pong(&n[0], &n[1]);
 	ck_assert_ptr_eq(rk_world_link(n[0].w, 1), l);
