@@ -233,6 +233,7 @@ START_TEST(test_model)
 	struct oai_params p;
 	struct oai_error e = { 0 };
 	unsigned int i;
+	json_t *j;
 	char *s;
 
 	for (i = 0; i < ARRAY_SIZE(bodies); i++) {
@@ -248,7 +249,9 @@ START_TEST(test_model)
 	ck_assert_int_eq(oai_parse(&g_srv, API_COMPLETION, long_name, strlen(long_name), &p, &e),
 			 -EINVAL);
 	ck_assert_uint_eq(e.status, 404);
-	s = json_dumps(oai_error_json(&e), JSON_COMPACT); /* NULL were the quote not UTF-8 */
+	j = oai_error_json(&e);
+	s = json_dumps(j, JSON_COMPACT); /* NULL were the quote not UTF-8 */
+	json_decref(j);
 	ck_assert_ptr_nonnull(s);
 	ck_assert_ptr_nonnull(strstr(s, "xx...` does not exist"));
 	free(s);
