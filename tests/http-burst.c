@@ -208,6 +208,8 @@ static int raw(const char *host, const char *port)
 		if (epoll_wait(ep, &ev, 1, 100) == 1)
 			client_io(&c, ev.events);
 	fwrite(c.head, 1, c.head_len, stdout); /* an error's answer is short */
+	free(c.in);
+	close(ep);
 	return c.head_len ? 0 : 1;
 }
 
@@ -283,5 +285,13 @@ int main(int argc, char **argv)
 		if (t.why[k])
 			printf(" %s:%u", why_names[k], t.why[k]);
 	printf("\ncut %u\nno-retry-after %u\nnot-openai %u\n", t.cut, t.no_retry, t.not_openai);
+	for (i = 0; i < n; i++) {
+		if (!cl[i].done && cl[i].fd >= 0)
+			close(cl[i].fd);
+		free(cl[i].in);
+	}
+	free(cl);
+	free(req);
+	close(ep);
 	return t.by_status[4] || t.by_status[3] || t.cut || t.no_retry || t.not_openai ? 1 : 0;
 }
