@@ -65,7 +65,9 @@ for h in $harnesses; do
 	r=$?
 	log=$art/$h.log
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-	crashes=$(ls "$art/$h-"* 2>/dev/null | wc -l)
+	# crash-, leak-, timeout-, oom-: a finding; slow-unit- is not (a pause makes one)
+	crashes=$(ls "$art/$h-"crash-* "$art/$h-"leak-* "$art/$h-"timeout-* "$art/$h-"oom-* \
+		2>/dev/null | wc -l)
 	echo "fuzz_$h: cpu_s=${used[$h]:-0} execs=${execs:-?} crashes=$crashes corpus=$(ls "$corpus/$h" | wc -l) exit=$r"
 	# libFuzzer exits 72 on SIGINT, after its final stats
 	[ "$crashes" = 0 ] && { [ $r = 0 ] || [ $r = 72 ] || [ $r = 130 ]; } || { rc=1; tail -n 40 "$log"; }
