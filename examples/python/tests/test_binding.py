@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import rankrt  # noqa: E402
@@ -247,6 +248,49 @@ def test_scheduler_tp1_plain_and_drafted():
         else:
             raise AssertionError("an empty prompt was accepted")
         s.close()
+
+
+def test_broadcast_one_writer_two_readers():
+    from rankrt.broadcast import Broadcast
+    w = Broadcast(2, 0, "127.0.0.1:0", log="error", connect_timeout_ms=10000)
+    h = w.export_handle()
+    res = {}
+
+    def reader(r):
+        try:
+            with Broadcast.create_from_handle(h, r, log="error") as b:
+                b.wait_until_ready()
+                got = [b.dequeue(timeout=10) for _ in range(3)]
+                try:
+                    b.dequeue(timeout=0.05)
+                    got.append("no timeout")
+                except TimeoutError:
+                    pass
+                got.append(b.dequeue(timeout=10))
+                try:
+                    b.dequeue(timeout=10)
+                except rankrt.RankrtError as e:
+                    got.append(e.name)
+                res[r] = got
+        except BaseException as e:
+            res[r] = e
+    ts = [threading.Thread(target=reader, args=(r,)) for r in (1, 2)]
+    for t in ts:
+        t.start()
+    try:
+        w.wait_until_ready()
+        msgs = [b"a", bytes(100000), b"c" * 7]
+        for m in msgs:
+            w.enqueue(m)
+        time.sleep(0.2)
+        w.enqueue(b"last")
+        time.sleep(0.2)
+    finally:
+        w.close()
+        for t in ts:
+            t.join(30)
+    for r in (1, 2):
+        assert res[r] == msgs + [b"last", "RK_EPEERBYE"], (r, res[r])
 
 
 if __name__ == "__main__":
