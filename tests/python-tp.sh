@@ -2,11 +2,14 @@
 # examples/python/tp_serve.py at TP2 through rk-launch, then at TP1: each says
 # drafted == plain and concurrent == solo, and both print the same tokens' hash
 # (integer arithmetic: bit-exact across the split). Skips (77) without python3
-# or torch. Run from the build directory (tests/Makefile.inc sets builddir).
+# or torch (PYTHON names another interpreter, e.g. /usr/bin/python3 where a
+# pyenv python3 without Debian's torch comes first in PATH). Run from the build
+# directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
 src=${srcdir:-$(dirname "$0")/..}
-command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
-python3 -c 'import torch' 2>/dev/null || { echo "SKIP: no torch"; exit 77; }
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null || { echo "SKIP: no $PYTHON"; exit 77; }
+"$PYTHON" -c 'import torch' 2>/dev/null || { echo "SKIP: no torch"; exit 77; }
 launch=$b/examples/launch/rk-launch
 [ -x "$launch" ] || { echo "no $launch"; exit 99; }
 RANKRT_LIB=$(cd "$b/.libs" && pwd)/librankrt.so.2
@@ -24,9 +27,9 @@ fail()
 	exit 1
 }
 
-timeout -s KILL 300 "$launch" --hosts localhost,localhost -- python3 "$tp" --requests 6 \
+timeout -s KILL 300 "$launch" --hosts localhost,localhost -- "$PYTHON" "$tp" --requests 6 \
 	--max-tokens 24 >"$tmp/tp2.out" 2>&1 || fail "TP2 exited $?"
-timeout -s KILL 300 python3 "$tp" \
+timeout -s KILL 300 "$PYTHON" "$tp" \
 	--requests 6 --max-tokens 24 >"$tmp/tp1.out" 2>&1 || fail "TP1 exited $?"
 for f in tp2 tp1; do
 	grep -q 'drafted == plain: yes' "$tmp/$f.out" || fail "$f: drafted != plain"

@@ -211,7 +211,7 @@ def main():
             c0 = cpu()
             if world.rank == 0:
                 sched = backend.sched = rankrt.Scheduler(world, backend, max_batch=8,
-                                                         vocab=VOCAB)
+                                                         draft_k=args.draft_k, vocab=VOCAB)
                 ok = leader(sched, world, args)
             else:
                 loop.run()                  # until the leader leaves
