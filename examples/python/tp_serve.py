@@ -196,7 +196,7 @@ def main():
     knobs = {}
     if "RK_RANK" not in os.environ:
         knobs = dict(rank=0, world_size=1, leader=f"127.0.0.1:{rankrt.free_port()}")
-    with rankrt.Loop(catch_signals=True, **knobs) as loop:
+    with rankrt.Loop(signals=True, **knobs) as loop:
         down = []
 
         def peer_error(rank, err):
