@@ -1,0 +1,310 @@
+# SPDX-License-Identifier: MIT
+"""rankrt from Python: a loop, a world of ranks, the round scheduler.
+
+    with rankrt.Loop(rank=0, world_size=2, leader="127.0.0.1:29500") as loop, \\
+         rankrt.World(loop, on_message=lambda peer, tag, data: ...) as world:
+        world.wait_ready()
+        world.send(1, tag=7, data=b"hello")
+        loop.run(timeout=1.0)
+
+The GIL. Every call into librankrt is a ctypes CDLL call, which releases the
+GIL for its duration: a blocking one (Loop.run(), World.wait_ready(), the
+scheduler's loop runs) leaves every other Python thread free. The library
+calls back into Python only from inside those runs, on the thread that runs
+the loop, and every callback takes the GIL back while it runs: on_message,
+on_peer_error, on_ready, a timer's, and a Scheduler backend's launch, token,
+retire and frame, and a request's on_tokens. Keep them short (the loop waits
+for them), and never run the loop from one (RankrtError EBUSY).
+
+An exception raised in a callback stops the loop; the run that called it
+raises it once the loop has returned.
+
+Threads. A loop belongs to one thread at a time and is not thread-safe; the
+only call valid from another thread is Loop.wake().
+"""
+
+import ctypes
+import errno
+from ctypes import byref, c_uint64, c_void_p
+
+from . import _lib
+from ._lib import lib
+
+__all__ = ["RankrtError", "Loop", "World", "Scheduler", "Round", "version", "strerror",
+           "free_port"]
+
+
+class RankrtError(OSError):
+    """A negative return of librankrt: .code (negative), .name ("ECONNRESET",
+    "RK_EPEERDEAD") and the message rk_strerror() gives."""
+
+    def __init__(self, code, what=""):
+        code = -abs(code)
+        self.code = code
+        self.name = lib.rk_errname(code).decode()
+        msg = lib.rk_strerror(code).decode()
+        self.text = f"{what}: {msg}" if what else msg
+        super().__init__(-code if -code < _lib.RK_E_BASE else None, self.text)
+
+    def __str__(self):
+        return self.text
+
+    def __reduce__(self):
+        return (RankrtError, (self.code,))
+
+
+def strerror(code):
+    return lib.rk_strerror(code).decode()
+
+
+def version():
+    """The library's version string ("0.1.0")."""
+    return lib.rk_version(None, None).decode()
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port free on @host now, for a leader address (rk_config_set() takes
+    no port 0). Another process may take it before the leader binds it: a
+    World that then fails with EADDRINUSE can be made again with another."""
+    import socket
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _check(ret, what):
+    if ret < 0:
+        raise RankrtError(ret, what)
+    return ret
+
+
+def _stats(getter, handle, names, signed=()):
+    buf = (c_uint64 * len(names))()
+    n = getter(handle, buf, ctypes.sizeof(buf)) // 8
+    out = {}
+    for i, name in enumerate(names[:n]):
+        v = buf[i]
+        if name in signed and v >= 1 << 63:
+            v -= 1 << 64
+        out[name] = v
+    return out
+
+
+class Loop:
+    """A rank's event loop (rk_loop_create()), configured from the RK_*
+    environment (when env is true) and then from the keyword knobs, each by
+    its rk_config_set() name: Loop(rank=1, world_size=2, spin_us=5000)."""
+
+    def __init__(self, env=True, **knobs):
+        self._h = None
+        self._pending = None
+        self._timer = _lib.Timer()
+        self._timer_cb = _lib.TIMER_CB(self._on_timer)
+        cfg = c_void_p()
+        _check(lib.rk_config_create(byref(cfg)), "rk_config_create")
+        try:
+            err = ctypes.create_string_buffer(4096)
+            if env:
+                _check_cfg(lib.rk_config_from_env(cfg, err, len(err)), err)
+                _check_cfg(lib.rk_config_from_launcher_env(cfg, err, len(err)), err)
+            for name, value in knobs.items():
+                if isinstance(value, bool):
+                    value = "1" if value else "0"
+                _check_cfg(lib.rk_config_set(cfg, name.encode(), str(value).encode(), err,
+                                             len(err)), err, name)
+            h = c_void_p()
+            _check(lib.rk_loop_create(cfg, byref(h)), "rk_loop_create")
+            self._h = h
+        finally:
+            lib.rk_config_destroy(cfg)
+        lib.rk_timer_init(byref(self._timer), ctypes.cast(self._timer_cb, c_void_p), None)
+
+    # callbacks call this when they raise: the run re-raises after the loop stops
+    def _fail(self, exc):
+        if self._pending is None:
+            self._pending = exc
+        lib.rk_loop_stop(self._h)
+
+    def _raise_pending(self):
+        exc, self._pending = self._pending, None
+        if exc is not None:
+            raise exc
+
+    def _on_timer(self, t, now):
+        lib.rk_loop_stop(self._h)
+        return _lib.RK_IDLE
+
+    def run(self, timeout=None, once=False):
+        """Run the loop (the GIL released) until stop(), a signal, a callback's
+        exception, or @timeout seconds; once=True: one iteration, which may wait
+        as the policy says. Returns False when a caught signal stopped it."""
+        if timeout is not None:
+            lib.rk_timer_start(self._h, byref(self._timer), max(0, int(timeout * 1e9)), 0)
+        try:
+            ret = lib.rk_loop_run(self._h, _lib.RK_RUN_ONCE if once else _lib.RK_RUN_DEFAULT)
+        finally:
+            if timeout is not None:
+                lib.rk_timer_stop(byref(self._timer))
+        self._raise_pending()
+        if ret == -_lib.RK_ESTOPPED:
+            return False
+        _check(ret, "rk_loop_run")
+        return True
+
+    def poll(self):
+        """One iteration that never waits: handle what is ready."""
+        ret = lib.rk_loop_run(self._h, _lib.RK_RUN_NOWAIT)
+        self._raise_pending()
+        if ret != -_lib.RK_ESTOPPED:
+            _check(ret, "rk_loop_run")
+
+    def stop(self):
+        """Make run() return after this iteration (from a callback, or before a run)."""
+        lib.rk_loop_stop(self._h)
+
+    def wake(self):
+        """Wake the loop from another thread (async-signal-safe in C)."""
+        lib.rk_loop_wake(self._h)
+
+    def now(self):
+        """The loop's cached monotonic time, ns."""
+        return lib.rk_loop_now(self._h)
+
+    def stats(self):
+        """The loop's counters (struct rk_loop_stats) as a dict."""
+        return _stats(lib.rk_loop_stats, self._h, _lib.LOOP_STATS)
+
+    def close(self):
+        if self._h:
+            _check(lib.rk_loop_destroy(self._h), "rk_loop_destroy")
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _check_cfg(ret, err, name=None):
+    if ret < 0:
+        text = err.value.decode(errors="replace") or (name or "")
+        raise RankrtError(ret, text)
+
+
+class World:
+    """The star of links of a job (rk_world_create()) on @loop, whose config
+    names the rank, the size and the leader.
+
+    on_message(peer, tag, data): a USER frame's bytes from rank @peer.
+    on_peer_error(rank, err): a rank failed or left (err: a RankrtError).
+    on_ready(): every link this rank needs is up.
+    All three run on the loop's thread, inside its runs, with the GIL held.
+    """
+
+    def __init__(self, loop, on_message=None, on_peer_error=None, on_ready=None):
+        self.loop = loop
+        self.on_message = on_message
+        self.on_peer_error = on_peer_error
+        self.on_ready = on_ready
+        self._sched = None
+        self._u = _lib.WireUser()
+        self._ops = _lib.WorldOps(_lib.READY_CB(self._ready), _lib.FRAME_CB(self._frame),
+                                  _lib.PEER_ERROR_CB(self._peer_error))
+        h = c_void_p()
+        _check(lib.rk_world_create(loop._h, byref(self._ops), None, byref(h)),
+               "rk_world_create")
+        self._h = h
+        self.rank = lib.rk_world_rank(h)
+        self.size = lib.rk_world_size(h)
+
+    def _ready(self, w, arg):
+        if self.on_ready:
+            try:
+                self.on_ready()
+            except BaseException as e:
+                self.loop._fail(e)
+
+    def _frame(self, w, peer, hdr, payload, arg):
+        h = hdr.contents
+        if h.type != _lib.RK_FRAME_USER or not self.on_message:
+            return _lib.RK_IDLE
+        u = self._u
+        if lib.rk_wire_decode_user(payload, h.len, byref(u)) < 0:
+            return _lib.RK_IDLE
+        try:
+            self.on_message(peer, u.tag, ctypes.string_at(u.data, u.len))
+        except BaseException as e:
+            self.loop._fail(e)
+        return _lib.RK_BUSY
+
+    def _peer_error(self, w, rank, err, arg):
+        if self.on_peer_error:
+            try:
+                self.on_peer_error(rank, RankrtError(err, f"rank {rank}"))
+            except BaseException as e:
+                self.loop._fail(e)
+
+    def wait_ready(self):
+        """Run the loop until every link this rank needs is up (GIL released)."""
+        ret = lib.rk_world_wait_ready(self._h)
+        self.loop._raise_pending()
+        _check(ret, "rk_world_wait_ready")
+
+    def send(self, rank, tag, data):
+        """Send @data (bytes-like, copied) to @rank as a USER frame tagged @tag.
+        It leaves from this call on an idle link (else before the loop next
+        waits: run or poll the loop)."""
+        data = bytes(data)
+        _check(lib.rk_world_send_user(self._h, rank, tag, data, len(data)), "send")
+
+    def broadcast(self, tag, data):
+        """Leader: send @data to every follower (on same-host links through the
+        world's broadcast ring: written once for every reader)."""
+        data = bytes(data)
+        buf = ctypes.create_string_buffer(len(data) + _lib.RK_WIRE_USER_HDR_LEN)
+        n = _check(lib.rk_wire_encode_user(buf, len(buf), tag, data, len(data)), "encode")
+        _check(lib.rk_world_broadcast(self._h, _lib.RK_FRAME_USER, 0, buf, n), "broadcast")
+
+    @property
+    def port(self):
+        """Leader: the TCP port it listens on."""
+        return _check(lib.rk_world_port(self._h), "rk_world_port")
+
+    def failed(self):
+        """The first peer error as a RankrtError, or None."""
+        ret = lib.rk_world_failed(self._h)
+        return RankrtError(ret) if ret else None
+
+    def transport(self, rank):
+        """"tcp", "shm" or "roce": what carries the link to @rank now."""
+        link = lib.rk_world_link(self._h, rank)
+        if not link:
+            raise RankrtError(-errno.ENOENT, f"no link to rank {rank}")
+        return lib.rk_link_transport(link).decode()
+
+    def stats(self):
+        return _stats(lib.rk_world_stats, self._h, _lib.WORLD_STATS)
+
+    def link_stats(self, rank):
+        link = lib.rk_world_link(self._h, rank)
+        if not link:
+            raise RankrtError(-errno.ENOENT, f"no link to rank {rank}")
+        return _stats(lib.rk_link_stats, link, _lib.LINK_STATS, _lib.LINK_SIGNED)
+
+    def close(self):
+        """BYE to every peer, a bounded linger, then free (after any Scheduler)."""
+        if self._sched is not None:
+            self._sched.close()
+        if self._h:
+            _check(lib.rk_world_destroy(self._h), "rk_world_destroy")
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+from .sched import Round, Scheduler  # noqa: E402  (needs the names above)
