@@ -44,18 +44,21 @@ int rk__verbs_opts_resolve(struct rk_loop *loop, const struct rk__addr *a, struc
 }
 
 #ifdef RK_HAVE_VERBS
-#include <infiniband/verbs.h>
+#include "verbs_int.h"
 
 int rk_rdma_probe(void)
 {
 	struct ibv_device **list;
-	int n = 0;
+	int n = 0, ret;
 
+	ret = rk__verbs_load(NULL);
+	if (ret)
+		return ret;
 	errno = 0;
-	list = ibv_get_device_list(&n);
+	list = rk__ibv.get_device_list(&n);
 	if (!list)
 		return errno ? -errno : -ENODEV;
-	ibv_free_device_list(list);
+	rk__ibv.free_device_list(list);
 	return n;
 }
 #else

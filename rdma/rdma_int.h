@@ -50,7 +50,8 @@ struct rk__verbs_opts {
 /* Resolve this rank's device and GID index (RK_RDMA_DEV/RK_RDMA_GID over the
  * address's dev=/gid=) and check that the device opens and has that GID.
  * Loop thread, before any link. Return: 0; -RK_ECONFIG (malformed or missing,
- * logged by name); -ENODEV; -EOPNOTSUPP (built without verbs, logged). */
+ * logged by name); -ENODEV; -RK_ENOVERBS (no libibverbs, logged); -EOPNOTSUPP
+ * (built without verbs, logged). */
 int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk__verbs_opts *o);
 /* As rk__tcp_link_from_fd(), for a roce:// link: @fd is the accepted TCP side
  * channel; the QP description is exchanged on it, then frames go over the QP.

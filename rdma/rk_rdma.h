@@ -16,7 +16,9 @@
  *   -ENODEV      the device is not there (the log lists those that are) or does
  *                not open (the log says why);
  *   -ENOENT, -EINVAL  the device has no GID at that index;
- *   -EOPNOTSUPP  rankrt was built without verbs (logged: "built without verbs").
+ *   -EOPNOTSUPP  rankrt was built without verbs (logged: "built without verbs");
+ *   -RK_ENOVERBS libibverbs.so.1 cannot be loaded (logged with the reason):
+ *                librankrt opens it at run time, at the first roce:// address.
  * A link's failures reach rk_world_ops.peer_error as for tcp://, plus:
  *   -ECONNRESET  the peer closed the side channel (it died, or left without BYE);
  *   -ETIMEDOUT   the peer's QP stopped acknowledging (retry count exceeded);
@@ -37,7 +39,8 @@ extern "C" {
 /**
  * rk_rdma_probe() - count the RDMA devices this process can open.
  * Return: the count (>= 0), -EOPNOTSUPP when rankrt was built without verbs,
- * or -errno. Any thread.
+ * -RK_ENOVERBS when libibverbs.so.1 cannot be loaded (not logged), or -errno.
+ * Any thread.
  */
 RK_EXPORT int rk_rdma_probe(void);
 

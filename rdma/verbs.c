@@ -29,6 +29,8 @@
  *
  * rdma-core returns NULL + errno, a positive errno, or -1 + errno depending on
  * the call; each is turned into -errno where it is called (vb_ret, vb_errno).
+ * libibverbs itself is opened at run time (rdma/verbs_load.c): its functions
+ * are called through rk__ibv, which rk__verbs_prepare() fills before any link.
  *
  * Lifetime: the link holds one operation (rk__link_op_start) for its verbs
  * resources from creation until, after shutdown, the completion-channel watch
@@ -49,9 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <infiniband/verbs.h>
-
 #include "rdma_int.h"
+#include "verbs_int.h"
 #include "wire_int.h"
 
 #define VB_CQ_BATCH	16
@@ -161,7 +162,7 @@ static struct ibv_context *vb_open_dev(const char *name, int rank)
 	int n = 0, i, err;
 
 	errno = 0;
-	list = ibv_get_device_list(&n);
+	list = rk__ibv.get_device_list(&n);
 	if (!list) {
 		err = vb_errno();
 		rk__err(rank, "roce: no RDMA devices: %s", rk_strerror(err));
@@ -169,13 +170,13 @@ static struct ibv_context *vb_open_dev(const char *name, int rank)
 		return NULL;
 	}
 	for (i = 0; i < n; i++) {
-		const char *dn = ibv_get_device_name(list[i]);
+		const char *dn = rk__ibv.get_device_name(list[i]);
 		size_t len = strlen(have);
 
 		if (!strcmp(dn, name)) {
-			ctx = ibv_open_device(list[i]);
+			ctx = rk__ibv.open_device(list[i]);
 			err = ctx ? 0 : vb_errno();
-			ibv_free_device_list(list);
+			rk__ibv.free_device_list(list);
 			if (!ctx) {
 				rk__err(rank, "roce: cannot open device %s: %s", name,
 					rk_strerror(err));
@@ -185,7 +186,7 @@ static struct ibv_context *vb_open_dev(const char *name, int rank)
 		}
 		snprintf(have + len, sizeof(have) - len, " %s", dn);
 	}
-	ibv_free_device_list(list);
+	rk__ibv.free_device_list(list);
 	rk__err(rank, "roce: RDMA device '%s' not found (devices:%s)", name, n ? have : " none");
 	errno = ENODEV;
 	return NULL;
@@ -198,17 +199,17 @@ static int vb_query(struct verbs_link *v, int rank)
 	static const uint8_t zero[16];
 	int ret;
 
-	ret = vb_ret(ibv_query_port(v->ctx, (uint8_t)v->o.port, &pa));
+	ret = vb_ret(rk__ibv_query_port(v->ctx, (uint8_t)v->o.port, &pa));
 	if (ret) {
 		rk__err(rank, "roce: %s port %d: %s", v->o.dev, v->o.port, rk_strerror(ret));
 		return ret;
 	}
 	if (pa.state != IBV_PORT_ACTIVE)
 		rk__warn(rank, "roce: %s port %d is %s, not active", v->o.dev, v->o.port,
-			 ibv_port_state_str(pa.state));
+			 rk__ibv.port_state_str(pa.state));
 	v->lid = pa.lid;
 	v->mtu = pa.active_mtu;
-	ret = vb_ret(ibv_query_gid(v->ctx, (uint8_t)v->o.port, v->o.gid, &v->gid));
+	ret = vb_ret(rk__ibv.query_gid(v->ctx, (uint8_t)v->o.port, v->o.gid, &v->gid));
 	if (!ret && !memcmp(v->gid.raw, zero, sizeof(zero)))
 		ret = -ENOENT;
 	if (ret)
@@ -223,18 +224,25 @@ int rk__verbs_prepare(struct rk_loop *loop, const struct rk__addr *a, struct rk_
 {
 	int rank = rk_loop_config(loop)->rank;
 	struct verbs_link probe;
+	const char *why;
 	int ret;
 
 	ret = rk__verbs_opts_resolve(loop, a, o);
 	if (ret)
 		return ret;
+	ret = rk__verbs_load(&why);
+	if (ret) {
+		rk__err(rank, "roce://%s:%u: libibverbs not available (%s); use a tcp:// address",
+			a->host, a->port, why);
+		return ret;
+	}
 	memset(&probe, 0, sizeof(probe));
 	probe.o = *o;
 	probe.ctx = vb_open_dev(o->dev, rank);
 	if (!probe.ctx)
 		return -ENODEV;
 	ret = vb_query(&probe, rank);
-	ibv_close_device(probe.ctx);
+	rk__ibv.close_device(probe.ctx);
 	if (!ret)
 		rk__info(rank, "roce: links on %s port %d gid %d", o->dev, o->port, o->gid);
 	return ret;
@@ -249,25 +257,25 @@ static void vb_free_resources(struct verbs_link *v)
 	 * waits until every event read from the channel was acknowledged: ack
 	 * the batch in hand, and events still queued with it (a clean slate). */
 	if (v->qp)
-		ibv_destroy_qp(v->qp);
+		rk__ibv.destroy_qp(v->qp);
 	if (v->ch)
-		while (ibv_get_cq_event(v->ch, &cq, &cq_ctx) == 0)
+		while (rk__ibv.get_cq_event(v->ch, &cq, &cq_ctx) == 0)
 			v->unacked++;
 	if (v->cq && v->unacked)
-		ibv_ack_cq_events(v->cq, v->unacked);
+		rk__ibv.ack_cq_events(v->cq, v->unacked);
 	v->unacked = 0;
 	if (v->tx_mr)
-		ibv_dereg_mr(v->tx_mr);
+		rk__ibv.dereg_mr(v->tx_mr);
 	if (v->rx_mr)
-		ibv_dereg_mr(v->rx_mr);
+		rk__ibv.dereg_mr(v->rx_mr);
 	if (v->cq)
-		ibv_destroy_cq(v->cq);
+		rk__ibv.destroy_cq(v->cq);
 	if (v->ch)
-		ibv_destroy_comp_channel(v->ch);
+		rk__ibv.destroy_comp_channel(v->ch);
 	if (v->pd)
-		ibv_dealloc_pd(v->pd);
+		rk__ibv.dealloc_pd(v->pd);
 	if (v->ctx)
-		ibv_close_device(v->ctx);
+		rk__ibv.close_device(v->ctx);
 	free(v->tx_mem);
 	free(v->rx_mem);
 	v->qp = NULL;
@@ -312,11 +320,11 @@ static int vb_create(struct verbs_link *v, int rank)
 	if (ret)
 		return ret;
 	what = "ibv_alloc_pd";
-	v->pd = ibv_alloc_pd(v->ctx);
+	v->pd = rk__ibv.alloc_pd(v->ctx);
 	if (!v->pd)
 		goto fail_errno;
 	what = "ibv_create_comp_channel";
-	v->ch = ibv_create_comp_channel(v->ctx);
+	v->ch = rk__ibv.create_comp_channel(v->ctx);
 	if (!v->ch)
 		goto fail_errno;
 	/* the fd is read only after the ring says it is readable; never block anyway */
@@ -326,7 +334,7 @@ static int vb_create(struct verbs_link *v, int rank)
 		goto fail_errno;
 	}
 	what = "ibv_create_cq";
-	v->cq = ibv_create_cq(v->ctx, RK_VB_RX_DEPTH + RK_VB_TX_SLOTS + 1, v, v->ch, 0);
+	v->cq = rk__ibv.create_cq(v->ctx, RK_VB_RX_DEPTH + RK_VB_TX_SLOTS + 1, v, v->ch, 0);
 	if (!v->cq)
 		goto fail_errno;
 	v->rx_mem = aligned_alloc(4096, (size_t)RK_VB_RX_DEPTH * RK_VB_BUF_SIZE);
@@ -336,11 +344,11 @@ static int vb_create(struct verbs_link *v, int rank)
 		return -ENOMEM;
 	}
 	what = "ibv_reg_mr";
-	v->rx_mr = ibv_reg_mr(v->pd, v->rx_mem, (size_t)RK_VB_RX_DEPTH * RK_VB_BUF_SIZE,
+	v->rx_mr = rk__ibv.reg_mr(v->pd, v->rx_mem, (size_t)RK_VB_RX_DEPTH * RK_VB_BUF_SIZE,
 			      IBV_ACCESS_LOCAL_WRITE);
 	if (!v->rx_mr)
 		goto fail_errno;
-	v->tx_mr = ibv_reg_mr(v->pd, v->tx_mem, (size_t)RK_VB_TX_SLOTS * RK_VB_BUF_SIZE, 0);
+	v->tx_mr = rk__ibv.reg_mr(v->pd, v->tx_mem, (size_t)RK_VB_TX_SLOTS * RK_VB_BUF_SIZE, 0);
 	if (!v->tx_mr)
 		goto fail_errno;
 
@@ -355,11 +363,11 @@ static int vb_create(struct verbs_link *v, int rank)
 	ia.cap.max_recv_sge = 1;
 	ia.cap.max_inline_data = RK_VB_MAX_INLINE;
 	what = "ibv_create_qp";
-	v->qp = ibv_create_qp(v->pd, &ia);
+	v->qp = rk__ibv.create_qp(v->pd, &ia);
 	if (!v->qp) {
 		/* a device without inline sends: every chunk goes through a slot */
 		ia.cap.max_inline_data = 0;
-		v->qp = ibv_create_qp(v->pd, &ia);
+		v->qp = rk__ibv.create_qp(v->pd, &ia);
 		if (!v->qp)
 			goto fail_errno;
 	}
@@ -370,7 +378,7 @@ static int vb_create(struct verbs_link *v, int rank)
 	qa.pkey_index = 0;
 	qa.port_num = (uint8_t)v->o.port;
 	qa.qp_access_flags = 0; /* SEND/RECV only: no remote access at all */
-	ret = vb_ret(ibv_modify_qp(
+	ret = vb_ret(rk__ibv.modify_qp(
 		v->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 	if (ret) {
 		rk__err(rank, "roce: QP to INIT: %s", rk_strerror(ret));
@@ -481,7 +489,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 	qa.ah_attr.dlid = rk__le16_load(b + RK_VB_OFF_LID);
 	qa.ah_attr.sl = 0;
 	qa.ah_attr.port_num = (uint8_t)v->o.port;
-	ret = vb_ret(ibv_modify_qp(v->qp, &qa,
+	ret = vb_ret(rk__ibv.modify_qp(v->qp, &qa,
 				   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 					   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
 					   IBV_QP_MIN_RNR_TIMER));
@@ -496,7 +504,7 @@ static int vb_connect_qp(struct verbs_link *v, const uint8_t *b)
 	qa.rnr_retry = 0; /* credits make RNR impossible: if one happens, it is an error */
 	qa.sq_psn = v->psn;
 	qa.max_rd_atomic = 1;
-	ret = vb_ret(ibv_modify_qp(v->qp, &qa,
+	ret = vb_ret(rk__ibv.modify_qp(v->qp, &qa,
 				   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 					   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 					   IBV_QP_MAX_QP_RD_ATOMIC));
@@ -811,7 +819,7 @@ static int vb_wc(struct verbs_link *v, const struct ibv_wc *wc)
 			 "link to rank %d (roce): %s completion failed: %s (vendor "
 			 "error 0x%x) -> %s",
 			 l->peer, wc->wr_id & VB_RECV_FLAG ? "receive" : "send",
-			 ibv_wc_status_str(wc->status), wc->vendor_err, rk_strerror(ret));
+			 rk__ibv.wc_status_str(wc->status), wc->vendor_err, rk_strerror(ret));
 		rk__link_fail(l, ret, false);
 		return 0;
 	}
@@ -939,13 +947,13 @@ static enum rk_activity vb_cq_event(struct rk_fd_watch *w, int revents)
 		return RK_IDLE;
 	/* Drain the channel (non-blocking), acknowledging in batches: each
 	 * ack takes a lock, and destroy_cq waits for every event acked. */
-	while (ibv_get_cq_event(v->ch, &cq, &cq_ctx) == 0) {
+	while (rk__ibv.get_cq_event(v->ch, &cq, &cq_ctx) == 0) {
 		v->unacked++;
 		v->link.stats.cq_events++;
 		v->notify_armed = false;
 	}
 	if (v->unacked >= VB_ACK_BATCH) {
-		ibv_ack_cq_events(v->cq, v->unacked);
+		rk__ibv.ack_cq_events(v->cq, v->unacked);
 		v->unacked = 0;
 	}
 	vb_poll_cq(v, &busy);

@@ -58,6 +58,7 @@ runtime/shm_upgrade.c	transport	shm
 runtime/shm_test.c	transport	shm
 rdma/rdma.c		transport	rdma
 rdma/verbs.c		transport	rdma
+rdma/verbs_load.c	transport	rdma
 gpu/gpu.c		transport	gpu
 gpu/load.c		transport	gpu
 gpu/notifier.c		transport	gpu

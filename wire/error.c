@@ -57,6 +57,7 @@ static const struct err_def rk_errs[] = {
 	E(RK_EPEEREXIT, "peer process exited"),
 	E(RK_EFRAMEAUTH, "frame authentication tag did not verify"),
 	E(RK_EROUNDTIMEOUT, "a rank did not finish a round in time"),
+	E(RK_ENOVERBS, "verbs library not available"),
 #undef E
 };
 _Static_assert(ARRAY_SIZE(rk_errs) == RK_E__END - RK_E_BASE, "every RK_E* code needs a text");

@@ -73,6 +73,7 @@ enum rk_errcode {
 	RK_EPEEREXIT,		/* the peer's process exited (seen through its pidfd) */
 	RK_EFRAMEAUTH,		/* a frame's authentication tag did not verify */
 	RK_EROUNDTIMEOUT,	/* a rank did not finish a round within the round bound */
+	RK_ENOVERBS,		/* the verbs library (libibverbs) is not loadable */
 	RK_E__END,
 };
 

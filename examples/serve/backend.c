@@ -52,10 +52,10 @@ int be_create(struct server *srv)
 	int ret;
 
 	if (srv->opt.backend == BACKEND_CUDA) {
-		ret = toy_cuda_create(srv->world, &srv->opt.model, srv->opt.device,
+		ret = srv->cm->create(srv->world, &srv->opt.model, srv->opt.device,
 				      srv->opt.notify, &srv->cuda);
 		if (!ret)
-			toy_cuda_set_graphs(srv->cuda, srv->opt.graphs);
+			srv->cm->set_graphs(srv->cuda, srv->opt.graphs);
 		return ret;
 	}
 	ret = stall_hook(srv, &p);
@@ -67,14 +67,14 @@ int be_create(struct server *srv)
 int be_sched_create(struct server *srv, const struct rk_sched_config *sc)
 {
 	if (srv->cuda)
-		return rk_sched_create(srv->world, sc, &toy_cuda_ops, srv->cuda, &srv->sched);
+		return rk_sched_create(srv->world, sc, srv->cm->ops, srv->cuda, &srv->sched);
 	return rk_sched_create(srv->world, sc, &toy_cpu_ops, srv->cpu, &srv->sched);
 }
 
 bool be_busy(const struct server *srv)
 {
 	if (srv->cuda)
-		return toy_cuda_busy(srv->cuda);
+		return srv->cm->busy(srv->cuda);
 	return srv->cpu && toy_cpu_busy(srv->cpu);
 }
 
@@ -83,7 +83,7 @@ int be_destroy(struct server *srv)
 	int ret;
 
 	if (srv->cuda) {
-		ret = toy_cuda_destroy(srv->cuda);
+		ret = srv->cm->destroy(srv->cuda);
 		if (ret != -EBUSY)
 			srv->cuda = NULL;
 		return ret;
@@ -97,7 +97,7 @@ int be_destroy(struct server *srv)
 void be_abort(struct server *srv)
 {
 	if (srv->cuda)
-		toy_cuda_abort(srv->cuda);
+		srv->cm->abort(srv->cuda);
 	else if (srv->cpu)
 		toy_cpu_abort(srv->cpu);
 }
@@ -108,7 +108,7 @@ void be_stats(const struct server *srv, struct be_stats *out)
 	if (srv->cuda) {
 		struct toy_cuda_stats cs;
 
-		toy_cuda_stats(srv->cuda, &cs);
+		srv->cm->stats(srv->cuda, &cs);
 		out->rounds = cs.rounds;
 		out->outputs = cs.outputs;
 		out->ns_compute = cs.ns_round;
@@ -169,7 +169,7 @@ void print_notify(const struct server *srv)
 	}
 	if (!srv->cuda || !srv->opt.bench)
 		return;
-	toy_cuda_stats(srv->cuda, &cs);
+	srv->cm->stats(srv->cuda, &cs);
 	printf("notify r%d: %s, marks %" PRIu64 " via poll %" PRIu64 " via wake %" PRIu64
 	       " predicted (no host function) %" PRIu64 " host function armed late %" PRIu64
 	       " bounded samples %" PRIu64 ", a mark %.1f us +- %.1f us, expected after %.1f us\n",

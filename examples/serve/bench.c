@@ -482,7 +482,7 @@ static int bench_warmup(struct bench *bn, uint32_t max_streams)
 	uint64_t t0 = now_ns(), ns;
 	int ret = 0;
 
-	while (srv->cuda && (ret = toy_cuda_ready(srv->cuda)) == 0) {
+	while (srv->cuda && (ret = srv->cm->ready(srv->cuda)) == 0) {
 		ret = rk_loop_run(srv->loop, RK_RUN_ONCE);
 		if (ret < 0)
 			return ret;
@@ -591,8 +591,9 @@ int bench_run(struct server *srv)
 
 	printf("rk-serve bench: TP%d, backend %s", srv->size, backend_name(o->backend));
 	if (o->backend == BACKEND_CUDA)
-		printf(" (notify %s, graphs %s, device %d on r0)", rk_gpu_notify_mode_name(o->notify),
-		       o->graphs ? "on" : "off", toy_cuda_device(srv->cuda));
+		printf(" (notify %s, graphs %s, device %d on r0)",
+		       rk_gpu_notify_mode_name(o->notify), o->graphs ? "on" : "off",
+		       srv->cm->device(srv->cuda));
 	printf(", wait %s (spin_us %" PRIu64 "), toy model V=%" PRIu32 " H=%" PRIu32
 	       " seed=%" PRIu64 ", max_batch %" PRIu32 ", %" PRIu32 " requests x %" PRIu32
 	       " tokens per cell, prompt set %s, draft_k %" PRIu32 ", %" PRIu32 " run%s\n",

@@ -285,6 +285,16 @@ int main(int argc, char **argv)
 		free(srv);
 		return ret == 1 ? 0 : 2;
 	}
+	if (srv->opt.backend == BACKEND_CUDA) {
+		/* before anything starts: a host without CUDA hears it here, by name */
+		srv->cm = cuda_module_open(err, sizeof(err));
+		if (!srv->cm) {
+			fprintf(stderr, PROG ": --backend=cuda: cannot load the CUDA backend: %s\n",
+				err);
+			free(srv);
+			return 2;
+		}
+	}
 	rk_config_init(&srv->cfg);
 	srv->cfg.catch_signals = true;
 	/* a person follows a server's log: times, and a line per request (RK_* override) */

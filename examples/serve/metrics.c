@@ -343,7 +343,7 @@ void metrics_own(struct server *srv, struct rank_metrics *m)
 	if (srv->cuda) {
 		struct toy_cuda_stats cs;
 
-		toy_cuda_stats(srv->cuda, &cs);
+		srv->cm->stats(srv->cuda, &cs);
 		m->notify = cs.notify;
 		m->has_notify = true;
 	} else if (srv->cpu && toy_cpu_notifier(srv->cpu)) {

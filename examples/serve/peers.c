@@ -293,7 +293,7 @@ int policy_apply(struct server *srv)
 	if (ret)
 		return ret;
 	if (srv->cuda)
-		return toy_cuda_set_notify(srv->cuda, bp->notify);
+		return srv->cm->set_notify(srv->cuda, bp->notify);
 	/* --device-time: the emulated device's notifier, the same switch */
 	if (srv->cpu && toy_cpu_notifier(srv->cpu))
 		return rk_gpu_notifier_set_mode(toy_cpu_notifier(srv->cpu), bp->notify);

@@ -19,7 +19,7 @@
 #include "clock.h"
 #include "le.h"
 #include "toy.h"
-#include "toy_cuda.h"
+#include "cuda_module.h"
 
 #define PROG "rk-serve"
 /* USER frames of rk-serve itself ("SRV"); the toy backend's are TOY_TAG (0x544f5900) */
@@ -214,6 +214,7 @@ struct server {
 	struct rk_world *world;
 	struct toy_cpu *cpu; /* the backend: one of these two */
 	struct toy_cuda *cuda;
+	const struct cuda_module *cm; /* --backend=cuda: toy_cuda's calls, from its module */
 	struct rk_sched *sched;
 	int err;      /* the first peer failure */
 	int err_rank; /* ...the rank it named, and when (CLOCK_MONOTONIC ns) */
