@@ -121,12 +121,14 @@ struct rk_wait_policy {
  * from rk_config_create() and sets every knob by name.
  */
 struct rk_config {
-	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
+	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_PORT, RK_SESSION) */
 	int rank;			/* -1 = not set */
 	int world_size;			/* 0 = not set */
 	char leader[256];		/* "tcp://host:port", "host:port",
 					 * "shm://host:port" (every link on shared memory)
 					 * or "roce://host:port?dev=rxe0&gid=1" */
+	int port;			/* the leader's port where a launcher gives only its
+					 * host (rk_config_from_launcher_env()); 18000 */
 	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
 	struct rk_wait_policy wait;	/* RK_WAIT, RK_SPIN_US */
