@@ -63,7 +63,10 @@ enum knob_id {
 	K_RANK,
 	K_WORLD_SIZE,
 	K_LEADER,
+	K_PORT,
 	K_SESSION,
+	K_LOCAL_RANK,
+	K_RANKS_PER_POD,
 	K_WAIT,
 	K_SPIN_US,
 	K_SPIN_YIELD,
@@ -123,8 +126,16 @@ static const struct knob knobs[] = {
 			   RK__WORLD_MAX, "number of ranks" },
 	[K_LEADER] = { "RK_LEADER", "leader", KIND_LEADER, S(leader), 1, 0, 0,
 		       "leader address: host:port, tcp://host:port or roce://host:port?query" },
+	[K_PORT] = { "RK_PORT", "port", KIND_INT, S(port), 1, 1, 65535,
+		     "the leader's port where a launcher gives only its host (torchrun, "
+		     "LeaderWorkerSet, Slurm, PMIx; never torchrun's MASTER_PORT)" },
 	[K_SESSION] = { "RK_SESSION", "session", KIND_SESSION, S(session_id), 1, 0, 0,
 			"job id every rank must agree on (decimal or 0x-hex)" },
+	[K_LOCAL_RANK] = { "RK_LOCAL_RANK", "local_rank", KIND_INT, T(local_rank), 1, 0,
+			   RK__RANK_MAX, "LeaderWorkerSet: this rank within its pod, below "
+			   "RK_RANKS_PER_POD" },
+	[K_RANKS_PER_POD] = { "RK_RANKS_PER_POD", "ranks_per_pod", KIND_U64, T(ranks_per_pod), 1,
+			      1, 256, "LeaderWorkerSet: ranks in each pod of the group" },
 	[K_WAIT] = { "RK_WAIT", "wait", KIND_WAIT, S(wait.mode), 1, 0, 0,
 		     "wait mode: adaptive, spin or block" },
 	[K_SPIN_US] = { "RK_SPIN_US", "spin_us", KIND_U64, S(wait.spin_ns), NS_PER_US,
@@ -277,6 +288,7 @@ void rk_config_init(struct rk_config *cfg)
 	cfg->rank = -1;
 	cfg->world_size = 0;
 	cfg->leader[0] = '\0';
+	cfg->port = RK_DEF_PORT;
 	cfg->session_id = 0;
 	cfg->wait.mode = RK_WAIT_ADAPTIVE;
 	cfg->wait.spin_ns = RK_DEF_SPIN_US * NS_PER_US;
@@ -316,6 +328,8 @@ void rk_config_init(struct rk_config *cfg)
 	t->lane = true;
 	t->frame_auth = false;
 	t->resident = RK_RESIDENT_AUTO;
+	t->local_rank = -1;
+	t->ranks_per_pod = 1;
 }
 
 int rk_config_create(struct rk_config **out)

@@ -4,8 +4,8 @@
  * every module that reads a tuning knob takes from its config with
  * rk__config_tuning(); and what the configuration's own files share (the knob
  * table and its parsers: config.c; the launchers' variables:
- * config_launch.c; the secret: config_secret.c; addresses: addr.c). Never
- * installed.
+ * config_launch.c, and PMIx's exchange: config_pmix.c; the secret:
+ * config_secret.c; addresses: addr.c). Never installed.
  */
 #ifndef RK_CONFIG_INT_H
 #define RK_CONFIG_INT_H
@@ -69,6 +69,9 @@ struct rk__tuning {
 	uint64_t round_timeout_ns;	/* RK_ROUND_TIMEOUT_MS */
 	/* schedulers on this loop whose own config says auto (rk_sched.h) */
 	enum rk_resident_mode resident;	/* RK_RESIDENT */
+	/* LeaderWorkerSet with several ranks per pod (rk_config_from_launcher_env()) */
+	int local_rank;			/* RK_LOCAL_RANK: this rank within its pod, -1 = not set */
+	unsigned int ranks_per_pod;	/* RK_RANKS_PER_POD */
 };
 
 #define RK__TUNING_MAGIC	0x31454e55544b52ull	/* "RKTUNE1", little-endian */
@@ -102,5 +105,28 @@ bool rk__name_ok(const char *s, size_t n);
 /* Rank below the world size when both are set; the message names @rank_var. */
 int rk__config_check_rank(const struct rk_config *cfg, const char *rank_var, char *err,
 			  size_t errlen);
+
+/* What one launcher says: rank -1, size 0 or leader "" where it says nothing. */
+struct rk__launch_id {
+	int rank;
+	int world_size;
+	char leader[256];		/* a whole leader address, as struct rk_config's */
+};
+
+/*
+ * The first host of the Slurm hostlist @list ("gpu[01-04,07],cpu3" gives
+ * "gpu01"), into @host. Return: 0, or -RK_ECONFIG with @err naming @var.
+ */
+int rk__hostlist_first(const char *var, const char *list, char *host, size_t cap, char *err,
+		       size_t errlen);
+
+/*
+ * PMIx (config_pmix.c): rank, size and the leader address that rank 0 of the
+ * PMIx job holds, @mine on rank 0, through a fence of every rank bounded by
+ * @timeout_s. Return: 0 with @id filled; -EOPNOTSUPP when PMIx cannot be used
+ * here (no libpmix, no server), @err saying why; -RK_ECONFIG with @err.
+ */
+int rk__pmix_exchange(const char *mine, unsigned int timeout_s, struct rk__launch_id *id,
+		      char *err, size_t errlen);
 
 #endif /* RK_CONFIG_INT_H */

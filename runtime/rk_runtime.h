@@ -121,12 +121,14 @@ struct rk_wait_policy {
  * from rk_config_create() and sets every knob by name.
  */
 struct rk_config {
-	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_SESSION) */
+	/* identity (RK_RANK, RK_WORLD_SIZE, RK_LEADER, RK_PORT, RK_SESSION) */
 	int rank;			/* -1 = not set */
 	int world_size;			/* 0 = not set */
 	char leader[256];		/* "tcp://host:port", "host:port",
 					 * "shm://host:port" (every link on shared memory)
 					 * or "roce://host:port?dev=rxe0&gid=1" */
+	int port;			/* the leader's port where a launcher gives only its
+					 * host (rk_config_from_launcher_env()); 18000 */
 	uint64_t session_id;		/* a job id: every rank must have the same (rk-launch sets one) */
 
 	struct rk_wait_policy wait;	/* RK_WAIT, RK_SPIN_US */
@@ -209,10 +211,15 @@ RK_EXPORT int rk_config_set(struct rk_config *cfg, const char *name, const char 
 RK_EXPORT int rk_config_from_env(struct rk_config *cfg, char *err, size_t errlen);
 
 /**
- * rk_config_from_launcher_env() - also read rank/size/leader from the
- * OpenMPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm (SLURM_PROCID/SLURM_NTASKS) and
- * torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) conventions, where the
- * RK_* variables did not set them. Return: 0 or -RK_ECONFIG as above.
+ * rk_config_from_launcher_env() - fill what the RK_* variables left unset of
+ * rank, world size and leader from the launcher that started the process:
+ * the first present of torchrun (TORCHELASTIC_*), LeaderWorkerSet (LWS_*),
+ * PMIx (PMIX_RANK, PMIX_NAMESPACE: rank 0 posts its address, every rank
+ * fences), Open MPI (OMPI_COMM_WORLD_*), a Slurm step (SLURM_PROCID, the
+ * node list's first host) and RANK/WORLD_SIZE/MASTER_ADDR answers them all.
+ * A launcher that names only the leader's host gets cfg->port (RK_PORT);
+ * MASTER_PORT is never read. Call it after rk_config_from_env(), once per
+ * process under PMIx. Return: 0 or -RK_ECONFIG with @err naming the variable.
  */
 RK_EXPORT int rk_config_from_launcher_env(struct rk_config *cfg, char *err, size_t errlen);
 

@@ -29,6 +29,7 @@
 #define RK_DEF_HEARTBEAT_MS	1000
 #define RK_DEF_PEER_TIMEOUT_MS	5000
 #define RK_DEF_CONNECT_MS	30000
+#define RK_DEF_PORT		18000	/* RK_PORT: not torch's 29500, nor a well-known service's */
 #define RK_DEF_HANDSHAKE_MS	2000
 /* The round watchdog's floor: a first prefill with no progress calls, seconds on
  * a GPU, must pass; 10x the slowest round seen raises the bound above it. */

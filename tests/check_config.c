@@ -61,6 +61,7 @@ START_TEST(test_print_defaults)
 		"# RK_RANK unset\n"
 		"# RK_WORLD_SIZE unset\n"
 		"# RK_LEADER unset\n"
+		"RK_PORT=18000\n"
 		"RK_SESSION=0x0\n"
 		"RK_WAIT=adaptive\n"
 		"RK_SPIN_US=20000\n"
@@ -77,6 +78,8 @@ START_TEST(test_print_defaults)
 		"# RK_SECRET_FILE unset\n"
 		"RK_SHM=auto\n"
 		"# tuning (may change)\n"
+		"# RK_LOCAL_RANK unset\n"
+		"RK_RANKS_PER_POD=1\n"
 		"RK_SPIN_YIELD=64\n"
 		"RK_PREDICT=1\n"
 		"RK_PREDICT_MARGIN_US=20\n"
@@ -125,7 +128,8 @@ START_TEST(test_print_roundtrip)
 		{ "RK_HEARTBEAT_MS", "100" }, { "RK_PEER_TIMEOUT_MS", "1000" },
 		{ "RK_CONNECT_TIMEOUT_MS", "2000" }, { "RK_HANDSHAKE_MS", "300" },
 		{ "RK_LOG", "debug" }, { "RK_LOG_TIME", "on" }, { "RK_SIGNALS", "true" },
-		{ "RK_RDMA_DEV", "mlx5_0" }, { "RK_RDMA_GID", "3" },
+		{ "RK_RDMA_DEV", "mlx5_0" }, { "RK_RDMA_GID", "3" }, { "RK_PORT", "29501" },
+		{ "RK_LOCAL_RANK", "2" }, { "RK_RANKS_PER_POD", "8" },
 	};
 	struct rk_config a = defaults(), b = defaults();
 	char err[256], *out, *line, *save = NULL;
@@ -167,6 +171,10 @@ static const struct {
 	{ "leader", "roce://h-1.x:9?dev=rxe0&gid=1", "RK_LEADER=roce://h-1.x:9?dev=rxe0&gid=1" },
 	{ "RK_LEADER", "roce://h:9?gid=0&dev=rxeB", "RK_LEADER=roce://h:9?gid=0&dev=rxeB" },
 	{ "RK_LEADER", "roce://h:9", "RK_LEADER=roce://h:9" },
+	{ "RK_PORT", "1", "RK_PORT=1" },
+	{ "port", "65535", "RK_PORT=65535" },
+	{ "RK_LOCAL_RANK", "0", "RK_LOCAL_RANK=0" },
+	{ "RK_RANKS_PER_POD", "256", "RK_RANKS_PER_POD=256" },
 	{ "RK_RDMA_DEV", "rxeB", "RK_RDMA_DEV=rxeB" },
 	{ "rdma_dev", "mlx5_0.x-1", "RK_RDMA_DEV=mlx5_0.x-1" },
 	{ "RK_RDMA_GID", "0", "RK_RDMA_GID=0" },
@@ -292,6 +300,9 @@ static const struct {
 	{ "RK_RANK", "65536" }, { "RK_RANK", "-0x1" }, { "RK_RANK", "--1" },
 	{ "RK_RANK", "-" }, { "RK_RANK", "9223372036854775808" },
 	{ "RK_WORLD_SIZE", "0" }, { "RK_WORLD_SIZE", "65537" },
+	{ "RK_PORT", "0" }, { "RK_PORT", "65536" }, { "RK_PORT", "29500x" },
+	{ "RK_LOCAL_RANK", "-1" }, { "RK_LOCAL_RANK", "65536" },
+	{ "RK_RANKS_PER_POD", "0" }, { "RK_RANKS_PER_POD", "257" },
 	{ "RK_SESSION", "0x1g" }, { "RK_SESSION", "0x11112222333344445" },
 	{ "RK_SESSION", "18446744073709551616" }, { "RK_SESSION", "-5" },
 	{ "RK_SESSION", "0X" }, { "RK_SESSION", "x10" },
@@ -522,7 +533,7 @@ START_TEST(test_tier_count)
 	}
 	free(out);
 	ck_assert_uint_eq(n, N_STABLE + N_TUNING);
-	ck_assert_uint_eq(N_STABLE, 18);
+	ck_assert_uint_eq(N_STABLE, 19);
 }
 END_TEST
 

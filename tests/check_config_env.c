@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * check_config_env: rk_config_from_env() and rk_config_from_launcher_env()
- * (Open MPI, Slurm, torchrun, and RK_* winning over them), the secret file,
+ * (its precedence table: torchrun, LeaderWorkerSet, PMIx, Open MPI, Slurm
+ * with its host lists, RANK/WORLD_SIZE, RK_* winning over them and RK_PORT
+ * instead of MASTER_PORT), the secret file,
  * RK_AUTH and the bounds between knobs. Every test starts and ends with no
  * RK_* or launcher variable in the environment (a checked fixture), so they
  * stay isolated with CK_FORK=no too (valgrind runs).
@@ -16,10 +18,10 @@ extern char **environ;
 /* Remove every variable a test could depend on: RK_*, and the launchers'. */
 static void scrub_env(void)
 {
-	static const char *const launcher[] = {
-		"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-		"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	static const char *const prefix[] = {
+		"RK_", "OMPI_COMM_WORLD_", "SLURM_", "TORCHELASTIC_", "LWS_", "PMIX_",
 	};
+	static const char *const launcher[] = { "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT" };
 	char name[256];
 	size_t i;
 	int again = 1;
@@ -28,17 +30,18 @@ static void scrub_env(void)
 		char **e;
 
 		again = 0;
-		for (e = environ; e && *e; e++) {
+		for (e = environ; e && *e && !again; e++) {
 			const char *eq = strchr(*e, '=');
 			size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
 
-			if (strncmp(*e, "RK_", 3) || n >= sizeof(name))
-				continue;
-			memcpy(name, *e, n);
-			name[n] = '\0';
-			unsetenv(name);		/* environ changed: walk it again */
-			again = 1;
-			break;
+			for (i = 0; i < ARRAY_SIZE(prefix) && !again; i++) {
+				if (strncmp(*e, prefix[i], strlen(prefix[i])) || n >= sizeof(name))
+					continue;
+				memcpy(name, *e, n);
+				name[n] = '\0';
+				unsetenv(name);		/* environ changed: walk it again */
+				again = 1;
+			}
 		}
 	}
 	for (i = 0; i < ARRAY_SIZE(launcher); i++)
@@ -302,17 +305,18 @@ START_TEST(test_launcher_torchrun)
 	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(c.rank, 1);
 	ck_assert_int_eq(c.world_size, 3);
-	ck_assert_str_eq(c.leader, "10.0.0.1:29500");
+	/* MASTER_PORT is torch's TCPStore's: the leader takes RK_PORT's */
+	ck_assert_str_eq(c.leader, "10.0.0.1:18000");
 
 	/* a bare IPv6 address gets brackets */
 	c = defaults();
 	setenv("MASTER_ADDR", "fd00::2", 1);
 	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_str_eq(c.leader, "[fd00::2]:29500");
+	ck_assert_str_eq(c.leader, "[fd00::2]:18000");
 	c = defaults();
 	setenv("MASTER_ADDR", "[fd00::3]", 1);
 	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_str_eq(c.leader, "[fd00::3]:29500");
+	ck_assert_str_eq(c.leader, "[fd00::3]:18000");
 }
 END_TEST
 
@@ -334,13 +338,14 @@ START_TEST(test_launcher_rk_wins)
 	ck_assert_int_eq(c.world_size, 2);
 	ck_assert_str_eq(c.leader, "tcp://mine:1");
 
-	/* per field: the size still comes from the launcher */
+	/* per field: the size still comes from the launcher, and the leader only
+	 * from the same launcher (Open MPI names none; MASTER_ADDR is torch's) */
 	c = defaults();
 	c.rank = 1;
 	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(c.rank, 1);
 	ck_assert_int_eq(c.world_size, 8);
-	ck_assert_str_eq(c.leader, "other:2");
+	ck_assert_str_eq(c.leader, "");
 }
 END_TEST
 
@@ -355,21 +360,29 @@ END_TEST
 
 static const struct {
 	const char *var, *value, *want;	/* want: the start of the message */
+	const char *also, *also_value;	/* a variable that makes var's launcher answer */
 } launcher_bad[] = {
-	{ "OMPI_COMM_WORLD_RANK", "x", "OMPI_COMM_WORLD_RANK='x': " },
-	{ "OMPI_COMM_WORLD_RANK", "", "OMPI_COMM_WORLD_RANK='': " },
-	{ "OMPI_COMM_WORLD_RANK", "-1", "OMPI_COMM_WORLD_RANK='-1': " },
-	{ "OMPI_COMM_WORLD_SIZE", "0", "OMPI_COMM_WORLD_SIZE='0': " },
-	{ "SLURM_PROCID", "1 ", "SLURM_PROCID='1 ': " },
-	{ "SLURM_NTASKS", "70000", "SLURM_NTASKS='70000': " },
-	{ "RANK", "one", "RANK='one': " },
-	{ "WORLD_SIZE", "4x", "WORLD_SIZE='4x': " },
-	{ "MASTER_PORT", "abc", "MASTER_PORT='abc': " },
-	{ "MASTER_PORT", "0", "MASTER_PORT='0': " },
-	{ "MASTER_PORT", "65536", "MASTER_PORT='65536': " },
-	{ "MASTER_ADDR", "bad host", "MASTER_ADDR='bad host': " },
-	{ "MASTER_ADDR", "", "MASTER_ADDR='': " },
-	{ "MASTER_ADDR", "h:1", "MASTER_ADDR='h:1': " },
+	{ "OMPI_COMM_WORLD_RANK", "x", "OMPI_COMM_WORLD_RANK='x': " , NULL, NULL },
+	{ "OMPI_COMM_WORLD_RANK", "", "OMPI_COMM_WORLD_RANK='': " , NULL, NULL },
+	{ "OMPI_COMM_WORLD_RANK", "-1", "OMPI_COMM_WORLD_RANK='-1': " , NULL, NULL },
+	{ "OMPI_COMM_WORLD_SIZE", "0", "OMPI_COMM_WORLD_SIZE='0': " , NULL, NULL },
+	{ "SLURM_PROCID", "1 ", "SLURM_PROCID='1 ': " , NULL, NULL },
+	{ "SLURM_NTASKS", "70000", "SLURM_NTASKS='70000': ", "SLURM_PROCID", "0" },
+	{ "SLURM_STEP_NODELIST", "gpu[01-", "SLURM_STEP_NODELIST='gpu[01-': not a Slurm host list",
+	  "SLURM_PROCID", "0" },
+	{ "SLURM_JOB_NODELIST", "", "SLURM_JOB_NODELIST='': not a Slurm host list", "SLURM_PROCID",
+	  "0" },
+	{ "RANK", "one", "RANK='one': " , NULL, NULL },
+	{ "RANK", "one", "RANK='one': ", "TORCHELASTIC_RUN_ID", "x" },
+	{ "WORLD_SIZE", "4x", "WORLD_SIZE='4x': " , NULL, NULL },
+	{ "MASTER_ADDR", "bad host", "MASTER_ADDR='bad host': " , NULL, NULL },
+	{ "MASTER_ADDR", "", "MASTER_ADDR='': " , NULL, NULL },
+	{ "MASTER_ADDR", "h:1", "MASTER_ADDR='h:1': " , NULL, NULL },
+	{ "LWS_WORKER_INDEX", "x", "LWS_WORKER_INDEX='x': " , NULL, NULL },
+	{ "LWS_WORKER_INDEX", "-1", "LWS_WORKER_INDEX='-1': " , NULL, NULL },
+	{ "LWS_GROUP_SIZE", "0", "LWS_GROUP_SIZE='0': " , NULL, NULL },
+	{ "LWS_LEADER_ADDRESS", "bad host", "LWS_LEADER_ADDRESS='bad host': " , NULL, NULL },
+	{ "LWS_LEADER_ADDRESS", "", "LWS_LEADER_ADDRESS='': " , NULL, NULL },
 };
 
 START_TEST(test_launcher_bad)
@@ -383,6 +396,8 @@ START_TEST(test_launcher_bad)
 	setenv("MASTER_ADDR", "h", 1);
 	setenv("MASTER_PORT", "1", 1);
 	setenv(launcher_bad[_i].var, launcher_bad[_i].value, 1);
+	if (launcher_bad[_i].also)
+		setenv(launcher_bad[_i].also, launcher_bad[_i].also_value, 1);
 	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
 	ck_assert_msg(!strncmp(err, launcher_bad[_i].want, strlen(launcher_bad[_i].want)),
 		      "'%s' does not start with '%s'", err, launcher_bad[_i].want);
@@ -390,15 +405,251 @@ START_TEST(test_launcher_bad)
 }
 END_TEST
 
-START_TEST(test_launcher_missing_port)
+/* MASTER_PORT is never read: neither missing nor malformed matters. */
+START_TEST(test_launcher_master_port_unused)
 {
 	struct rk_config c = defaults();
 	char err[256] = "";
 
 	setenv("MASTER_ADDR", "h", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "h:18000");
+	c = defaults();
+	setenv("MASTER_PORT", "abc", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "h:18000");
+
+	/* RK_PORT names the port, from the environment like every knob */
+	c = defaults();
+	setenv("RK_PORT", "29501", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.port, 29501);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "h:29501");
+	setenv("RK_PORT", "0", 1);
+	ck_assert_int_eq(rk_config_from_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_PORT='0'", 11), "%s", err);
+}
+END_TEST
+
+/* srun -> torchrun: the worker of RANK=5 WORLD_SIZE=16 is rank 5 of 16, not Slurm's 0 of 2. */
+START_TEST(test_launcher_srun_torchrun)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("SLURM_PROCID", "0", 1);
+	setenv("SLURM_NTASKS", "2", 1);
+	setenv("SLURM_STEP_NODELIST", "node[1-2]", 1);
+	setenv("TORCHELASTIC_RUN_ID", "job7", 1);
+	setenv("RANK", "5", 1);
+	setenv("WORLD_SIZE", "16", 1);
+	setenv("MASTER_ADDR", "node1", 1);
+	setenv("MASTER_PORT", "29500", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 5);
+	ck_assert_int_eq(c.world_size, 16);
+	ck_assert_str_eq(c.leader, "node1:18000");
+}
+END_TEST
+
+/*
+ * Every launcher's variables at once, then the answering one's taken away,
+ * one by one: the table's order, each launcher answering as a whole. PMIx
+ * with no server here is skipped (one log line) for the next.
+ */
+START_TEST(test_launcher_precedence)
+{
+	static const struct {
+		const char *gone;	/* unset before this step */
+		int rank, size;
+		const char *leader;
+	} steps[] = {
+		{ NULL, 5, 16, "m:18000" },			/* torchrun */
+		{ "TORCHELASTIC_RUN_ID", 1, 4, "lws-0.lws:18000" },	/* LeaderWorkerSet */
+		{ "LWS_WORKER_INDEX", 2, 8, "" },		/* PMIx skipped: Open MPI */
+		{ "OMPI_COMM_WORLD_RANK", 3, 6, "s01:18000" },	/* Slurm */
+		{ "SLURM_PROCID", 5, 16, "m:18000" },		/* RANK/WORLD_SIZE */
+	};
+	char err[256] = "";
+	size_t i;
+
+	setenv("TORCHELASTIC_RUN_ID", "x", 1);
+	setenv("RANK", "5", 1);
+	setenv("WORLD_SIZE", "16", 1);
+	setenv("MASTER_ADDR", "m", 1);
+	setenv("LWS_LEADER_ADDRESS", "lws-0.lws", 1);
+	setenv("LWS_GROUP_SIZE", "4", 1);
+	setenv("LWS_WORKER_INDEX", "1", 1);
+	setenv("PMIX_RANK", "0", 1);
+	setenv("PMIX_NAMESPACE", "no-server-here", 1);
+	setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+	setenv("SLURM_PROCID", "3", 1);
+	setenv("SLURM_NTASKS", "6", 1);
+	setenv("SLURM_JOB_NODELIST", "s[01-06]", 1);
+	for (i = 0; i < ARRAY_SIZE(steps); i++) {
+		struct rk_config c = defaults();
+
+		if (steps[i].gone)
+			unsetenv(steps[i].gone);
+		if (!strcmp(steps[i].gone ? steps[i].gone : "", "LWS_WORKER_INDEX")) {
+			unsetenv("LWS_LEADER_ADDRESS");
+			unsetenv("LWS_GROUP_SIZE");
+		}
+		if (!strcmp(steps[i].gone ? steps[i].gone : "", "OMPI_COMM_WORLD_RANK"))
+			unsetenv("OMPI_COMM_WORLD_SIZE");
+		ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%zu: %s",
+			      i, err);
+		ck_assert_msg(c.rank == steps[i].rank && c.world_size == steps[i].size &&
+			      !strcmp(c.leader, steps[i].leader), "step %zu: %d/%d '%s'", i,
+			      c.rank, c.world_size, c.leader);
+	}
+}
+END_TEST
+
+/* RK_* set every field: no launcher is read, not even a malformed one. */
+START_TEST(test_launcher_all_rk)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	c.rank = 1;
+	c.world_size = 2;
+	strcpy(c.leader, "tcp://mine:1");
+	setenv("LWS_WORKER_INDEX", "x", 1);
+	setenv("PMIX_RANK", "0", 1);
+	setenv("PMIX_NAMESPACE", "no-server-here", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 1);
+	ck_assert_str_eq(c.leader, "tcp://mine:1");
+}
+END_TEST
+
+/* LeaderWorkerSet: worker index and group size, several ranks per pod. */
+START_TEST(test_launcher_lws)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("LWS_LEADER_ADDRESS", "rk-0.rk.default", 1);
+	setenv("LWS_GROUP_SIZE", "2", 1);
+	setenv("LWS_WORKER_INDEX", "1", 1);
+	setenv("LWS_NAME", "rk", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 1);
+	ck_assert_int_eq(c.world_size, 2);
+	ck_assert_str_eq(c.leader, "rk-0.rk.default:18000");
+
+	/* four ranks a pod: rank = worker x 4 + local, size = group x 4 */
+	c = defaults();
+	setenv("RK_RANKS_PER_POD", "4", 1);
+	setenv("RK_LOCAL_RANK", "3", 1);
+	setenv("RK_PORT", "18500", 1);
+	ck_assert_msg(rk_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 7);
+	ck_assert_int_eq(c.world_size, 8);
+	ck_assert_str_eq(c.leader, "rk-0.rk.default:18500");
+
+	/* the local rank is needed, and must be below the ranks per pod */
+	c = defaults();
+	ck_assert_int_eq(rk_config_set(&c, "RK_RANKS_PER_POD", "4", NULL, 0), 0);
 	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
-	ck_assert_msg(strstr(err, "MASTER_PORT"), "%s", err);
-	ck_assert_str_eq(c.leader, "");
+	ck_assert_msg(strstr(err, "RK_LOCAL_RANK") && strstr(err, "RK_RANKS_PER_POD=4"), "%s",
+		      err);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LOCAL_RANK", "4", NULL, 0), 0);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_LOCAL_RANK=4: not below RK_RANKS_PER_POD=4", 45), "%s",
+		      err);
+	c = defaults();
+	ck_assert_int_eq(rk_config_set(&c, "RK_LOCAL_RANK", "1", NULL, 0), 0);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "RK_LOCAL_RANK=1: not below RK_RANKS_PER_POD=1", 45), "%s",
+		      err);
+	c = defaults();
+	ck_assert_int_eq(rk_config_set(&c, "RK_RANKS_PER_POD", "256", NULL, 0), 0);
+	ck_assert_int_eq(rk_config_set(&c, "RK_LOCAL_RANK", "0", NULL, 0), 0);
+	setenv("LWS_GROUP_SIZE", "257", 1);
+	ck_assert_int_eq(rk_config_from_launcher_env(&c, err, sizeof(err)), -RK_ECONFIG);
+	ck_assert_msg(!strncmp(err, "LWS_GROUP_SIZE=257 x RK_RANKS_PER_POD=256", 41), "%s",
+		      err);
+}
+END_TEST
+
+/* Slurm: the leader is the first host of the step's node list, else of the job's. */
+START_TEST(test_launcher_slurm_leader)
+{
+	struct rk_config c = defaults();
+	char err[256] = "";
+
+	setenv("SLURM_PROCID", "1", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_JOB_NODELIST", "cpu3,gpu[01-04,07]", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(c.leader, "cpu3:18000");
+	c = defaults();
+	setenv("SLURM_STEP_NODELIST", "gpu[01-04,07],cpu3", 1);
+	ck_assert_msg(rk_config_from_launcher_env(&c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.rank, 1);
+	ck_assert_int_eq(c.world_size, 8);
+	ck_assert_str_eq(c.leader, "gpu01:18000");
+}
+END_TEST
+
+static const struct {
+	const char *list, *first;	/* first NULL: malformed */
+} hostlists[] = {
+	{ "gpu[01-04,07],cpu3", "gpu01" },
+	{ "cpu3,gpu[01-04,07]", "cpu3" },
+	{ "gpu[07,01-04]", "gpu07" },
+	{ "node[7]", "node7" },
+	{ "node[007-010]x", "node007x" },
+	{ "rack[2-3]-n[05-06],login1", "rack2-n05" },
+	{ "localhost", "localhost" },
+	{ "a.b-c_d", "a.b-c_d" },
+	{ "10.0.0.1", "10.0.0.1" },
+	{ "", NULL },
+	{ ",a", NULL },
+	{ "gpu[01-", NULL },
+	{ "gpu[]", NULL },
+	{ "gpu[a-b]", NULL },
+	{ "gpu[1-2-3]", NULL },
+	{ "gpu[-2]", NULL },
+	{ "gpu[1,]", NULL },
+	{ "gpu[1[2]]", NULL },
+	{ "gpu]", NULL },
+	{ "gpu[1]]", NULL },
+	{ "[1-2]", "1" },
+	{ "bad host", NULL },
+};
+
+START_TEST(test_hostlist_first)
+{
+	char host[128] = "", err[256] = "";
+	int ret = rk__hostlist_first("V", hostlists[_i].list, host, sizeof(host), err, sizeof(err));
+
+	if (hostlists[_i].first) {
+		ck_assert_msg(ret == 0, "'%s': %s", hostlists[_i].list, err);
+		ck_assert_str_eq(host, hostlists[_i].first);
+	} else {
+		ck_assert_msg(ret == -RK_ECONFIG, "'%s' gave '%s'", hostlists[_i].list, host);
+		ck_assert_msg(!strncmp(err, "V='", 3) && strstr(err, "not a Slurm host list"), "%s",
+			      err);
+	}
+}
+END_TEST
+
+/* A host name too long for the buffer is refused, never cut. */
+START_TEST(test_hostlist_first_long)
+{
+	char host[8], err[256] = "";
+
+	ck_assert_int_eq(rk__hostlist_first("V", "gpu[00000-2]", host, sizeof(host), err,
+					    sizeof(err)), -RK_ECONFIG);
+	ck_assert_int_eq(rk__hostlist_first("V", "gpu[0000-2]", host, sizeof(host), err,
+					    sizeof(err)), 0);
+	ck_assert_str_eq(host, "gpu0000");
 }
 END_TEST
 
@@ -764,7 +1015,14 @@ static Suite *config_env_suite(void)
 	tcase_add_test(tc, test_launcher_rk_wins);
 	tcase_add_test(tc, test_launcher_none);
 	tcase_add_loop_test(tc, test_launcher_bad, 0, ARRAY_SIZE(launcher_bad));
-	tcase_add_test(tc, test_launcher_missing_port);
+	tcase_add_test(tc, test_launcher_master_port_unused);
+	tcase_add_test(tc, test_launcher_srun_torchrun);
+	tcase_add_test(tc, test_launcher_precedence);
+	tcase_add_test(tc, test_launcher_all_rk);
+	tcase_add_test(tc, test_launcher_lws);
+	tcase_add_test(tc, test_launcher_slurm_leader);
+	tcase_add_loop_test(tc, test_hostlist_first, 0, ARRAY_SIZE(hostlists));
+	tcase_add_test(tc, test_hostlist_first_long);
 	tcase_add_test(tc, test_launcher_rank_range);
 	return s;
 }

@@ -72,7 +72,8 @@ static const struct tier_knob {
 	const char *env, *name, *value;
 } stable_knobs[] = {
 	{ "RK_RANK", "rank", "1" }, { "RK_WORLD_SIZE", "world_size", "2" },
-	{ "RK_LEADER", "leader", "127.0.0.1:9" }, { "RK_SESSION", "session", "7" },
+	{ "RK_LEADER", "leader", "127.0.0.1:9" }, { "RK_PORT", "port", "18001" },
+	{ "RK_SESSION", "session", "7" },
 	{ "RK_SECRET_FILE", "secret_file", NULL }, { "RK_AUTH", "auth", "off" },
 	{ "RK_WAIT", "wait", "block" }, { "RK_SPIN_US", "spin_us", "5" },
 	{ "RK_SHM", "shm", "off" }, { "RK_MAX_FRAME", "max_frame", "8192" },
@@ -96,6 +97,7 @@ static const struct tier_knob {
 	{ "RK_ROUND_TIMEOUT_MS", "round_timeout_ms", "250" },
 	{ "RK_MAX_PENDING", "max_pending", "8" },
 	{ "RK_REFUSED_LOG_MS", "refused_log_ms", "100" }, { "RK_FRAME_AUTH", "frame_auth", "1" },
+	{ "RK_LOCAL_RANK", "local_rank", "3" }, { "RK_RANKS_PER_POD", "ranks_per_pod", "4" },
 	{ "RK_LANE", "lane", "0" },
 };
 #define N_STABLE ARRAY_SIZE(stable_knobs)

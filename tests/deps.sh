@@ -5,7 +5,7 @@ set -e
 pkgs="build-essential autoconf automake libtool pkg-config liburing-dev check libsubunit-dev
 libibverbs-dev librdmacm-dev libssl-dev iproute2 procps util-linux openmpi-bin
 libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev curl prometheus
-python3 python3-torch python3-pytest"
+python3 python3-torch python3-pytest libpmix-dev python3-yaml"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

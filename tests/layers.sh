@@ -35,6 +35,7 @@ wire/version.c		wire		wire
 runtime/log.c		base		base
 runtime/config.c	base		base
 runtime/config_launch.c	base		base
+runtime/config_pmix.c	base		base
 runtime/config_secret.c	base		base
 runtime/addr.c		base		base
 runtime/auth.c		base		base

@@ -28,7 +28,7 @@ int main(void)
 
 	rk_config_init(&cfg);
 	cfg.catch_signals = true;			/* SIGINT/SIGTERM stop the loop */
-	/* RK_RANK, RK_WORLD_SIZE, RK_LEADER, ...; else OpenMPI's, Slurm's or torchrun's */
+	/* RK_RANK, RK_WORLD_SIZE, RK_LEADER, ...; else the launcher's (README "Launching") */
 	if (rk_config_from_env(&cfg, err, sizeof(err)) ||
 	    rk_config_from_launcher_env(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "%s\n", err);		/* the bad variable, by name */
