@@ -337,6 +337,11 @@ enum rk_run_mode {
  * rk_loop_run() - run the loop. A stop asked for before the call (rk_loop_stop()
  * while no run is under way) makes it return at once, without an iteration, in
  * every mode (as libuv's uv_run()); the run that a stop ends consumes it.
+ * One iteration runs the handlers of what was ready when it began, what they
+ * start inline and the flush, then (ONCE, when none had work) one wait and the
+ * handlers of what it returned. Work deferred to the loop runs in a later
+ * iteration: a timer started from a timer callback (the scheduler's next round
+ * after one completed inside launch()), a post made from a post's callback.
  * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
  * -RK_ESTOPPED once a caught signal stopped the loop (every later run returns
  * it too, after its iteration), -EBUSY (nothing run) when called from
@@ -432,6 +437,7 @@ struct rk_timer {
 	uint64_t period;
 	struct rk_timer *next, *prev;
 	bool active;
+	bool fresh;		/* started in this iteration's timer step: runs in the next */
 };
 
 /** rk_timer_init() - prepare a timer. Any thread, before use. */
@@ -440,8 +446,10 @@ RK_EXPORT void rk_timer_init(struct rk_timer *t, rk_timer_cb cb, void *data);
 /**
  * rk_timer_start() - fire @t after @delay_ns, then every @period_ns (0 = once).
  * The delay counts from rk_loop_now(), the time cached at the start of the
- * current iteration (as in libuv). Restarting an active timer moves it.
- * Return: 0. Loop thread.
+ * current iteration (as in libuv). Restarting an active timer moves it. A timer
+ * started from a timer callback fires in a later iteration, never in the timer
+ * step that started it, so a callback that restarts itself with no delay runs
+ * once per iteration. Return: 0. Loop thread.
  */
 RK_EXPORT int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
 			     uint64_t period_ns);
