@@ -837,8 +837,20 @@ RK_EXPORT int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, con
 RK_EXPORT int rk_world_broadcast(struct rk_world *w, unsigned int type, unsigned int flags,
 				 const void *payload, uint32_t len);
 
-/** rk_world_link() - the link to @rank, or NULL. */
+/** rk_world_link() - the link to @rank while it is up, or NULL (rk_world_link_stats() reads
+ * the counters of one that went). */
 RK_EXPORT struct rk_link *rk_world_link(struct rk_world *w, int rank);
+/**
+ * rk_world_link_stats() - copy the counters of the link to @rank into @out of @size bytes
+ * (sizeof(*out)), as rk_link_stats() does: the link's while it is up and while it is being
+ * closed after it failed or left; after that, the counters it had when it was freed, kept
+ * by the world until rk_world_destroy() (a rank that joins again replaces them).
+ * Return: the bytes of counters written; -EINVAL for a rank out of range or this rank's
+ * own; -ENOENT when no link to @rank has been up (a follower's ranks other than 0).
+ * Loop thread; from any callback of the world (peer_error included).
+ */
+RK_EXPORT int rk_world_link_stats(const struct rk_world *w, int rank, struct rk_link_stats *out,
+				  size_t size);
 RK_EXPORT int rk_world_rank(const struct rk_world *w);
 RK_EXPORT int rk_world_size(const struct rk_world *w);
 RK_EXPORT struct rk_loop *rk_world_loop(const struct rk_world *w);
