@@ -272,8 +272,11 @@ RK_EXPORT void rk_log(int level, int rank, const char *tag, const char *fmt, ...
 /* Counters of one loop. Times are nanoseconds of the loop's monotonic clock. */
 struct rk_loop_stats {
 	uint64_t iterations;
-	uint64_t events;		/* completions, timer firings, posts, source events */
-	uint64_t busy_events;		/* events that restarted the busy window */
+	uint64_t events;		/* what the loop handled, each once: a frame a link
+					 * delivered (any transport, ring or spin), another
+					 * completion, a post, a timer firing, a source's
+					 * event, a link coming up or failing */
+	uint64_t busy_events;		/* of them, those that restarted the busy window */
 	uint64_t spin_iters;		/* spin iterations that found nothing */
 	uint64_t blocks;		/* blocking waits entered */
 	uint64_t wakeups;		/* blocking waits ended by a cross-thread wake */

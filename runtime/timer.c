@@ -93,7 +93,6 @@ void rk__timers_run(struct rk_loop *loop)
 				t->due = loop->now + t->period;
 			timer_insert(loop, t);
 		}
-		loop->stats.events++;
 		rk__loop_note(loop, t->cb(t, loop->now));
 	}
 	loop->in_timers = false;
