@@ -329,9 +329,11 @@ static unsigned int reap(struct rk_loop *loop)
 		/* Consume before dispatch: a handler may submit and reap recursively. */
 		io_uring_cqe_seen(&loop->ring, cqe);
 		before = loop->iter_events;
-		if (ud != RK_UDATA_INTERNAL && ud != 0)
-			((struct rk__op *)(uintptr_t)ud)->fn((struct rk__op *)(uintptr_t)ud, res,
-							     flags);
+		if (ud != RK_UDATA_INTERNAL && ud != 0) {
+			struct rk__op *op = (struct rk__op *)(uintptr_t)ud;
+
+			op->fn(op, res, flags);
+		}
 		if (loop->iter_events == before)
 			loop->stats.events++;
 	}
