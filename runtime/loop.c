@@ -108,8 +108,10 @@ void rk__loop_unref(struct rk_loop *loop)
 	loop->refs--;
 }
 
+/* Every handler's report is one event, whichever path ran it (stats.events). */
 void rk__loop_note(struct rk_loop *loop, enum rk_activity a)
 {
+	loop->stats.events++;
 	loop->iter_events++;
 	if (a == RK_BUSY)
 		loop->iter_busy++;
@@ -307,10 +309,15 @@ static void account(struct rk_loop *loop, uint64_t t)
 	loop->mark = t;
 }
 
+/*
+ * A completion is one event unless its handler reported events of its own (a
+ * receive's frames, a watch's callback): those count instead, so a frame is one
+ * event whether the ring or a spin's direct read brought it.
+ */
 static unsigned int reap(struct rk_loop *loop)
 {
 	struct io_uring_cqe *cqes[RK_CQE_BATCH];
-	unsigned int n, i;
+	unsigned int n, i, before;
 
 	n = io_uring_peek_batch_cqe(&loop->ring, cqes, RK_CQE_BATCH);
 	for (i = 0; i < n; i++) {
@@ -321,11 +328,15 @@ static unsigned int reap(struct rk_loop *loop)
 
 		/* Consume before dispatch: a handler may submit and reap recursively. */
 		io_uring_cqe_seen(&loop->ring, cqe);
-		if (ud == RK_UDATA_INTERNAL || ud == 0)
-			continue;
-		((struct rk__op *)(uintptr_t)ud)->fn((struct rk__op *)(uintptr_t)ud, res, flags);
+		before = loop->iter_events;
+		if (ud != RK_UDATA_INTERNAL && ud != 0) {
+			struct rk__op *op = (struct rk__op *)(uintptr_t)ud;
+
+			op->fn(op, res, flags);
+		}
+		if (loop->iter_events == before)
+			loop->stats.events++;
 	}
-	loop->stats.events += n;
 	return n;
 }
 

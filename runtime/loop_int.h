@@ -45,6 +45,8 @@ struct rk_loop {
 	int stop_signal;
 
 	struct rk_timer *timers;	/* sorted by due */
+	bool in_timers;			/* the timer step runs: timers started now are fresh */
+	unsigned int nr_fresh;		/* ...timers started so (rk__timers_run() clears them) */
 	struct rk_source *sources;	/* with a poll(): polled every iteration */
 	struct rk_source *quiet;	/* without one: only asked to expect(), arm(), told */
 	struct rk__flusher *flush_head;

@@ -139,6 +139,5 @@ unsigned int rk__inbox_drain(struct rk_loop *loop)
 		n++;
 	}
 	loop->stats.posts += n;
-	loop->stats.events += n;
 	return n;
 }

@@ -279,8 +279,11 @@ RK_EXPORT void rk_log(int level, int rank, const char *tag, const char *fmt, ...
 /* Counters of one loop. Times are nanoseconds of the loop's monotonic clock. */
 struct rk_loop_stats {
 	uint64_t iterations;
-	uint64_t events;		/* completions, timer firings, posts, source events */
-	uint64_t busy_events;		/* events that restarted the busy window */
+	uint64_t events;		/* what the loop handled, each once: a frame a link
+					 * delivered (any transport, ring or spin), another
+					 * completion, a post, a timer firing, a source's
+					 * event, a link coming up or failing */
+	uint64_t busy_events;		/* of them, those that restarted the busy window */
 	uint64_t spin_iters;		/* spin iterations that found nothing */
 	uint64_t blocks;		/* blocking waits entered */
 	uint64_t wakeups;		/* blocking waits ended by a cross-thread wake */
@@ -344,6 +347,11 @@ enum rk_run_mode {
  * rk_loop_run() - run the loop. A stop asked for before the call (rk_loop_stop()
  * while no run is under way) makes it return at once, without an iteration, in
  * every mode (as libuv's uv_run()); the run that a stop ends consumes it.
+ * One iteration runs the handlers of what was ready when it began, what they
+ * start inline and the flush, then (ONCE, when none had work) one wait and the
+ * handlers of what it returned. Work deferred to the loop runs in a later
+ * iteration: a timer started from a timer callback (the scheduler's next round
+ * after one completed inside launch()), a post made from a post's callback.
  * Return: 0 when stopped (or after one iteration for ONCE/NOWAIT),
  * -RK_ESTOPPED once a caught signal stopped the loop (every later run returns
  * it too, after its iteration), -EBUSY (nothing run) when called from
@@ -439,6 +447,7 @@ struct rk_timer {
 	uint64_t period;
 	struct rk_timer *next, *prev;
 	bool active;
+	bool fresh;		/* started in this iteration's timer step: runs in the next */
 };
 
 /** rk_timer_init() - prepare a timer. Any thread, before use. */
@@ -447,8 +456,10 @@ RK_EXPORT void rk_timer_init(struct rk_timer *t, rk_timer_cb cb, void *data);
 /**
  * rk_timer_start() - fire @t after @delay_ns, then every @period_ns (0 = once).
  * The delay counts from rk_loop_now(), the time cached at the start of the
- * current iteration (as in libuv). Restarting an active timer moves it.
- * Return: 0. Loop thread.
+ * current iteration (as in libuv). Restarting an active timer moves it. A timer
+ * started from a timer callback fires in a later iteration, never in the timer
+ * step that started it, so a callback that restarts itself with no delay runs
+ * once per iteration. Return: 0. Loop thread.
  */
 RK_EXPORT int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
 			     uint64_t period_ns);
@@ -836,8 +847,20 @@ RK_EXPORT int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, con
 RK_EXPORT int rk_world_broadcast(struct rk_world *w, unsigned int type, unsigned int flags,
 				 const void *payload, uint32_t len);
 
-/** rk_world_link() - the link to @rank, or NULL. */
+/** rk_world_link() - the link to @rank while it is up, or NULL (rk_world_link_stats() reads
+ * the counters of one that went). */
 RK_EXPORT struct rk_link *rk_world_link(struct rk_world *w, int rank);
+/**
+ * rk_world_link_stats() - copy the counters of the link to @rank into @out of @size bytes
+ * (sizeof(*out)), as rk_link_stats() does: the link's while it is up and while it is being
+ * closed after it failed or left; after that, the counters it had when it was freed, kept
+ * by the world until rk_world_destroy() (a rank that joins again replaces them).
+ * Return: the bytes of counters written; -EINVAL for a rank out of range or this rank's
+ * own; -ENOENT when no link to @rank has been up (a follower's ranks other than 0).
+ * Loop thread; from any callback of the world (peer_error included).
+ */
+RK_EXPORT int rk_world_link_stats(const struct rk_world *w, int rank, struct rk_link_stats *out,
+				  size_t size);
 RK_EXPORT int rk_world_rank(const struct rk_world *w);
 RK_EXPORT int rk_world_size(const struct rk_world *w);
 RK_EXPORT struct rk_loop *rk_world_loop(const struct rk_world *w);

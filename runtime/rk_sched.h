@@ -421,7 +421,8 @@ RK_EXPORT int rk_sched_cancel(struct rk_sched *s, struct rk_request *req);
  * @round_id (launched through @s) finished on this rank, with @status (0 or
  * -errno), exactly once per launch() that returned 0. Leader: the round's
  * tokens are verified and emitted and the next round starts; reported from
- * inside launch(), that happens from the loop once launch() has returned.
+ * inside launch(), that happens from the loop once launch() has returned, in
+ * the loop's next timer step (one round per loop iteration: rk_loop_run(3)).
  * Follower: a failure goes back to the leader in a ROUND_DONE (with @status);
  * a success sends nothing. After rk_sched_stop(), or for a round that ended
  * another way (a follower's failure, the round watchdog), the report is only

@@ -60,6 +60,8 @@ int rk_timer_start(struct rk_loop *loop, struct rk_timer *t, uint64_t delay_ns,
 		timer_unlink(t);
 	t->due = loop->now + delay_ns;
 	t->period = period_ns;
+	t->fresh = loop->in_timers;
+	loop->nr_fresh += t->fresh;
 	timer_insert(loop, t);
 	return 0;
 }
@@ -70,12 +72,20 @@ void rk_timer_stop(struct rk_timer *t)
 		timer_unlink(t);
 }
 
+/*
+ * A timer started by a callback of this step waits for the next iteration: a
+ * continuation that restarts itself with no delay (a scheduler whose backend
+ * completes inside launch()) then runs once per iteration, between the
+ * iteration's I/O, and RK_RUN_ONCE runs it once. It is inserted after every
+ * timer due now, so the first fresh one ends the step.
+ */
 void rk__timers_run(struct rk_loop *loop)
 {
 	struct rk_timer *t;
 	unsigned int budget = 64;	/* bound the work of one iteration */
 
-	while ((t = loop->timers) && t->due <= loop->now && budget--) {
+	loop->in_timers = true;
+	while ((t = loop->timers) && t->due <= loop->now && !t->fresh && budget--) {
 		timer_unlink(t);
 		if (t->period) {
 			t->due += t->period;
@@ -83,7 +93,12 @@ void rk__timers_run(struct rk_loop *loop)
 				t->due = loop->now + t->period;
 			timer_insert(loop, t);
 		}
-		loop->stats.events++;
 		rk__loop_note(loop, t->cb(t, loop->now));
+	}
+	loop->in_timers = false;
+	if (loop->nr_fresh) {
+		loop->nr_fresh = 0;
+		for (t = loop->timers; t; t = t->next)
+			t->fresh = false;
 	}
 }

@@ -66,6 +66,13 @@ _Static_assert(ARRAY_SIZE(refusal_names) == REF__COUNT, "every refusal needs a n
 
 #define PENDING_BUCKETS	64	/* hash chains of the pending table's addresses */
 
+/* What a rank's link counted: the live link, or the one that left, or its last copy. */
+struct rk__link_final {
+	struct rk_link *left;		/* failed, not yet freed: still counting its last bytes */
+	struct rk_link_stats st;	/* ...its counters when it was freed */
+	bool kept;
+};
+
 /* One peer address (without its port) and its strangers in the pending table. */
 struct rk__pending_host {
 	struct rk__pending_host *chain;		/* its hash bucket's */
@@ -84,6 +91,7 @@ struct rk_world {
 	struct rk__addr addr;
 	struct rk__transport tr;	/* the classes of the leader address's scheme */
 	struct rk_link **links;		/* [size]: links that are up */
+	struct rk__link_final *final;	/* [size]: rk_world_link_stats() of links gone */
 	uint8_t *bdone;			/* [size]: followers a class's broadcast reached */
 	struct rk_link *pending;	/* leader: accepted, not handshaken */
 	unsigned int nr_pending;
@@ -513,6 +521,7 @@ static void world_link_failed(struct rk_link *l, int err)
 
 	if (peer >= 0 && peer < w->size && w->links[peer] == l) {
 		w->links[peer] = NULL;
+		w->final[peer].left = l;
 		w->nr_up--;
 		report_peer(w, peer, err);
 		/* a clean BYE is the follower's own business; a failure is everyone's */
@@ -578,6 +587,12 @@ static void world_link_closed(struct rk_link *l)
 	if (l->peer >= 0 && l->peer < w->size && w->links[l->peer] == l) {
 		w->links[l->peer] = NULL;
 		w->nr_up--;
+	}
+	if (l->was_up && l->peer >= 0 && l->peer < w->size) {
+		w->final[l->peer].st = l->stats;
+		w->final[l->peer].kept = true;
+		if (w->final[l->peer].left == l)
+			w->final[l->peer].left = NULL;
 	}
 	if (w->connecting == l)
 		w->connecting = NULL;
@@ -783,7 +798,8 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 		return -ENOMEM;
 	w->links = calloc((size_t)cfg->world_size, sizeof(*w->links));
 	w->bdone = calloc((size_t)cfg->world_size, 1);
-	if (!w->links || !w->bdone) {
+	w->final = calloc((size_t)cfg->world_size, sizeof(*w->final));
+	if (!w->links || !w->bdone || !w->final) {
 		ret = -ENOMEM;
 		goto err_free_links;
 	}
@@ -843,6 +859,7 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 err_release:
 	rk__transport_close(&w->tr);
 err_free_links:
+	free(w->final);
 	free(w->bdone);
 	free(w->links);
 	free(w);
@@ -949,6 +966,21 @@ struct rk_link *rk_world_link(struct rk_world *w, int rank)
 	return w->links[rank];
 }
 
+int rk_world_link_stats(const struct rk_world *w, int rank, struct rk_link_stats *out,
+			size_t size)
+{
+	const struct rk_link *l;
+
+	if (rank < 0 || rank >= w->size || rank == w->rank)
+		return -EINVAL;
+	l = w->links[rank] ? w->links[rank] : w->final[rank].left;
+	if (l)
+		return (int)rk_link_stats(l, out, size);
+	if (!w->final[rank].kept)
+		return -ENOENT;
+	return (int)rk__stats_copy(out, size, &w->final[rank].st, sizeof(w->final[rank].st));
+}
+
 int rk_world_rank(const struct rk_world *w)
 {
 	return w->rank;
@@ -1041,6 +1073,7 @@ int rk_world_destroy(struct rk_world *w)
 	}
 	rk__loop_unref(w->loop);
 	rk__transport_close(&w->tr);
+	free(w->final);
 	free(w->bdone);
 	free(w->links);
 	free(w);

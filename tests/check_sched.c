@@ -634,6 +634,9 @@ struct deep {
 	uintptr_t sp0, depth_max;
 	bool in_submit;
 	int cb_in_submit;
+	bool once;			/* run the loop RK_RUN_ONCE at a time */
+	uint64_t once_runs;		/* ...runs, and the most rounds one of them launched */
+	uint64_t once_rounds_max;
 	int line;			/* the thread's failure, 0 = none */
 };
 
@@ -715,9 +718,15 @@ static void *deep_main(void *arg)
 	if (rk_sched_submit(d->sched, &d->req))
 		D_FAIL(d);
 	d->in_submit = false;
-	while (!d->done)
-		if (rk_loop_run(d->loop, RK_RUN_DEFAULT) < 0)
+	while (!d->done) {
+		uint64_t r0 = d->round;
+
+		if (rk_loop_run(d->loop, d->once ? RK_RUN_ONCE : RK_RUN_DEFAULT) < 0)
 			D_FAIL(d);
+		d->once_runs++;
+		if (d->round - r0 > d->once_rounds_max)
+			d->once_rounds_max = d->round - r0;
+	}
 out:
 	if (d->sched && rk_sched_destroy(d->sched) && !d->line)
 		d->line = __LINE__;
@@ -757,6 +766,28 @@ START_TEST(test_complete_inside_launch)
 	ck_assert_int_eq(d->nested, 0);
 	ck_assert_uint_lt(d->depth_max, 64u << 10);
 	ck_assert_int_eq(d->cb_in_submit, 0);
+	free(d);
+}
+END_TEST
+
+/*
+ * RK_RUN_ONCE is one iteration: a round that completes inside launch() is
+ * taken up by the scheduler's next iteration, so each run launches at most
+ * one round (rk_loop_run(3)), and a generation of 200 tokens takes 200 runs.
+ */
+START_TEST(test_once_one_round)
+{
+	struct deep *d = calloc(1, sizeof(*d));
+
+	d->tokens_max = 200;
+	d->once = true;
+	deep_run(d);
+	ck_assert_int_eq(d->done, 1);
+	ck_assert_int_eq(d->err, 0);
+	ck_assert_uint_eq(d->n, 200);
+	ck_assert_uint_eq(d->round, 200);
+	ck_assert_uint_eq(d->once_rounds_max, 1);
+	ck_assert_uint_ge(d->once_runs, 200);
 	free(d);
 }
 END_TEST
@@ -847,6 +878,7 @@ static Suite *sched_suite(void)
 
 	tc = rk_tcase(s, "reentrancy", TIMEOUT_S, NULL, NULL);
 	tcase_add_test(tc, test_complete_inside_launch);
+	tcase_add_test(tc, test_once_one_round);
 	tcase_add_loop_test(tc, test_no_callback_inside_submit, 0, 2);
 	tcase_add_test(tc, test_stop_from_callback);
 	return s;

@@ -53,6 +53,36 @@ START_TEST(test_upgrade)
 }
 END_TEST
 
+/*
+ * The loop's events count every frame it handles, also those its spin takes
+ * from a shared-memory ring (no completion carries them): 2000 frames to the
+ * leader are at least 2000 of its events, and its busy events never exceed
+ * its events.
+ */
+START_TEST(test_loop_events)
+{
+	struct rank r[2] = { 0 };
+	struct rk_loop_stats a, b;
+	uint32_t i;
+
+	start(r, 2, NULL);
+	rk_loop_stats(r[0].loop, &a, sizeof(a));
+	for (i = 0; i < 2000; i++) {
+		ck_assert_int_eq(send_seq(&r[1], 0, TAG_SEQ, i, 16), 0);
+		if (i % 100 == 99)
+			PUMP_UNTIL(1, false, &r[0], &r[1]);
+	}
+	ck_assert(PUMP_UNTIL(10000, r[0].nrx == 2000, &r[0], &r[1]));
+	rk_loop_stats(r[0].loop, &b, sizeof(b));
+	ck_assert_msg(b.events - a.events >= 2000, "%llu events for 2000 frames",
+		      (unsigned long long)(b.events - a.events));
+	ck_assert_uint_ge(b.busy_events - a.busy_events, 2000);
+	ck_assert_uint_le(b.busy_events, b.events);
+	ck_assert_int_eq(r[0].nerr + r[1].nerr, 0);
+	stop(r, 2);
+}
+END_TEST
+
 /* RK_SHM=off on either end keeps the link on TCP, and says nothing of it. */
 START_TEST(test_off)
 {
@@ -604,6 +634,7 @@ static Suite *shm_suite(void)
 
 	tc = shm_tcase(s, "upgrade");
 	tcase_add_test(tc, test_upgrade);
+	tcase_add_test(tc, test_loop_events);
 	tcase_add_test(tc, test_off);
 	tcase_add_test(tc, test_fallback);
 	tcase_add_loop_test(tc, test_eventfd_path, 0, 2);

@@ -180,6 +180,7 @@ struct lane_writer {
 	struct rk_lane *ln;
 	uint32_t n;
 	uint64_t refused;
+	atomic_bool done;
 };
 
 static void *lane_writer_main(void *arg)
@@ -200,6 +201,7 @@ static void *lane_writer_main(void *arg)
 		i++;
 	}
 	lw->n = i;
+	atomic_store(&lw->done, true);
 	return NULL;
 }
 
@@ -224,6 +226,8 @@ START_TEST(test_lane_thread)
 		ck_assert_int_eq(send_seq(&r[0], 1, TAG_PING, i, 16 + i % 100), 0);
 		ck_assert(PUMP_UNTIL(10000, r[0].npong == i + 1, &r[0], &r[1]));
 	}
+	/* the leader reads while the writer may still wait for room */
+	ck_assert(PUMP_UNTIL(10000, atomic_load(&lw.done), &r[0], &r[1]));
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
 	ck_assert_uint_eq(lw.n, 3000);
 	ck_assert(PUMP_UNTIL(10000, r[0].nseq == 3000, &r[0], &r[1]));

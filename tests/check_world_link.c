@@ -628,6 +628,60 @@ START_TEST(test_heartbeat_every_tick)
 }
 END_TEST
 
+/*
+ * A follower leaves: its link is gone from rk_world_link(), and the leader
+ * still reads the link's final counters with rk_world_link_stats(); they are
+ * what the follower counted on its end (its BYE after them). No heartbeats:
+ * every frame counted is the test's or the bootstrap's.
+ */
+START_TEST(test_final_counters)
+{
+	struct rank n[2] = { 0 };
+	struct rk_link_stats live, via, mine, fin;
+	struct rk_config c;
+	int i;
+
+	cfg_base(&c, 0, 2, 0);
+	rk__config_tuning(&c)->heartbeat_ns = 60000 * MS;
+	c.peer_timeout_ns = 120000 * MS;
+	start_world(n, 2, &c);
+	ck_assert(PUMP_UNTIL(5000, link_settled(rk_world_link(n[0].w, 1)) &&
+				   link_settled(rk_world_link(n[1].w, 0)), &n[0], &n[1]));
+	for (i = 0; i < 20; i++)
+		ck_assert_int_eq(send_user(&n[1], 0, TAG_PLAIN, "up", 2), 0);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(send_user(&n[0], 1, TAG_PLAIN, "down", 4), 0);
+	ck_assert(PUMP_UNTIL(5000, count_tag(&n[0], TAG_PLAIN) == 20 &&
+				   count_tag(&n[1], TAG_PLAIN) == 5, &n[0], &n[1]));
+	PUMP_FOR(20, &n[0], &n[1]);
+
+	/* up: the link's own counters; bad ranks refused */
+	ck_assert_int_eq(rk_world_link_stats(n[0].w, 1, &live, sizeof(live)), (int)sizeof(live));
+	rk_link_stats(rk_world_link(n[0].w, 1), &via, sizeof(via));
+	ck_assert_mem_eq(&live, &via, sizeof(live));
+	ck_assert_uint_ge(live.rx_frames, 20);
+	ck_assert_int_eq(rk_world_link_stats(n[0].w, 0, &fin, sizeof(fin)), -EINVAL);
+	ck_assert_int_eq(rk_world_link_stats(n[0].w, 2, &fin, sizeof(fin)), -EINVAL);
+	ck_assert_int_eq(rk_world_link_stats(n[0].w, -1, &fin, sizeof(fin)), -EINVAL);
+	ck_assert_int_eq(rk_world_link_stats(n[1].w, 1, &fin, sizeof(fin)), -EINVAL);
+	ck_assert_int_eq(rk_world_link_stats(n[1].w, 0, &fin, 8), 8);
+
+	/* the follower leaves with BYE */
+	rk_link_stats(rk_world_link(n[1].w, 0), &mine, sizeof(mine));
+	rank_stop(&n[1]);
+	ck_assert(PUMP_UNTIL(5000, n[0].nerr >= 1, &n[0]));
+	ck_assert_int_eq(n[0].errs[0].err, -RK_EPEERBYE);
+	PUMP_FOR(200, &n[0]);	/* the link is freed: the world's copy answers */
+	ck_assert_ptr_null(rk_world_link(n[0].w, 1));
+	ck_assert_int_eq(rk_world_link_stats(n[0].w, 1, &fin, sizeof(fin)), (int)sizeof(fin));
+	ck_assert_uint_eq(fin.rx_frames, mine.tx_frames + 1);
+	ck_assert_uint_eq(fin.tx_frames, mine.rx_frames);
+	ck_assert_uint_ge(fin.rx_bytes, live.rx_bytes);
+	ck_assert_uint_eq(fin.tx_bytes, mine.rx_bytes);
+	rank_stop(&n[0]);
+}
+END_TEST
+
 static Suite *world_link_suite(void)
 {
 	Suite *s = suite_create("world");
@@ -642,6 +696,7 @@ static Suite *world_link_suite(void)
 	tcase_add_test(tc, test_burst);
 	tcase_add_test(tc, test_reserve_commit);
 	tcase_add_test(tc, test_big_frames);
+	tcase_add_test(tc, test_final_counters);
 	return s;
 }
 

@@ -51,8 +51,8 @@ struct mdef {
 #define LOOP(f) F8(struct rk_loop_stats, f)
 static const struct mdef loop_defs[] = {
 	{ "rankrt_loop_iterations_total", NULL, "Loop iterations.", COUNTER, LOOP(iterations), 1 },
-	{ "rankrt_loop_events_total", NULL, "Completions, timer firings, posts and source events "
-	  "handled.", COUNTER, LOOP(events), 1 },
+	{ "rankrt_loop_events_total", NULL, "Frames, other completions, timer firings, posts and "
+	  "source events handled.", COUNTER, LOOP(events), 1 },
 	{ "rankrt_loop_busy_events_total", NULL, "Events that restarted the busy (spin) window.",
 	  COUNTER, LOOP(busy_events), 1 },
 	{ "rankrt_loop_spin_iterations_total", NULL, "Spin iterations that found nothing.",
