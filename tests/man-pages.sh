@@ -110,7 +110,9 @@ for p in $rankrt_programs; do
 done
 
 # 4. every page present is installed, the installed ones exist, none is stale,
-#    and each has its sections
+#    each has its sections, and each names a document (README.md, docs/x.md)
+#    by its installed path, @docdir@/..., filled in at build time for the
+#    pages of rankrt_man_docdir
 for f in "$s"/docs/man/*.[1-9]; do
 	[ -f "$f" ] || continue
 	page=docs/man/${f##*/}
@@ -131,6 +133,21 @@ for page in $rankrt_man_pages; do
 	*) need="NAME|DESCRIPTION|SEE ALSO" ;;
 	esac
 	grep -q '^\.TH ' "$f" || fail "$page has no .TH line"
+	# a document named must be found where it is installed
+	grep -o '[A-Za-z0-9_./@-]*\.md\b' "$f" | grep -v '^@docdir@/' | sort -u \
+		>"$tmp/docs"
+	while IFS= read -r d; do
+		fail "$page names $d: write @docdir@/$d (the installed copy's folder)"
+	done <"$tmp/docs"
+	if [ -n "${rankrt_man_docdir+set}" ]; then
+		case " $rankrt_man_docdir " in *" $page "*) subst=1 ;; *) subst=0 ;; esac
+		if grep -q '@docdir@' "$f"; then
+			[ $subst = 1 ] || fail "$page says @docdir@ but is not in rankrt_man_docdir" \
+				"(docs/man/Makefile.inc), which installs it with the folder filled in"
+		else
+			[ $subst = 0 ] || fail "$page is in rankrt_man_docdir but says no @docdir@"
+		fi
+	fi
 	printf '%s\n' "$need" | tr '|' '\n' | while IFS= read -r sec; do
 		grep -q "^\\.SH \"\\{0,1\\}$sec\"\\{0,1\\}\$" "$f" || echo "$page: no $sec section"
 	done >"$tmp/sections"

@@ -23,9 +23,10 @@ extern "C" {
 #define RK_EXPORT
 #endif
 
-/* The version a program is compiled against; rk_version() gives the one it runs with. */
-#define RK_VERSION_MAJOR 0
-#define RK_VERSION_MINOR 1
+/* The version a program is compiled against; rk_version() gives the one it runs with. The
+ * major is the ABI (librankrt.so.<major>), the minor grows with API (docs/STABILITY.md). */
+#define RK_VERSION_MAJOR 2
+#define RK_VERSION_MINOR 0
 
 /* What an event handler reports to the wait policy. RK_BUSY restarts the busy
  * window (real work arrived: a ROUND, a USER frame, a completion); RK_IDLE does
@@ -97,7 +98,7 @@ RK_EXPORT const char *rk_errname(int err);
  * RK_VERSION_* macros are the one it was compiled against).
  * @major, @minor: if not NULL, receive the numbers, as in RK_VERSION_MAJOR/MINOR.
  *
- * Return: the version string, "0.1.0" (configure's PACKAGE_VERSION: major.minor.patch),
+ * Return: the version string, "2.0.0" (configure's PACKAGE_VERSION: major.minor.patch),
  * static, never NULL. Never fails. Any thread; may be called from any callback.
  */
 RK_EXPORT const char *rk_version(int *major, int *minor);

@@ -7,7 +7,7 @@
 # when there is no GPU or no CUDA backend).
 # Receipts go to $OUT (at most 8 files); everything important is printed too.
 #
-#   DEPS=/tmp/deps OUT=/some/dir sh tests/bench/device-run.sh rankrt-0.1.0.tar.gz
+#   DEPS=/tmp/deps OUT=/some/dir sh tests/bench/device-run.sh rankrt-2.0.0.tar.gz
 #
 # Arguments and environment:
 #   $1 or TARBALL   the tarball (default: the newest rankrt-*.tar.gz here)
