@@ -58,7 +58,7 @@ def strerror(code):
 
 
 def version():
-    """The library's version string ("0.1.0")."""
+    """The library's version string ("2.0.0")."""
     return lib.rk_version(None, None).decode()
 
 
