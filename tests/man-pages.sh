@@ -12,6 +12,7 @@ b=${builddir:-.}
 [ -n "$rankrt_man_pages" ] && [ -n "$rankrt_headers" ] && [ -n "$rankrt_programs" ] ||
 	{ echo "rankrt_man_pages, rankrt_headers, rankrt_programs unset: run through make check"; exit 99; }
 
+relver=$(sed -n 's/^#define PACKAGE_VERSION "\([0-9]*\.[0-9]*\).*/\1/p' "$b/config.h" 2>/dev/null)
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 bad=0
@@ -133,6 +134,9 @@ for page in $rankrt_man_pages; do
 	*) need="NAME|DESCRIPTION|SEE ALSO" ;;
 	esac
 	grep -q '^\.TH ' "$f" || fail "$page has no .TH line"
+	# the footer names this release (major.minor), as docs/STABILITY.md numbers it
+	[ -z "$relver" ] || grep -q "^\.TH .*\"rankrt $relver\"" "$f" ||
+		fail "$page: its .TH line does not say \"rankrt $relver\""
 	# a document named must be found where it is installed
 	grep -o '[A-Za-z0-9_./@-]*\.md\b' "$f" | grep -v '^@docdir@/' | sort -u \
 		>"$tmp/docs"
