@@ -208,6 +208,7 @@ class World:
         self.on_peer_error = on_peer_error
         self.on_ready = on_ready
         self._sched = None
+        self._bbuf = None
         self._u = _lib.WireUser()
         self._ops = _lib.WorldOps(_lib.READY_CB(self._ready), _lib.FRAME_CB(self._frame),
                                   _lib.PEER_ERROR_CB(self._peer_error))
@@ -261,9 +262,16 @@ class World:
     def broadcast(self, tag, data):
         """Leader: send @data to every follower (on same-host links through the
         world's broadcast ring: written once for every reader)."""
-        data = bytes(data)
-        buf = ctypes.create_string_buffer(len(data) + _lib.RK_WIRE_USER_HDR_LEN)
-        n = _check(lib.rk_wire_encode_user(buf, len(buf), tag, data, len(data)), "encode")
+        if type(data) is not bytes:
+            data = bytes(data)
+        # One buffer kept for every broadcast: a writer idle for a few ms runs
+        # this on a cold CPU, where each allocation and ctypes call costs
+        # microseconds on the message's way (examples/python/README.md)
+        n = len(data) + _lib.RK_WIRE_USER_HDR_LEN
+        buf = self._bbuf
+        if buf is None or len(buf) < n:
+            buf = self._bbuf = ctypes.create_string_buffer(max(n, 4096))
+        n = _check(lib.rk_wire_encode_user(buf, n, tag, data, len(data)), "encode")
         _check(lib.rk_world_broadcast(self._h, _lib.RK_FRAME_USER, 0, buf, n), "broadcast")
 
     @property
