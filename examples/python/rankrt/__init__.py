@@ -25,10 +25,13 @@ only call valid from another thread is Loop.wake().
 
 import ctypes
 import errno
+import struct
 from ctypes import byref, c_uint64, c_void_p
 
 from . import _lib
 from ._lib import lib
+
+_USER_HDR = struct.Struct("<II")    # a USER payload's tag and reserved word (wire/WIRE.md)
 
 __all__ = ["RankrtError", "Loop", "World", "Scheduler", "Round", "version", "strerror",
            "free_port"]
@@ -208,7 +211,6 @@ class World:
         self.on_peer_error = on_peer_error
         self.on_ready = on_ready
         self._sched = None
-        self._u = _lib.WireUser()
         self._ops = _lib.WorldOps(_lib.READY_CB(self._ready), _lib.FRAME_CB(self._frame),
                                   _lib.PEER_ERROR_CB(self._peer_error))
         h = c_void_p()
@@ -229,11 +231,16 @@ class World:
         h = hdr.contents
         if h.type != _lib.RK_FRAME_USER or not self.on_message:
             return _lib.RK_IDLE
-        u = self._u
-        if lib.rk_wire_decode_user(payload, h.len, byref(u)) < 0:
+        # one ctypes call per frame (as broadcast(): a reader's callback often
+        # runs on a cold CPU); the checks are rk_wire_decode_user()'s
+        p = ctypes.string_at(payload, h.len)
+        if len(p) < _USER_HDR.size:
+            return _lib.RK_IDLE
+        tag, reserved = _USER_HDR.unpack_from(p)
+        if reserved:
             return _lib.RK_IDLE
         try:
-            self.on_message(peer, u.tag, ctypes.string_at(u.data, u.len))
+            self.on_message(peer, tag, p[_USER_HDR.size:])
         except BaseException as e:
             self.loop._fail(e)
         return _lib.RK_BUSY
@@ -261,10 +268,13 @@ class World:
     def broadcast(self, tag, data):
         """Leader: send @data to every follower (on same-host links through the
         world's broadcast ring: written once for every reader)."""
-        data = bytes(data)
-        buf = ctypes.create_string_buffer(len(data) + _lib.RK_WIRE_USER_HDR_LEN)
-        n = _check(lib.rk_wire_encode_user(buf, len(buf), tag, data, len(data)), "encode")
-        _check(lib.rk_world_broadcast(self._h, _lib.RK_FRAME_USER, 0, buf, n), "broadcast")
+        # The USER payload (wire/WIRE.md) laid out here, not by a call of
+        # rk_wire_encode_user(): a writer idle for a few ms runs this on a cold
+        # CPU, where each ctypes call costs 10-20 us on the message's way
+        # (examples/python/README.md, Broadcast). Any bytes-like @data.
+        payload = _USER_HDR.pack(tag, 0) + data
+        _check(lib.rk_world_broadcast(self._h, _lib.RK_FRAME_USER, 0, payload, len(payload)),
+               "broadcast")
 
     @property
     def port(self):

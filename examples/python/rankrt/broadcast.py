@@ -97,6 +97,9 @@ class Broadcast:
         with self._lock:
             if self._err is not None:
                 raise self._err
+            # the frame is in the broadcast ring (or on an idle link's socket)
+            # and every sleeping reader rung when this returns; the poll only
+            # sends what was queued behind busy links and runs due timers
             self.world.broadcast(self.tag, data)
             self.loop.poll()
 

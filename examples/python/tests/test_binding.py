@@ -265,7 +265,7 @@ def test_broadcast_one_writer_two_readers():
         try:
             with Broadcast.create_from_handle(h, r, log="error") as b:
                 b.wait_until_ready()
-                got = [b.dequeue(timeout=10) for _ in range(3)]
+                got = [b.dequeue(timeout=10) for _ in range(4)]
                 try:
                     b.dequeue(timeout=0.05)
                     got.append("no timeout")
@@ -284,7 +284,8 @@ def test_broadcast_one_writer_two_readers():
         t.start()
     try:
         w.wait_until_ready()
-        msgs = [b"a", bytes(100000), b"c" * 7]
+        # any bytes-like, an empty one too (enqueue lays out the USER payload itself)
+        msgs = [b"a", bytes(100000), bytearray(b"c" * 7), memoryview(b"")]
         for m in msgs:
             w.enqueue(m)
         time.sleep(0.2)
@@ -295,7 +296,7 @@ def test_broadcast_one_writer_two_readers():
         for t in ts:
             t.join(30)
     for r in (1, 2):
-        assert res[r] == msgs + [b"last", "RK_EPEERBYE"], (r, res[r])
+        assert res[r] == [bytes(m) for m in msgs] + [b"last", "RK_EPEERBYE"], (r, res[r])
 
 
 if __name__ == "__main__":
