@@ -11,7 +11,8 @@
 #    check_verbs_load pass (their -RK_ENOGPU and -RK_ENOVERBS cases), and
 #    rk-pingpong --local, rk-launch --version, rk-load --help, rk-serve --demo
 #    (cpu, two ranks through rk-launch) and a CPU program (examples/embed)
-#    exit 0, while rk-serve --backend=cuda exits 2 naming what is missing.
+#    exit 0, while rk-serve --backend=cuda exits 2 naming what is missing;
+# 3. RANKRT_SERVE_MODULE_DIR is where rk-serve looks for that module.
 # Run from the build directory (tests/Makefile.inc sets builddir).
 b=${builddir:-.}
 lib=$b/.libs/librankrt.so
@@ -147,3 +148,18 @@ unshare -m --propagation private sh -c '
 rc=$?
 [ $rc = 0 ] || fail "without the GPU and verbs libraries: exit $rc"
 echo "PASS: librankrt, the tools and a CPU program run without the GPU and verbs libraries"
+
+# 3. the variable that names the module's directory is read, not refused as an
+# unknown RK_* knob: an empty directory gives "not found" there, before any device
+# (a build without CUDA has no module, and refuses --backend=cuda at once)
+ls "$b"/examples/serve/.libs/rk-serve-cuda.so >/dev/null 2>&1 ||
+	{ echo "PASS: no CUDA module in this build: nothing more to check"; exit 0; }
+mkdir "$tmp/nomodule" || fail "mkdir"
+RANKRT_SERVE_MODULE_DIR=$tmp/nomodule "$b/examples/serve/rk-serve" --demo --backend=cuda \
+	</dev/null >"$tmp/nomodule.out" 2>&1
+rc=$?
+cat "$tmp/nomodule.out"
+[ $rc = 2 ] || fail "RANKRT_SERVE_MODULE_DIR: rk-serve --backend=cuda exited $rc, not 2"
+grep -q "not found: looked for $tmp/nomodule/" "$tmp/nomodule.out" ||
+	fail "RANKRT_SERVE_MODULE_DIR was not where rk-serve looked"
+echo "PASS: RANKRT_SERVE_MODULE_DIR names where rk-serve looks for its CUDA module"

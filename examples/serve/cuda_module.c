@@ -24,7 +24,7 @@
  */
 static int module_paths(char paths[][PATH_MAX], int max)
 {
-	const char *env = getenv("RK_SERVE_MODULE_DIR");
+	const char *env = getenv("RANKRT_SERVE_MODULE_DIR");
 	char exe[PATH_MAX];
 	ssize_t n;
 	int k = 0, len;
@@ -78,7 +78,7 @@ const struct cuda_module *cuda_module_open(char *why, size_t cap)
 		return NULL;
 	}
 	if (!h) {
-		snprintf(why, cap, "%s not found%s%s (RK_SERVE_MODULE_DIR names its directory)",
+		snprintf(why, cap, "%s not found%s%s (RANKRT_SERVE_MODULE_DIR names its directory)",
 			 CUDA_MODULE_FILE, n ? ": looked for " : "", n ? paths[n - 1] : "");
 		return NULL;
 	}

@@ -36,7 +36,7 @@ struct cuda_module {
 
 /*
  * cuda_module_open() - rk-serve: open the module and return its table, once
- * per process. It is looked for in $RK_SERVE_MODULE_DIR when set, else beside
+ * per process. It is looked for in $RANKRT_SERVE_MODULE_DIR when set, else beside
  * the running executable when that is a libtool build tree's .libs/ (an
  * uninstalled rk-serve), else in the pkglibdir configure chose. Return: the
  * table, or NULL with the reason (dlerror()'s text: the file or the CUDA or
