@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """The binding's call overhead: ns per send of 64 B to a peer on a two-rank
-world (the follower, a thread, drains), three ways, in one run on one world:
+world (the follower, another process, drains: a thread of this one would take
+the GIL for every frame it receives), three ways, in one run on one world:
 World.send() from Python, the raw ctypes call rk_world_send_user(), and the
 same call in a C loop (a 15-line C file built here with cc at run time, the
 world handed to it; skipped without cc). A non-waiting loop iteration every
@@ -11,11 +12,11 @@ world handed to it; skipped without cc). A non-waiting loop iteration every
 """
 
 import ctypes
+import multiprocessing as mp
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,22 +56,24 @@ def c_sender(libpath):
     return fn
 
 
+def follower(port, stop):
+    with rankrt.Loop(env=False, rank=1, world_size=2, leader=f"127.0.0.1:{port}",
+                     log="error") as loop, rankrt.World(loop) as w:
+        w.wait_ready()
+        while not stop.is_set():
+            loop.run(timeout=0.1)
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
     port = rankrt.free_port()
+    ctx = mp.get_context("fork")        # before this process has a loop
+    stop = ctx.Event()
+    t = ctx.Process(target=follower, args=(port, stop))
+    t.start()
     loop0 = rankrt.Loop(env=False, rank=0, world_size=2, leader=f"127.0.0.1:{port}", log="error",
                         tx_limit=1 << 30)
     w0 = rankrt.World(loop0)
-    stop = threading.Event()
-
-    def follower():
-        with rankrt.Loop(env=False, rank=1, world_size=2, leader=f"127.0.0.1:{w0.port}",
-                         log="error") as loop, rankrt.World(loop) as w:
-            w.wait_ready()
-            while not stop.is_set():
-                loop.run(timeout=0.1)
-    t = threading.Thread(target=follower)
-    t.start()
     w0.wait_ready()
     data = bytes(64)
     res = {}
