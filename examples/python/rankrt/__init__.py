@@ -195,6 +195,12 @@ def _check_cfg(ret, err, name=None):
         raise RankrtError(ret, text)
 
 
+# the type and len fields of a struct rk_wire_hdr, read in place (_lib.WireHdr's layout)
+_HDR_TYPE_LEN = struct.Struct("<%dxB%dxI" % (_lib.WireHdr.type.offset, _lib.WireHdr.len.offset -
+                                               _lib.WireHdr.type.offset - 1))
+_HDR16 = ctypes.c_char * _HDR_TYPE_LEN.size
+
+
 class World:
     """The star of links of a job (rk_world_create()) on @loop, whose config
     names the rank, the size and the leader.
@@ -228,14 +234,13 @@ class World:
                 self.loop._fail(e)
 
     def _frame(self, w, peer, hdr, payload, arg):
-        h = hdr.contents
-        if h.type != _lib.RK_FRAME_USER or not self.on_message:
+        # no foreign call per frame (a reader's callback often runs on a cold
+        # CPU, where each costs tens of us): the header's type and length and
+        # the payload are read in place; the checks are rk_wire_decode_user()'s
+        typ, n = _HDR_TYPE_LEN.unpack_from(_HDR16.from_address(hdr))
+        if typ != _lib.RK_FRAME_USER or not self.on_message or n < _USER_HDR.size:
             return _lib.RK_IDLE
-        # one ctypes call per frame (as broadcast(): a reader's callback often
-        # runs on a cold CPU); the checks are rk_wire_decode_user()'s
-        p = ctypes.string_at(payload, h.len)
-        if len(p) < _USER_HDR.size:
-            return _lib.RK_IDLE
+        p = (ctypes.c_char * n).from_address(payload).raw
         tag, reserved = _USER_HDR.unpack_from(p)
         if reserved:
             return _lib.RK_IDLE
@@ -262,7 +267,8 @@ class World:
         """Send @data (bytes-like, copied) to @rank as a USER frame tagged @tag.
         It leaves from this call on an idle link (else before the loop next
         waits: run or poll the loop)."""
-        data = bytes(data)
+        if type(data) is not bytes:
+            data = bytes(data)
         _check(lib.rk_world_send_user(self._h, rank, tag, data, len(data)), "send")
 
     def broadcast(self, tag, data):

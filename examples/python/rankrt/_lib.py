@@ -65,7 +65,7 @@ class WireRound(Structure):
 
 TIMER_CB = CFUNCTYPE(c_int, POINTER(Timer), c_uint64)
 READY_CB = CFUNCTYPE(None, c_void_p, c_void_p)
-FRAME_CB = CFUNCTYPE(c_int, c_void_p, c_int, POINTER(WireHdr), c_void_p, c_void_p)
+FRAME_CB = CFUNCTYPE(c_int, c_void_p, c_int, c_void_p, c_void_p, c_void_p)
 PEER_ERROR_CB = CFUNCTYPE(None, c_void_p, c_int, c_int, c_void_p)
 
 
