@@ -138,7 +138,7 @@ struct rk_link {
 
 	struct rk_link *next;		/* owner's list */
 	struct rk_link *all_next;	/* owner's list of every live link */
-	/* the leader's pending table (world.c), while the link is a stranger there */
+	/* the leader's pending table (world_strangers.c), while the link is a stranger there */
 	struct rk_link *prev;		/* ...next's other way */
 	struct rk_link *host_prev, *host_next;	/* its address's strangers, stalest first */
 	struct rk__pending_host *host;	/* that address */

@@ -7,8 +7,8 @@
  * it) it is a stranger: it holds no rank, it may send only the handshake,
  * it must finish within handshake_timeout, at most max_pending strangers are
  * kept (when full, a new one pushes out the stalest stranger of the address
- * holding the most: pending_victim()), and its failure is counted by cause
- * and logged at a bounded rate.
+ * holding the most: rk__world_pending_victim()), and its failure is counted
+ * by cause and logged at a bounded rate (world_strangers.c).
  * A follower connects, retrying with backoff until connect_timeout, and sends
  * HELLO; the leader answers WELCOME (and both prove the secret with AUTH).
  * Links are made by the transport classes of the leader address's scheme
@@ -22,272 +22,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "runtime_int.h"
 #include "link_int.h"
 #include "sock_int.h"
-
-/* Why a stranger was dropped: the counters of struct rk_world_stats. */
-enum refusal {
-	REF_MAGIC,
-	REF_VERSION,
-	REF_FRAME,
-	REF_JOB,
-	REF_RANK,
-	REF_AUTH,
-	REF_TIMEOUT,
-	REF_EVICTED,
-	REF_CLOSED,
-	REF_OTHER,
-	REF__COUNT,
-};
-
-static const char *const refusal_names[] = {
-	[REF_MAGIC] = "not rankrt",
-	[REF_VERSION] = "version",
-	[REF_FRAME] = "bad frame",
-	[REF_JOB] = "another job",
-	[REF_RANK] = "rank",
-	[REF_AUTH] = "auth",
-	[REF_TIMEOUT] = "timeout",
-	[REF_EVICTED] = "evicted",
-	[REF_CLOSED] = "closed",
-	[REF_OTHER] = "other",
-};
-_Static_assert(ARRAY_SIZE(refusal_names) == REF__COUNT, "every refusal needs a name");
-
-/* The error a stranger is evicted with (never sent: it is not told). */
-#define ERR_EVICTED (-ECONNABORTED)
-
-#define PENDING_BUCKETS	64	/* hash chains of the pending table's addresses */
-
-/* What a rank's link counted: the live link, or the one that left, or its last copy. */
-struct rk__link_final {
-	struct rk_link *left;		/* failed, not yet freed: still counting its last bytes */
-	struct rk_link_stats st;	/* ...its counters when it was freed */
-	bool kept;
-};
-
-/* One peer address (without its port) and its strangers in the pending table. */
-struct rk__pending_host {
-	struct rk__pending_host *chain;		/* its hash bucket's */
-	struct rk__pending_host *prev, *next;	/* every address that holds a stranger */
-	struct rk_link *head, *tail;		/* its strangers, stalest step first */
-	unsigned int n;
-	uint32_t hash;
-	char name[64];
-};
-
-struct rk_world {
-	struct rk_loop *loop;
-	const struct rk_world_ops *ops;
-	void *arg;
-	int rank, size;
-	struct rk__addr addr;
-	struct rk__transport tr;	/* the classes of the leader address's scheme */
-	struct rk_link **links;		/* [size]: links that are up */
-	struct rk__link_final *final;	/* [size]: rk_world_link_stats() of links gone */
-	uint8_t *bdone;			/* [size]: followers a class's broadcast reached */
-	struct rk_link *pending;	/* leader: accepted, not handshaken */
-	unsigned int nr_pending;
-	unsigned int max_pending;	/* ...at most (pending_bound()) */
-	struct rk__pending_host *hosts;	/* ...their addresses */
-	struct rk__pending_host *host_hash[PENDING_BUCKETS];
-	struct rk_link *connecting;	/* follower: the link being set up */
-	struct rk_link *all;		/* every link not yet freed, whatever its state */
-	unsigned int nr_live;		/* links not yet freed */
-	struct rk__listener *ls;
-	struct rk_timer hb_timer;
-	struct rk_timer retry_timer;
-	uint64_t deadline;
-	uint64_t retry_ns;
-	int nr_up;
-	bool ready;
-	bool destroying;
-	int failed;
-	struct rk_world_stats stats;
-	/* refusals: the first of an interval is logged, the rest summed */
-	uint64_t log_at;		/* when the interval began */
-	uint64_t folded[REF__COUNT];	/* refusals since then, not logged */
-	uint64_t nr_folded;
-	unsigned int holds;		/* schedulers built on it (rk__world_hold) */
-	struct rk__claim *claims;	/* frames modules above take (rk__world_claim) */
-};
-
-/* ---- the leader's pending table ------------------------------------------------ */
-
-/* The address part of @l's "host:port" or "[host]:port" (the whole, failing that). */
-static size_t host_name(const struct rk_link *l)
-{
-	const char *colon = strrchr(l->peer_addr, ':');
-
-	return colon ? (size_t)(colon - l->peer_addr) : strlen(l->peer_addr);
-}
-
-static uint32_t host_hash(const char *p, size_t n)
-{
-	uint32_t h = 2166136261u;	/* FNV-1a */
-
-	while (n--)
-		h = (h ^ (uint8_t)*p++) * 16777619u;
-	return h;
-}
-
-/* @l's address in the table, added if new; NULL when out of memory. */
-static struct rk__pending_host *host_get(struct rk_world *w, const struct rk_link *l)
-{
-	size_t n = host_name(l);
-	uint32_t hash = host_hash(l->peer_addr, n);
-	struct rk__pending_host **bucket = &w->host_hash[hash % PENDING_BUCKETS], *h;
-
-	for (h = *bucket; h; h = h->chain)
-		if (h->hash == hash && !strncmp(h->name, l->peer_addr, n) && !h->name[n])
-			return h;
-	h = calloc(1, sizeof(*h));
-	if (!h)
-		return NULL;
-	memcpy(h->name, l->peer_addr, n);	/* n < sizeof(peer_addr) == sizeof(name) */
-	h->hash = hash;
-	h->chain = *bucket;
-	*bucket = h;
-	h->next = w->hosts;
-	if (w->hosts)
-		w->hosts->prev = h;
-	w->hosts = h;
-	return h;
-}
-
-static void host_put(struct rk_world *w, struct rk__pending_host *h)
-{
-	struct rk__pending_host **pp;
-
-	if (h->n)
-		return;
-	for (pp = &w->host_hash[h->hash % PENDING_BUCKETS]; *pp != h; pp = &(*pp)->chain)
-		;
-	*pp = h->chain;
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		w->hosts = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
-	free(h);
-}
-
-/* Append @l to its address's strangers: the freshest step is the last. */
-static void host_append(struct rk__pending_host *h, struct rk_link *l)
-{
-	l->host_next = NULL;
-	l->host_prev = h->tail;
-	if (h->tail)
-		h->tail->host_next = l;
-	else
-		h->head = l;
-	h->tail = l;
-}
-
-static void host_unlink(struct rk__pending_host *h, struct rk_link *l)
-{
-	if (l->host_prev)
-		l->host_prev->host_next = l->host_next;
-	else
-		h->head = l->host_next;
-	if (l->host_next)
-		l->host_next->host_prev = l->host_prev;
-	else
-		h->tail = l->host_prev;
-	l->host_prev = l->host_next = NULL;
-}
-
-static void pending_add(struct rk_world *w, struct rk_link *l, struct rk__pending_host *h)
-{
-	l->host = h;
-	l->step_at = rk_loop_now(w->loop);
-	host_append(h, l);
-	h->n++;
-	l->prev = NULL;
-	l->next = w->pending;
-	if (w->pending)
-		w->pending->prev = l;
-	w->pending = l;
-	w->nr_pending++;
-	if (w->nr_pending > w->stats.pending_max)
-		w->stats.pending_max = w->nr_pending;
-}
-
-/* @l leaves the table (it joined, failed or closed); a no-op when not in it. */
-static void pending_remove(struct rk_world *w, struct rk_link *l)
-{
-	struct rk__pending_host *h = l->host;
-
-	if (!h)
-		return;
-	host_unlink(h, l);
-	h->n--;
-	host_put(w, h);
-	l->host = NULL;
-	if (l->prev)
-		l->prev->next = l->next;
-	else
-		w->pending = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
-	l->prev = l->next = NULL;
-	w->nr_pending--;
-}
-
-/* @l took a handshake step (a valid HELLO): it is its address's freshest. */
-static void pending_step(struct rk_world *w, struct rk_link *l)
-{
-	struct rk__pending_host *h = l->host;
-
-	if (!h)
-		return;
-	l->step_at = rk_loop_now(w->loop);
-	host_unlink(h, l);
-	host_append(h, l);
-}
-
-/*
- * The stranger to push out for a newcomer: the address that holds the most
- * strangers gives up its stalest, the one whose last handshake step is the
- * oldest (ties between addresses: the stalest of theirs). A real rank's last
- * step starts its proof round trip, so strangers from another address never
- * push it out, and strangers from its own must take a table's worth of steps
- * within that one round trip to.
- */
-static struct rk_link *pending_victim(struct rk_world *w)
-{
-	struct rk__pending_host *h, *best = NULL;
-
-	for (h = w->hosts; h; h = h->next)
-		if (!best || h->n > best->n ||
-		    (h->n == best->n && h->head->step_at < best->head->step_at))
-			best = h;
-	return best ? best->head : NULL;
-}
-
-/* The table's bound: RK_MAX_PENDING, and never over half the descriptors the
- * process may open, so strangers cannot starve the accept of a real rank. */
-static unsigned int pending_bound(const struct rk_config *cfg)
-{
-	unsigned int max = rk__config_ctuning(cfg)->max_pending;
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur / 2 < max) {
-		max = rl.rlim_cur / 2 ? (unsigned int)(rl.rlim_cur / 2) : 1;
-		rk__info(0, "pending handshakes: at most %u, half of RLIMIT_NOFILE (%llu)", max,
-			 (unsigned long long)rl.rlim_cur);
-	}
-	return max;
-}
+#include "world_int.h"
 
 static void world_set_ready(struct rk_world *w)
 {
@@ -313,121 +55,6 @@ static void report_peer(struct rk_world *w, int rank, int err)
 		w->ops->peer_error(w, rank, err, w->arg);
 }
 
-/* ---- strangers: counted by cause, logged at a bounded rate ----------------------- */
-
-static enum refusal refusal_of(int err)
-{
-	switch (err) {
-	case -RK_EMAGIC:
-	case -RK_EHDRCRC:
-		return REF_MAGIC;
-	case -RK_EVERSION:
-	case -RK_EPROTOVER:
-		return REF_VERSION;
-	case -RK_ETYPE:
-	case -RK_EFLAGS:
-	case -RK_ERESERVED:
-	case -RK_ETOOBIG:
-	case -RK_EPAYCRC:
-	case -RK_ESHORT:
-	case -RK_ETRAILING:
-	case -RK_EFIELD:
-	case -RK_EHANDSHAKE:
-	case -RK_ESEQ:
-		return REF_FRAME;
-	case -RK_EWORLD:
-	case -RK_ESESSION:
-		return REF_JOB;
-	case -RK_ERANK:
-		return REF_RANK;
-	case -RK_EAUTH:
-		return REF_AUTH;
-	case -RK_ETIMEOUT:
-		return REF_TIMEOUT;
-	case ERR_EVICTED:
-		return REF_EVICTED;
-	case -ECONNRESET:
-	case -EPIPE:
-	case -ECANCELED:
-		return REF_CLOSED;
-	default:
-		return REF_OTHER;
-	}
-}
-
-static uint64_t *refusal_counter(struct rk_world_stats *st, enum refusal r)
-{
-	switch (r) {
-	case REF_MAGIC:
-		return &st->refused_magic;
-	case REF_VERSION:
-		return &st->refused_version;
-	case REF_FRAME:
-		return &st->refused_frame;
-	case REF_JOB:
-		return &st->refused_job;
-	case REF_RANK:
-		return &st->refused_rank;
-	case REF_AUTH:
-		return &st->refused_auth;
-	case REF_TIMEOUT:
-		return &st->refused_timeout;
-	case REF_EVICTED:
-		return &st->refused_evicted;
-	case REF_CLOSED:
-		return &st->refused_closed;
-	default:
-		return &st->refused_other;
-	}
-}
-
-/* One summary line for the refusals folded since the interval began. */
-static void refusals_flush(struct rk_world *w, uint64_t now)
-{
-	char buf[512];
-	size_t n = 0;
-	int i;
-
-	if (!w->nr_folded)
-		return;
-	for (i = 0; i < REF__COUNT && n < sizeof(buf); i++)
-		if (w->folded[i])
-			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s %llu", n ? ", " : "",
-					      refusal_names[i], (unsigned long long)w->folded[i]);
-	rk__warn(w->rank, "refused %llu more connections in the last %llu ms: %s",
-		 (unsigned long long)w->nr_folded,
-		 (unsigned long long)((now - w->log_at) / 1000000), buf);
-	memset(w->folded, 0, sizeof(w->folded));
-	w->nr_folded = 0;
-	w->log_at = now;
-}
-
-/*
- * A stranger was dropped: count it; log it when it is the first of an
- * interval, else fold it into the interval's summary (hb_timer_cb prints it),
- * so a flood costs one line per RK_REFUSED_LOG_MS, however fast it comes.
- */
-static void refused(struct rk_world *w, struct rk_link *l, int err)
-{
-	const struct rk_config *cfg = rk_loop_config(w->loop);
-	enum refusal r = refusal_of(err);
-	uint64_t now = rk_loop_now(w->loop);
-
-	(*refusal_counter(&w->stats, r))++;
-	if (w->destroying)
-		return;
-	if (w->log_at && now - w->log_at < rk__config_ctuning(cfg)->refused_log_ns) {
-		w->folded[r]++;
-		w->nr_folded++;
-		w->stats.log_suppressed++;
-		return;
-	}
-	w->log_at = now;
-	rk__warn(w->rank, "refused a connection from %s before its handshake: %s (%s)%s",
-		 l->peer_addr[0] ? l->peer_addr : "?", refusal_names[r], rk_errname(err),
-		 r == REF_AUTH ? ": it did not prove the job's secret" : "");
-}
-
 /* ---- link owner callbacks ------------------------------------------------------ */
 
 /* The peer's HELLO or WELCOME passed the link's checks: may it join? */
@@ -439,7 +66,7 @@ static int world_check(struct rk_link *l, const struct rk_wire_hello *hello)
 	if (w->rank == 0) {
 		if (r <= 0 || r >= w->size || w->links[r])
 			return -RK_ERANK;
-		pending_step(w, l);
+		rk__world_pending_step(w, l);
 		return 0;
 	}
 	return r != 0 ? -RK_ERANK : 0;
@@ -455,7 +82,7 @@ static int world_handshake(struct rk_link *l)
 		/* another link may have taken the rank while this one proved itself */
 		if (r <= 0 || r >= w->size || w->links[r])
 			return -RK_ERANK;
-		pending_remove(w, l);
+		rk__world_pending_remove(w, l);
 		w->links[r] = l;
 		w->nr_up++;
 		w->stats.joined++;
@@ -574,8 +201,8 @@ static void world_link_failed(struct rk_link *l, int err)
 		return;
 	}
 	/* an accepted socket that never completed the handshake: drop it alone */
-	pending_remove(w, l);
-	refused(w, l, err);
+	rk__world_pending_remove(w, l);
+	rk__world_refused(w, l, err);
 }
 
 static void world_link_closed(struct rk_link *l)
@@ -583,7 +210,7 @@ static void world_link_closed(struct rk_link *l)
 	struct rk_world *w = l->owner;
 	struct rk_link **pp;
 
-	pending_remove(w, l);
+	rk__world_pending_remove(w, l);
 	if (l->peer >= 0 && l->peer < w->size && w->links[l->peer] == l) {
 		w->links[l->peer] = NULL;
 		w->nr_up--;
@@ -635,30 +262,30 @@ void rk__world_accept(struct rk_world *w, int fd)
 	}
 	w->stats.accepted++;
 	while (w->nr_pending >= max) {
-		l = pending_victim(w);
+		l = rk__world_pending_victim(w);
 		if (!l)
 			break;
-		pending_remove(w, l);
+		rk__world_pending_remove(w, l);
 		rk__link_fail(l, ERR_EVICTED, false);
 	}
 	if (w->nr_pending >= max) {
 		close(fd);	/* every pending one is already closing */
-		(*refusal_counter(&w->stats, REF_EVICTED))++;
+		(*rk__world_refusal_counter(&w->stats, REF_EVICTED))++;
 		return;
 	}
 	ret = rk__transport_accept(&w->tr, w->loop, fd, &world_link_ops, w, &l);
 	if (ret) {
 		close(fd);
-		(*refusal_counter(&w->stats, REF_OTHER))++;
+		(*rk__world_refusal_counter(&w->stats, REF_OTHER))++;
 		return;
 	}
 	live_add(w, l);
-	h = host_get(w, l);
+	h = rk__world_host_get(w, l);
 	if (!h) {
 		rk__link_fail(l, -ENOMEM, false);
 		return;
 	}
-	pending_add(w, l, h);
+	rk__world_pending_add(w, l, h);
 }
 
 static void world_accept(struct rk__listener *ls, int fd)
@@ -726,7 +353,7 @@ static enum rk_activity hb_timer_cb(struct rk_timer *t, uint64_t now)
 			rk__link_fail(l, -RK_ETIMEOUT, false);
 	}
 	if (w->nr_folded && now - w->log_at >= rk__config_ctuning(cfg)->refused_log_ns)
-		refusals_flush(w, now);
+		rk__world_refusals_flush(w, now);
 	if (!w->ready && !w->failed && now >= w->deadline) {
 		rk__err(w->rank, "world not ready after %llu ms (%d of %d ranks)",
 			(unsigned long long)(cfg->connect_timeout_ns / 1000000), w->nr_up + 1,
@@ -831,7 +458,7 @@ int rk_world_create(struct rk_loop *loop, const struct rk_world_ops *ops, void *
 		if (ret)
 			goto err_free_links;
 		if (w->rank == 0) {
-			w->max_pending = pending_bound(cfg);
+			w->max_pending = rk__world_pending_bound(cfg);
 			ret = rk__sock_listen(loop, &w->addr, world_accept, w, &w->ls);
 			if (ret) {
 				rk__err(0, "world: cannot listen on %s: %s", cfg->leader,

@@ -67,6 +67,7 @@ gpu/notifier_cuda.c	transport	gpu
 gpu/emu.c		transport	gpu
 gpu/epoch.c		transport	gpu
 runtime/world.c		world		world
+runtime/world_strangers.c	world		world
 runtime/sched.c		sched		sched
 runtime/sched_leader.c	sched		sched
 runtime/sched_follower.c	sched		sched
