@@ -103,6 +103,7 @@ class Loop:
         self._pending = None
         self._timer = _lib.Timer()
         self._timer_cb = _lib.TIMER_CB(self._on_timer)
+        self._rehearsal = None
         cfg = c_void_p()
         _check(lib.rk_config_create(byref(cfg)), "rk_config_create")
         try:
@@ -177,8 +178,39 @@ class Loop:
         """The loop's counters (struct rk_loop_stats) as a dict."""
         return _stats(lib.rk_loop_stats, self._h, _lib.LOOP_STATS)
 
+    def rehearse(self, fn):
+        """Call fn() (on the loop's thread, the GIL held) each time a
+        predictive sleep woke early, as meant, and the loop now spins for the
+        event it predicted: a few microseconds before a frame it expects. A
+        CPU that slept lets the Python path of that frame go cold (the callback
+        into Python, the interpreter, the objects it touches); fn() walks that
+        path on a stand-in so the frame finds it warm, as the loop's own TCP
+        rehearsal does for the kernel's path (rk_source_ops.verdict(),
+        RK_VERDICT_SPIN / _EARLY). One per loop; None removes it. Loop thread,
+        outside its runs. An exception in fn() stops the run, which raises it.
+        """
+        if self._rehearsal is not None:
+            _check(lib.rk_loop_remove_source(self._h, byref(self._rehearsal[0])),
+                   "rk_loop_remove_source")
+            self._rehearsal = None
+        if fn is None:
+            return
+
+        def verdict(src, v):
+            if v == _lib.RK_VERDICT_SPIN or v == _lib.RK_VERDICT_EARLY:
+                try:
+                    fn()
+                except BaseException as e:
+                    self._fail(e)
+        src = _lib.Source()
+        ops = _lib.SourceOps(name=b"python-rehearsal", verdict=_lib.SRC_VERDICT_CB(verdict))
+        lib.rk_source_init(byref(src), byref(ops), None)
+        _check(lib.rk_loop_add_source(self._h, byref(src)), "rk_loop_add_source")
+        self._rehearsal = (src, ops)     # the library holds pointers to both
+
     def close(self):
         if self._h:
+            self.rehearse(None)
             _check(lib.rk_loop_destroy(self._h), "rk_loop_destroy")
             self._h = None
 

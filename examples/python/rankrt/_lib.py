@@ -73,6 +73,24 @@ class WorldOps(Structure):
     _fields_ = [("ready", READY_CB), ("frame", FRAME_CB), ("peer_error", PEER_ERROR_CB)]
 
 
+# struct rk_source_ops and struct rk_source (rk_runtime.h, "event sources")
+SRC_POLL_CB = CFUNCTYPE(c_int, c_void_p, c_uint64)
+SRC_ARM_CB = CFUNCTYPE(c_int, c_void_p)
+SRC_EXPECT_CB = CFUNCTYPE(c_uint64, c_void_p, c_uint64)
+SRC_VERDICT_CB = CFUNCTYPE(None, c_void_p, c_int)
+RK_VERDICT_EARLY = 1
+RK_VERDICT_SPIN = 4
+
+
+class SourceOps(Structure):
+    _fields_ = [("name", c_char_p), ("poll", SRC_POLL_CB), ("arm", SRC_ARM_CB),
+                ("expect", SRC_EXPECT_CB), ("verdict", SRC_VERDICT_CB)]
+
+
+class Source(Structure):
+    _fields_ = [("ops", c_void_p), ("data", c_void_p), ("next", c_void_p), ("loop", c_void_p)]
+
+
 LAUNCH_CB = CFUNCTYPE(c_int, c_void_p, c_void_p, POINTER(WireRound), c_uint)
 TOKEN_CB = CFUNCTYPE(c_int, c_void_p, c_uint32, c_uint32, POINTER(c_uint32))
 RETIRE_CB = CFUNCTYPE(None, c_void_p, c_uint64)
@@ -141,6 +159,9 @@ _PROTOS = {
     "rk_loop_wake": (None, [_P]),
     "rk_loop_now": (c_uint64, [_P]),
     "rk_loop_stats": (c_size_t, [_P, _P, c_size_t]),
+    "rk_source_init": (None, [POINTER(Source), POINTER(SourceOps), _P]),
+    "rk_loop_add_source": (c_int, [_P, POINTER(Source)]),
+    "rk_loop_remove_source": (c_int, [_P, POINTER(Source)]),
     "rk_timer_init": (None, [POINTER(Timer), _P, _P]),
     "rk_timer_start": (c_int, [_P, POINTER(Timer), c_uint64, c_uint64]),
     "rk_timer_stop": (None, [POINTER(Timer)]),

@@ -298,6 +298,43 @@ def test_broadcast_one_writer_two_readers():
     for r in (1, 2):
         assert res[r] == [bytes(m) for m in msgs] + [b"last", "RK_EPEERBYE"], (r, res[r])
 
+def test_broadcast_rehearses_each_early_wake():
+    # a steady writer: the readers' links learn the gap and sleep until shortly
+    # before each message; every such sleep that woke early (the loop's
+    # predict_early) is followed by one rehearsal, and none with rehearse=False
+    from rankrt.broadcast import Broadcast
+    w = Broadcast(2, 0, "127.0.0.1:0", log="error", connect_timeout_ms=10000)
+    h = w.export_handle()
+    n = 80
+    res = {}
+
+    def reader(r):
+        try:
+            with Broadcast.create_from_handle(h, r, log="error", rehearse=(r == 1)) as b:
+                b.wait_until_ready()
+                got = [b.dequeue(timeout=10) for _ in range(n)]
+                res[r] = (got, b.rehearsals, b.loop.stats()["predict_early"])
+        except BaseException as e:
+            res[r] = e
+    ts = [threading.Thread(target=reader, args=(r,)) for r in (1, 2)]
+    for t in ts:
+        t.start()
+    try:
+        w.wait_until_ready()
+        for i in range(n):
+            w.enqueue(b"m%d" % i)
+            time.sleep(0.003)
+    finally:
+        for t in ts:
+            t.join(30)
+        w.close()
+    want = [b"m%d" % i for i in range(n)]
+    got1, rehearsals1, early1 = res[1]
+    got2, rehearsals2, early2 = res[2]
+    assert got1 == want and got2 == want
+    assert rehearsals1 == early1, (rehearsals1, early1)
+    assert rehearsals2 == 0, (rehearsals2, early2)
+
 
 if __name__ == "__main__":
     n = 0
