@@ -13,6 +13,8 @@ over each cell, then over IDLE seconds with no message (both kinds idle at
 the same time). Run it alone on the machine: it measures CPU and latency.
 
     RANKRT_LIB=/tmp/b/.libs/librankrt.so.2 python3 bench_broadcast.py [MSGS] [IDLE] [N...]
+
+BENCH_REHEARSE=0: the rankrt readers without their rehearsal (Broadcast(rehearse=False)).
 """
 
 import mmap
@@ -26,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-INTERVALS_MS = [0.2, 1, 5, 20]
+INTERVALS_MS = [float(x) for x in os.environ.get("BENCH_IVS", "0.2 1 5 20").split()]
 MSG_BYTES = 256
 HDR = struct.Struct("<iiQ")     # kind (0 data, 1 begin, 2 end, 3 quit), phase, t_send_ns
 SLOT = 512
@@ -100,7 +102,8 @@ def rk_writer(n, hq, msgs, idle, go, done):
 
 def rk_reader(rank, hq, out):
     from rankrt.broadcast import Broadcast
-    with Broadcast.create_from_handle(hq.get(), rank, log="error") as b:
+    with Broadcast.create_from_handle(hq.get(), rank, log="error",
+                                      rehearse=os.environ.get("BENCH_REHEARSE", "1") != "0") as b:
         b.wait_until_ready()
         reader_loop(b.dequeue, out)
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """The binding's call overhead: ns per send of 64 B to a peer on a two-rank
-world (the follower, another process, drains: a thread of this one would take
-the GIL for every frame it receives), three ways, in one run on one world:
+world (the follower, another process, spins and drains: a thread of this one
+would take the GIL for every frame it receives), three ways, in one run on one world:
 World.send() from Python, the raw ctypes call rk_world_send_user(), and the
 same call in a C loop (a 15-line C file built here with cc at run time, the
 world handed to it; skipped without cc). A non-waiting loop iteration every
@@ -57,8 +57,10 @@ def c_sender(libpath):
 
 
 def follower(port, stop):
+    # it spins: a follower that sleeps between frames has the sender ring its
+    # bell (a syscall) on its next send, which is not the binding's cost
     with rankrt.Loop(env=False, rank=1, world_size=2, leader=f"127.0.0.1:{port}",
-                     log="error") as loop, rankrt.World(loop) as w:
+                     log="error", wait="spin") as loop, rankrt.World(loop) as w:
         w.wait_ready()
         while not stop.is_set():
             loop.run(timeout=0.1)
@@ -105,6 +107,10 @@ def main():
     print(f"transport {w0.transport(1)}, {n} sends of 64 B, best of 3 (a poll per 256 included)")
     for name, v in res.items():
         print(f"{name:28s} {min(v):8.0f} ns/send")
+    st = w0.link_stats(1)
+    print("link: " + ", ".join(f"{k} {st[k]}" for k in ("tx_frames", "tx_queued_max",
+                                                           "shm_ring_full", "shm_wakes",
+                                                           "shm_tx_direct")))
     w0.close()
     loop0.close()
 
