@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Where a Broadcast message's time goes: one writer, one reader (processes),
+MSGS messages of 256 B every GAP ms, stamps (CLOCK_MONOTONIC, both in Python)
+before the writer's broadcast, after it returns, at the reader's on_message
+and at dequeue()'s return. Prints p50/p90 us of each leg:
+
+  writer    the stamp to rk_world_broadcast()'s return (the frame is in the ring)
+  to cb     that return to the reader's on_message (the reader's loop found the
+            frame and called back into Python)
+  to ret    on_message to dequeue()'s return
+  total     the writer's stamp to dequeue()'s return
+
+and the reader's loop counters (predictive sleeps, early wakes, rehearsals).
+
+    RANKRT_LIB=$PWD/.libs/librankrt.so.2 python3 bench_path.py [GAP_MS] [MSGS]
+
+BENCH_REHEARSE=0: the reader without its rehearsal (Broadcast(rehearse=False)).
+"""
+
+import multiprocessing as mp
+import os
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+STAMP = struct.Struct("<QQ")
+
+
+def writer(gap_ms, msgs, hq, res):
+    from rankrt.broadcast import Broadcast
+    with Broadcast(1, 0, "127.0.0.1:0", log="error") as b:
+        hq.put(b.export_handle())
+        b.wait_until_ready()
+        time.sleep(0.5)
+        stamps = []
+        t0 = time.monotonic()
+        for k in range(msgs):
+            left = t0 + k * gap_ms / 1000 - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+            a = time.monotonic_ns()
+            m = STAMP.pack(a, k) + bytes(240)
+            with b._lock:              # enqueue(), with a stamp between its two calls
+                b.world.broadcast(b.tag, m)
+                c = time.monotonic_ns()
+                b.loop.poll()
+            stamps.append((a, c))
+        b.enqueue(b"q" * 16)
+        res.put(("w", stamps))
+        time.sleep(0.3)
+
+
+def reader(hq, res):
+    from rankrt.broadcast import Broadcast
+    rehearse = os.environ.get("BENCH_REHEARSE", "1") != "0"
+    with Broadcast.create_from_handle(hq.get(), 1, log="error", rehearse=rehearse) as b:
+        cb = []
+        inner = b._on_message
+
+        def on_message(peer, tag, data):
+            if not b._rehearsing:
+                cb.append(time.monotonic_ns())
+            inner(peer, tag, data)
+        b.world.on_message = on_message
+        b.wait_until_ready()
+        ret = []
+        while True:
+            m = b.dequeue()
+            t = time.monotonic_ns()
+            if len(m) == 16:
+                break
+            ret.append(t)
+        st = b.loop.stats()
+        counters = {k: st[k] for k in ("predict_waits", "predict_early", "predict_late", "blocks")}
+        counters["rehearsals"] = b.rehearsals
+        res.put(("r", (cb[:len(ret)], ret, counters)))
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] / 1e3
+
+
+def main():
+    gap_ms = float(sys.argv[1]) if len(sys.argv) > 1 else 20
+    msgs = int(sys.argv[2]) if len(sys.argv) > 2 else 150
+    ctx = mp.get_context("fork")
+    hq, res = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=writer, args=(gap_ms, msgs, hq, res)),
+             ctx.Process(target=reader, args=(hq, res))]
+    for p in procs:
+        p.start()
+    got = dict(res.get() for _ in procs)
+    for p in procs:
+        p.join(30)
+    ws, (cb, ret, counters) = got["w"], got["r"]
+    legs = {"writer": [c - a for a, c in ws],
+            "to cb": [x - c for (a, c), x in zip(ws, cb)],
+            "to ret": [r - x for x, r in zip(cb, ret)],
+            "total": [r - a for (a, c), r in zip(ws, ret)]}
+    print(f"gap {gap_ms:g} ms, {msgs} messages, p50/p90 us: " +
+          "  ".join(f"{k} {pct(v, 50):.1f}/{pct(v, 90):.1f}" for k, v in legs.items()))
+    print("reader: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+
+
+if __name__ == "__main__":
+    main()
