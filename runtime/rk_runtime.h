@@ -840,6 +840,30 @@ RK_EXPORT int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, con
 				 uint32_t len);
 
 /**
+ * rk_world_recv_user() - run the loop until a USER frame tagged @tag arrives
+ * and copy its bytes into @buf: a receive for an embedder that would rather
+ * not take frames in a callback (a language binding, where each call back
+ * into the language costs more than the frame). Only the frame that ends the
+ * run is taken; while it runs every other frame, event and callback goes on
+ * as in rk_loop_run(), and a second frame of @tag that the same iteration
+ * finds goes to the frame callback. A tag of a scheduler's backend cannot be
+ * received here.
+ * @buf, @cap: where the bytes go, and its room; @peer, @len (may be NULL):
+ * the sender's rank and the message's length. @timeout_ns: give up after it
+ * (negative: no limit).
+ * Return: 1 and the message in @buf; -EMSGSIZE when it is longer than @cap
+ * (*@len says how long; the frame went to the world's frame callback instead,
+ * and the run ended); 0 when the run ended with no frame (a callback called
+ * rk_loop_stop(), e.g. on a peer's error; a stop asked for before the call
+ * ends it at once); -RK_ETIMEOUT; -RK_ESTOPPED (a signal); -EBUSY (a
+ * scheduler takes @tag, or called from a callback); -EINVAL (@buf NULL with
+ * @cap > 0); -ENOMEM or the loop's -errno for the timer. Loop thread, not
+ * from a callback.
+ */
+RK_EXPORT int rk_world_recv_user(struct rk_world *w, uint32_t tag, void *buf, uint32_t cap,
+				 int *peer, uint32_t *len, int64_t timeout_ns);
+
+/**
  * rk_world_broadcast() - leader: send a frame to every follower (the payload
  * is encoded once, copied into each link's batch). Return: 0 or the first
  * error (-ENOTCONN on a follower). Loop thread.

@@ -728,6 +728,92 @@ int rk_world_send_user(struct rk_world *w, int rank, uint32_t tag, const void *d
 	return rk_link_commit(l, RK_FRAME_USER, 0, (uint32_t)n);
 }
 
+/* rk_world_recv_user()'s catch: the first USER frame of its tag while it runs. */
+struct world_recv {
+	struct rk__claim claim;
+	struct rk_timer timer;
+	struct rk_loop *loop;
+	void *buf;
+	uint32_t cap;
+	uint32_t len;
+	int peer;
+	int res;		/* 1 caught, -EMSGSIZE too big (the callback had it), 0 none */
+	bool timed_out;
+};
+
+static enum rk_activity recv_frame(struct rk__claim *c, int peer, const struct rk_wire_hdr *h,
+				   const uint8_t *payload, const union rk__wire_payload *p)
+{
+	struct world_recv *rc = rk__container_of(c, struct world_recv, claim);
+	struct rk_world *w = c->world;
+
+	/* one frame a call: the next ones of this iteration go to the callback */
+	rk__world_unclaim(c);
+	rk_loop_stop(rc->loop);
+	rc->peer = peer;
+	rc->len = p->user.len;
+	if (p->user.len > rc->cap) {
+		rc->res = -EMSGSIZE;
+		if (!w->ops || !w->ops->frame)
+			return RK_BUSY;
+		return w->ops->frame(w, peer, h, payload, w->arg);
+	}
+	if (p->user.len)
+		memcpy(rc->buf, p->user.data, p->user.len);
+	rc->res = 1;
+	return RK_BUSY;
+}
+
+static enum rk_activity recv_timeout(struct rk_timer *t, uint64_t now)
+{
+	struct world_recv *rc = t->data;
+
+	(void)now;
+	rc->timed_out = true;
+	rk_loop_stop(rc->loop);
+	return RK_IDLE;
+}
+
+int rk_world_recv_user(struct rk_world *w, uint32_t tag, void *buf, uint32_t cap, int *peer,
+		       uint32_t *len, int64_t timeout_ns)
+{
+	struct world_recv rc = {
+		.claim = { .tag = tag, .ntags = 1, .frame = recv_frame },
+		.loop = w->loop,
+		.buf = buf,
+		.cap = cap,
+	};
+	int ret;
+
+	if (!buf && cap)
+		return -EINVAL;
+	ret = rk__world_claim(w, &rc.claim);
+	if (ret < 0)
+		return ret;
+	if (timeout_ns >= 0) {
+		rk_timer_init(&rc.timer, recv_timeout, &rc);
+		ret = rk_timer_start(w->loop, &rc.timer, (uint64_t)timeout_ns, 0);
+		if (ret < 0) {
+			rk__world_unclaim(&rc.claim);
+			return ret;
+		}
+	}
+	ret = rk_loop_run(w->loop, RK_RUN_DEFAULT);
+	if (timeout_ns >= 0)
+		rk_timer_stop(&rc.timer);
+	rk__world_unclaim(&rc.claim);
+	if (rc.res) {
+		if (peer)
+			*peer = rc.peer;
+		if (len)
+			*len = rc.len;
+		return rc.res;
+	}
+	if (ret < 0)
+		return ret;
+	return rc.timed_out ? -RK_ETIMEOUT : 0;
+}
+
 void rk__world_hold(struct rk_world *w)
 {
 	w->holds++;

@@ -3,9 +3,9 @@
  * check_world: the star world's life over loopback TCP (or shared memory,
  * RK_TEST_SHM=auto): a world of 4 rank threads blocking in their loops, the
  * bootstrap (a follower first, no leader, bad configurations, a port in use, a
- * world of one), application frames and the world's teardown. Links, failures
- * and strangers are check_world_link's, check_world_fail's and
- * check_world_strangers'.
+ * world of one), application frames (sent, and received by a call) and the
+ * world's teardown. Links, failures and strangers are check_world_link's,
+ * check_world_fail's and check_world_strangers'.
  */
 #define _GNU_SOURCE
 #include "world_test.h"
@@ -345,6 +345,66 @@ START_TEST(test_send_user)
 }
 END_TEST
 
+/* rk_world_recv_user() takes the first frame of its tag, once; a second one the
+ * same read brought, a frame too big for the buffer and other tags go to the
+ * frame callback; nothing, a stop and a bad buffer end it as documented. */
+START_TEST(test_recv_user)
+{
+	struct rank n[2] = { 0 };
+	struct rk_config c;
+	uint8_t buf[16];
+	uint32_t len = 0;
+	int peer = -1, r;
+
+	cfg_base(&c, 0, 2, 0);
+	c.peer_timeout_ns = 5000 * MS;
+	start_world(n, 2, &c);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0x78, "other", 5), 0);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0x77, "one", 3), 0);
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0x77, "two", 3), 0);
+	PUMP_FOR(20, &n[0]);
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x77, buf, sizeof(buf), &peer, &len,
+					    3000 * (int64_t)MS), 1);
+	ck_assert_int_eq(peer, 0);
+	ck_assert_uint_eq(len, 3);
+	ck_assert_mem_eq(buf, "one", 3);
+	/* "two": here, or at the callback if the read that brought "one" had it too */
+	r = rk_world_recv_user(n[1].w, 0x77, buf, sizeof(buf), &peer, &len, 200 * (int64_t)MS);
+	if (r == 1) {
+		ck_assert_uint_eq(len, 3);
+		ck_assert_mem_eq(buf, "two", 3);
+		ck_assert_uint_eq(count_tag(&n[1], 0x77), 0);
+	} else {
+		ck_assert_int_eq(r, -RK_ETIMEOUT);
+		ck_assert_uint_eq(count_tag(&n[1], 0x77), 1);
+	}
+	ck_assert_uint_eq(count_tag(&n[1], 0x78), 1);
+	/* too big: the callback has it, the length is said */
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0x77, "0123456789abcdefXY", 18), 0);
+	PUMP_FOR(20, &n[0]);
+	r = (int)count_tag(&n[1], 0x77);
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x77, buf, sizeof(buf), &peer, &len,
+					    3000 * (int64_t)MS), -EMSGSIZE);
+	ck_assert_uint_eq(len, 18);
+	ck_assert_uint_eq(count_tag(&n[1], 0x77), (size_t)r + 1);
+	/* nothing comes; a stop asked for before; a buffer that is not there */
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x77, buf, sizeof(buf), NULL, NULL,
+					    10 * (int64_t)MS), -RK_ETIMEOUT);
+	rk_loop_stop(n[1].loop);
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x77, buf, sizeof(buf), NULL, NULL, -1), 0);
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x77, NULL, 4, NULL, NULL, 0), -EINVAL);
+	/* an empty message, into no buffer */
+	ck_assert_int_eq(rk_world_send_user(n[0].w, 1, 0x79, NULL, 0), 0);
+	PUMP_FOR(20, &n[0]);
+	ck_assert_int_eq(rk_world_recv_user(n[1].w, 0x79, NULL, 0, &peer, &len,
+					    3000 * (int64_t)MS), 1);
+	ck_assert_uint_eq(len, 0);
+	ck_assert_int_eq(n[0].nerr + n[1].nerr, 0);
+	rank_stop(&n[1]);
+	rank_stop(&n[0]);
+}
+END_TEST
+
 static enum rk_activity count_post_cb(struct rk_post *p)
 {
 	(*(int *)p->data)++;
@@ -449,6 +509,7 @@ static Suite *world_suite(void)
 
 	tc = world_tcase(s, "app_and_teardown");
 	tcase_add_test(tc, test_send_user);
+	tcase_add_test(tc, test_recv_user);
 	tcase_add_test(tc, test_destroy_runs_nothing_else);
 	tcase_add_test(tc, test_destroy_from_callback);
 	return s;
