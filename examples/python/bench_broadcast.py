@@ -14,7 +14,8 @@ the same time). Run it alone on the machine: it measures CPU and latency.
 
     RANKRT_LIB=/tmp/b/.libs/librankrt.so.2 python3 bench_broadcast.py [MSGS] [IDLE] [N...]
 
-BENCH_REHEARSE=0: the rankrt readers without their rehearsal (Broadcast(rehearse=False)).
+BENCH_REHEARSE=0: the rankrt readers without their rehearsal (Broadcast(rehearse=False));
+BENCH_PULL=0: their dequeue() takes each message in on_message, not from World.recv().
 """
 
 import mmap
@@ -104,6 +105,7 @@ def rk_reader(rank, hq, out):
     from rankrt.broadcast import Broadcast
     with Broadcast.create_from_handle(hq.get(), rank, log="error",
                                       rehearse=os.environ.get("BENCH_REHEARSE", "1") != "0") as b:
+        b._pull = os.environ.get("BENCH_PULL", "1") != "0"
         b.wait_until_ready()
         reader_loop(b.dequeue, out)
 

@@ -255,6 +255,10 @@ class World:
         _check(lib.rk_world_create(loop._h, byref(self._ops), None, byref(h)),
                "rk_world_create")
         self._h = h
+        self._rcap = 1 << 16            # recv()'s buffer; it grows to a larger frame
+        self._rbuf = ctypes.create_string_buffer(self._rcap)
+        self._rpeer, self._rlen = ctypes.c_int(), ctypes.c_uint32()
+        self._rpeer_p, self._rlen_p = byref(self._rpeer), byref(self._rlen)
         self.rank = lib.rk_world_rank(h)
         self.size = lib.rk_world_size(h)
 
@@ -302,6 +306,33 @@ class World:
         if type(data) is not bytes:
             data = bytes(data)
         _check(lib.rk_world_send_user(self._h, rank, tag, data, len(data)), "send")
+
+    def recv(self, tag, timeout=None):
+        """Run the loop (the GIL released) until a USER frame tagged @tag comes
+        and return (peer, data), the frame never going through on_message: one
+        call into the library, none back into Python (rk_world_recv_user()).
+        None when the run ended without one (a callback stopped the loop, e.g.
+        on_peer_error), or when the frame was larger than the receive buffer:
+        then on_message had it, and the buffer grows for the next call.
+        TimeoutError after @timeout s. Loop thread, not from a callback."""
+        ret = lib.rk_world_recv_user(self._h, tag, self._rbuf, self._rcap, self._rpeer_p,
+                                     self._rlen_p, -1 if timeout is None else int(timeout * 1e9))
+        return self._recv_result(ret)
+
+    def _recv_result(self, ret):
+        if ret == 1:
+            self.loop._raise_pending()
+            return self._rpeer.value, self._rbuf[:self._rlen.value]
+        self.loop._raise_pending()
+        if ret == -errno.EMSGSIZE:
+            self._rcap = max(self._rlen.value, 2 * self._rcap)
+            self._rbuf = ctypes.create_string_buffer(self._rcap)
+            return None
+        if ret == -_lib.RK_ETIMEOUT:
+            raise TimeoutError("no message")
+        if ret != -_lib.RK_ESTOPPED:
+            _check(ret, "rk_world_recv_user")
+        return None
 
     def broadcast(self, tag, data):
         """Leader: send @data to every follower (on same-host links through the

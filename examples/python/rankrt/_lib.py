@@ -168,6 +168,8 @@ _PROTOS = {
     "rk_world_create": (c_int, [_P, POINTER(WorldOps), _P, POINTER(_P)]),
     "rk_world_wait_ready": (c_int, [_P]),
     "rk_world_send_user": (c_int, [_P, c_int, c_uint32, c_char_p, c_uint32]),
+    "rk_world_recv_user": (c_int, [_P, c_uint32, _P, c_uint32, POINTER(c_int), POINTER(c_uint32),
+                                   c_int64]),
     "rk_world_broadcast": (c_int, [_P, c_uint, c_uint, c_char_p, c_uint32]),
     "rk_world_link": (_P, [_P, c_int]),
     "rk_world_rank": (c_int, [_P]),

@@ -7,12 +7,14 @@ the links move to shared memory and a message is written once into the
 world's broadcast ring for every reader; across hosts the same object runs on
 TCP or verbs (the leader address says which).
 
-A reader waits as every rankrt loop waits: inside dequeue() it spins for the
-busy window after the last message (RK_SPIN_US, cut by what the link learned
-about the gaps), sleeps until shortly before a message the link predicts, and
-otherwise blocks in the kernel; it never spins for a fixed second. When such
-a sleep wakes early, as meant, the reader first walks a message's Python path
-on a stand-in (Loop.rehearse()), so the message finds it warm.
+A reader takes each message with World.recv() (rk_world_recv_user(): the run
+returns it, no call back into Python) and waits as every rankrt loop waits:
+inside dequeue() it spins for the busy window after the last message
+(RK_SPIN_US, cut by what the link learned about the gaps), sleeps until
+shortly before a message the link predicts, and otherwise blocks in the
+kernel; it never spins for a fixed second. When such a sleep wakes early, as
+meant, the reader first walks a message's Python path on a stand-in
+(Loop.rehearse()), so the message finds it warm.
 
 Between dequeue() calls (a reader busy with its step, a writer between
 steps) nobody runs the loop, yet the links must answer heartbeats within
@@ -58,6 +60,7 @@ class Broadcast:
         self._pump = threading.Thread(target=self._pumping, args=(pump_s,), daemon=True)
         self._ready = False
         self._rehearsing = False
+        self._pull = True               # dequeue() through World.recv(), else run() and on_message
         self.rehearsals = 0
         if rank != 0 and rehearse:
             self._stand_in = self._make_stand_in()
@@ -86,14 +89,18 @@ class Broadcast:
         return hdr, payload, ctypes.addressof(hdr), ctypes.addressof(payload)
 
     def _rehearse(self):
-        # a message's way from the frame callback to the queue, on the stand-in
+        # a message's way out of the run: the frame callback and the queue
+        # (where a second message of one read goes), the return of a foreign
+        # call and World.recv()'s result, all on the stand-in
         _, _, hdr, payload = self._stand_in
         self._rehearsing = True
         try:
             self.world._frame(None, 0, hdr, payload, None)
         finally:
             self._rehearsing = False
-        self.loop.now()          # a foreign call, as the message's stop() is
+        self.loop.now()
+        self.world._rlen.value = 256
+        self.world._recv_result(1)
         self.rehearsals += 1
 
     def _on_message(self, peer, tag, data):
@@ -142,12 +149,20 @@ class Broadcast:
                 if self._err is not None:
                     raise self._err
                 if deadline is None:
-                    self.loop.run()
+                    left = None
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError("no message within %.3f s" % timeout)
+                if not self._pull:
                     self.loop.run(timeout=left)
+                    continue
+                try:
+                    got = self.world.recv(self.tag, left)
+                except TimeoutError:
+                    raise TimeoutError("no message within %.3f s" % timeout) from None
+                if got is not None:
+                    return got[1]
             return self._q.popleft()
 
     def close(self):
