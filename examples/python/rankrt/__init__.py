@@ -259,6 +259,7 @@ class World:
         self._rbuf = ctypes.create_string_buffer(self._rcap)
         self._rpeer, self._rlen = ctypes.c_int(), ctypes.c_uint32()
         self._rpeer_p, self._rlen_p = byref(self._rpeer), byref(self._rlen)
+        self._held = None               # what recv() took while a callback failed
         self.rank = lib.rk_world_rank(h)
         self.size = lib.rk_world_size(h)
 
@@ -314,15 +315,26 @@ class World:
         None when the run ended without one (a callback stopped the loop, e.g.
         on_peer_error), or when the frame was larger than the receive buffer:
         then on_message had it, and the buffer grows for the next call.
-        TimeoutError after @timeout s. Loop thread, not from a callback."""
+        TimeoutError after @timeout s. A callback's exception during the run is
+        raised; a message the run brought with it comes from the next call.
+        Loop thread, not from a callback."""
+        if self._held is not None:
+            got, self._held = self._held, None
+            return got
         ret = lib.rk_world_recv_user(self._h, tag, self._rbuf, self._rcap, self._rpeer_p,
                                      self._rlen_p, -1 if timeout is None else int(timeout * 1e9))
         return self._recv_result(ret)
 
+    def _recv_got(self):
+        return self._rpeer.value, self._rbuf[:self._rlen.value]
+
     def _recv_result(self, ret):
         if ret == 1:
-            self.loop._raise_pending()
-            return self._rpeer.value, self._rbuf[:self._rlen.value]
+            got = self._recv_got()
+            if self.loop._pending is not None:
+                self._held = got
+                self.loop._raise_pending()
+            return got
         self.loop._raise_pending()
         if ret == -errno.EMSGSIZE:
             self._rcap = max(self._rlen.value, 2 * self._rcap)

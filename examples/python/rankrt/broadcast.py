@@ -99,8 +99,7 @@ class Broadcast:
         finally:
             self._rehearsing = False
         self.loop.now()
-        self.world._rlen.value = 256
-        self.world._recv_result(1)
+        self.world._recv_got()
         self.rehearsals += 1
 
     def _on_message(self, peer, tag, data):

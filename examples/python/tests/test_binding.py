@@ -160,6 +160,61 @@ def test_world_send_echo_and_peer_error():
     assert ("transport", "tcp") in res
 
 
+def test_world_recv():
+    acks = []
+
+    def on0(peer, tag, data):
+        acks.append(tag)
+        loop0.stop()
+    loop0, w0, port = world_pair(on_msg0=on0, shm="off")
+    res = {"cb": []}
+    big = bytes(range(256)) * 400          # past recv()'s first buffer
+
+    def follower():
+        try:
+            with rankrt.Loop(env=False, **knobs(rank=1, world_size=2, shm="off",
+                                                leader=f"127.0.0.1:{port}")) as loop, \
+                    rankrt.World(loop, on_message=lambda p, t, d: res["cb"].append((t, len(d)))) \
+                    as w:
+                w.wait_ready()
+                res["first"] = w.recv(5, timeout=10)
+                try:
+                    w.recv(5, timeout=0.05)
+                    res["timeout"] = "none"
+                except TimeoutError:
+                    res["timeout"] = "raised"
+                w.send(0, 6, b"")
+                res["big"] = w.recv(5, timeout=10)     # None: on_message had it
+                w.send(0, 7, b"")
+                got = w.recv(5, timeout=10)            # the buffer grew for it
+                res["big2"] = (got[0], got[1] == big)
+                w.send(0, 8, b"")
+                loop.run(timeout=0.2)
+        except BaseException as e:
+            res["exc"] = e
+    t = threading.Thread(target=follower)
+    t.start()
+    try:
+        w0.wait_ready()
+        w0.send(1, 5, b"hello")
+        for want, then in ((6, big), (7, big), (8, None)):
+            deadline = time.monotonic() + 10
+            while want not in acks and time.monotonic() < deadline:
+                loop0.run(timeout=deadline - time.monotonic())
+            assert want in acks, (want, acks, res)
+            if then is not None:
+                w0.send(1, 5, then)
+    finally:
+        t.join(30)
+        w0.close()
+        loop0.close()
+    assert "exc" not in res, res["exc"]
+    assert res["first"] == (0, b"hello"), res
+    assert res["timeout"] == "raised"
+    assert res["big"] is None and res["cb"] == [(5, len(big))], res
+    assert res["big2"] == (0, True)
+
+
 def test_send_to_absent_rank_raises():
     loop0, w0, _ = world_pair()
     try:
