@@ -37,7 +37,10 @@
  * start of one burst of busy arrivals to the start of the next (an arrival
  * within RK__GAPS_BURST_NS of the one before is the same burst), as a mean and
  * mean deviation (EWMA; the second gap sets the deviation to the spread of the
- * first two, so a few gaps are enough). While the gaps are regular and long
+ * first two, so a few gaps are enough). A gap more than a quarter off the
+ * mean and the next within an eighth of it start the learner over from those
+ * two (gaps_sample()): the pace changed, and the EWMA would take dozens of
+ * gaps to say so. While the gaps are regular and long
  * enough to sleep through, it expects the next burst RK__GAPS_EARLY_DEV
  * deviations before the mean, until it is overdue (gaps_until()). After a
  * predictive sleep for it cut short by other busy work it holds its
@@ -142,8 +145,37 @@ static uint64_t absdiff(uint64_t a, uint64_t b)
 	return a > b ? a - b : b - a;
 }
 
+/* Off the learned pace: more than mean/RK__GAPS_RATE from the mean (a regular
+ * learner's deviation is at most that, gaps_trusted()). */
+static bool gaps_off_rate(const struct rk__gaps *g, uint64_t d)
+{
+	return absdiff(d, g->mean) * RK__GAPS_RATE > g->mean;
+}
+
 static void gaps_sample(struct rk__gaps *g, uint64_t d)
 {
+	uint64_t prev = g->off_rate;
+
+	g->off_rate = g->n && gaps_off_rate(g, d) ? d : 0;
+	if (prev && absdiff(d, prev) * RK__GAPS_RATE_AGREE <= d &&
+	    !(g->w->off & RK__WAIT_OFF_RATE)) {
+		/*
+		 * A gap off the pace and the next agreeing with it: the
+		 * traffic changed its pace (a stream starting after a pause,
+		 * decode steps getting longer), or the one before was an
+		 * outlier. The mean and deviation would take dozens of gaps to
+		 * forget the old pace, each spun through untrusted: start over
+		 * from these two, as a cold learner does from its first two.
+		 */
+		g->mean = (prev + d) / 2;
+		g->dev = absdiff(d, prev);
+		g->lo = prev < d ? prev : d;
+		g->late_hi = 0;		/* measured against the old mean */
+		g->n = RK__GAPS_WARM;
+		g->off_rate = 0;
+		g->w->stats->learn_restarts++;
+		return;
+	}
 	if (!g->n || d < g->lo)
 		g->lo = d;
 	if (!g->n) {
@@ -230,7 +262,7 @@ void rk__wait_init(struct rk__wait *w, const struct rk_wait_policy *pol,
 int rk__wait_off_parse(const char *list, unsigned int *off)
 {
 	static const char *const names[] = { "gaps", "gapwin", "cold", "winq", "late",
-					     "hold", "boost", "fade", "prewarm", "ohi" };
+					     "hold", "boost", "fade", "prewarm", "ohi", "rate" };
 	size_t i, n;
 	int ret = 0;
 

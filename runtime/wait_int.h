@@ -67,6 +67,10 @@
 #define RK__GAPS_DEV_W		4
 /* the first gap's deviation, a guess (mean/this) until the second gives a spread */
 #define RK__GAPS_DEV_GUESS	8
+/* a gap more than mean/this from the mean is off the learned pace; it and the next within
+ * 1/RK__GAPS_RATE_AGREE of each other are a new pace: the learner starts over from them */
+#define RK__GAPS_RATE		4
+#define RK__GAPS_RATE_AGREE	8
 /* a cold learner's short window: no gap of its came within this many times the window */
 #define RK__GAPS_COLD_FAR	2
 /* the next burst is expected this many deviations before the mean (a wake early, not late) */
@@ -108,6 +112,8 @@ enum {
 	RK__WAIT_OFF_FADE = 1u << 7,	/* "fade": the learned margin never fades unslept */
 	RK__WAIT_OFF_PREWARM = 1u << 8,	/* "prewarm": no RK_VERDICT_SPIN (no TCP rehearsal) */
 	RK__WAIT_OFF_OHI = 1u << 9,	/* "ohi": the margin leaves out oversleep_hi */
+	RK__WAIT_OFF_RATE = 1u << 10,	/* "rate": two gaps that agree on a new rate
+					 * never restart a learner */
 };
 
 /* What a loop keeps for its wait decisions. rk__wait_init() it. */

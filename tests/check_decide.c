@@ -461,6 +461,66 @@ START_TEST(test_gaps_learn)
 }
 END_TEST
 
+/* Bursts every @gap from @t, @n of them; returns the next one's time. */
+static uint64_t bursts(struct fix *f, uint64_t t, uint64_t gap, unsigned int n)
+{
+	for (; n; n--, t += gap)
+		ck_assert(rk__gaps_seen(&f->g, t, false));
+	return t;
+}
+
+/*
+ * A learner trusted at 1 ms: a gap of 5 ms moves the mean by its EWMA share;
+ * a gap off the pace (more than a quarter from the mean) and the next within
+ * an eighth of it are a new pace, and the learner starts over from them,
+ * trusted at once (as a cold one after its first two): after that outlier,
+ * two gaps of 1 ms; then 10.4 and 10 ms; then 1 and 1 ms. Two that disagree
+ * (5 and 1, 1 and 0.5 ms) are none. With the rate bit off, the EWMA alone.
+ */
+START_TEST(test_gaps_rate)
+{
+	uint64_t (*expect)(struct rk_source *, uint64_t) = rk__gaps_ops.expect;
+	unsigned int off;
+	struct fix f;
+	uint64_t t;
+
+	for (off = 0; off <= RK__WAIT_OFF_RATE; off += RK__WAIT_OFF_RATE) {
+		fix_init(&f);
+		f.w.off = off;
+		t = bursts(&f, T0, 1 * MS, 12);
+		ck_assert_uint_eq(f.g.mean, 1 * MS);
+		t = bursts(&f, t - 1 * MS + 5 * MS, 1 * MS, 2);	/* 5 ms, then 1 ms */
+		ck_assert_uint_eq(f.g.off_rate, 1 * MS);
+		ck_assert_uint_eq(f.st.learn_restarts, 0);
+		t = bursts(&f, t, 1 * MS, 1);			/* 1 ms again */
+		ck_assert_uint_eq(f.st.learn_restarts, off ? 0 : 1);
+		ck_assert_uint_eq(f.g.mean, off ? (7 * (7 * 1500 * US + 1 * MS) / 8 + 1 * MS) / 8 : 1 * MS);
+		t = bursts(&f, t - 1 * MS + 10400 * US, 1 * MS, 1);
+		ck_assert_uint_eq(f.g.off_rate, 10400 * US);
+		t = bursts(&f, t - 1 * MS + 10 * MS, 1 * MS, 1);
+		if (off) {
+			ck_assert_uint_eq(f.st.learn_restarts, 0);
+			ck_assert_uint_lt(f.g.mean, 4 * MS);
+			continue;
+		}
+		ck_assert_uint_eq(f.st.learn_restarts, 2);
+		ck_assert_uint_eq(f.g.mean, 10200 * US);
+		ck_assert_uint_eq(f.g.dev, 400 * US);
+		ck_assert_uint_eq(f.g.lo, 10 * MS);
+		ck_assert_uint_eq(f.g.late_hi, 0);	/* it came late by the old mean */
+		ck_assert_uint_eq(f.g.n, RK__GAPS_WARM);
+		t -= 1 * MS;		/* the last burst's start */
+		ck_assert_uint_eq(expect(&f.g.src, t + 100 * US),
+				  t + 10200 * US - RK__GAPS_EARLY_DEV * 400 * US);
+		t = bursts(&f, t + 1 * MS, 500 * US, 2);	/* 1 ms, 0.5 ms */
+		ck_assert_uint_eq(f.st.learn_restarts, 2);
+		bursts(&f, t - 500 * US + 1 * MS, 1 * MS, 2);	/* 1 ms, 1 ms */
+		ck_assert_uint_eq(f.st.learn_restarts, 3);
+		ck_assert_uint_eq(f.g.mean, 1 * MS);
+	}
+}
+END_TEST
+
 /* A sleep for the learner cut by other work holds it, each time twice as
  * long; one that woke early as meant resets that; the hold bit keeps it off. */
 START_TEST(test_gaps_hold)
@@ -504,10 +564,11 @@ START_TEST(test_off_names)
 		{ "", 0, 0 },
 		{ "gaps", 0, RK__WAIT_OFF_GAPS },
 		{ "hold,late", 0, RK__WAIT_OFF_HOLD | RK__WAIT_OFF_LATE },
-		{ "gaps,gapwin,cold,winq,late,hold,boost,fade,prewarm,ohi", 0,
+		{ "gaps,gapwin,cold,winq,late,hold,boost,fade,prewarm,ohi,rate", 0,
 		  RK__WAIT_OFF_GAPS | RK__WAIT_OFF_GAPWIN | RK__WAIT_OFF_COLD | RK__WAIT_OFF_WINQ |
 			  RK__WAIT_OFF_LATE | RK__WAIT_OFF_HOLD | RK__WAIT_OFF_BOOST |
-			  RK__WAIT_OFF_FADE | RK__WAIT_OFF_PREWARM | RK__WAIT_OFF_OHI },
+			  RK__WAIT_OFF_FADE | RK__WAIT_OFF_PREWARM | RK__WAIT_OFF_OHI |
+			  RK__WAIT_OFF_RATE },
 		{ "fade,", 0, RK__WAIT_OFF_FADE },
 		{ "oavg,boost", -EINVAL, RK__WAIT_OFF_BOOST },	/* removed: unknown */
 		{ "gap", -EINVAL, 0 },
@@ -531,6 +592,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_woke, 0, (int)(sizeof(wcases) / sizeof(wcases[0])));
 	tc = rk_tcase(s, "learner", 30, NULL, NULL);
 	tcase_add_test(tc, test_gaps_learn);
+	tcase_add_test(tc, test_gaps_rate);
 	tcase_add_test(tc, test_gaps_hold);
 	tcase_add_test(tc, test_off_names);
 	return rk_check_run(s);

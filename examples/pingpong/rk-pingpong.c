@@ -399,7 +399,7 @@ static void print_stats(const struct pp *p)
 		"rk-pingpong[r%d] stats: spin_ms %.1f blocked_ms %.1f blocks %llu predict_waits %llu "
 		"early %llu late %llu cut %llu oversleep_us_avg %.1f margin_us %.1f learn_waits %llu "
 		"learn_holds %llu window_cuts %llu spin_window_us %.0f prewarms %llu spin_predict_ms %.1f "
-		"spin_window_ms %.1f learn_woken %llu overslept %llu overdue %llu\n",
+		"spin_window_ms %.1f learn_woken %llu overslept %llu overdue %llu restarts %llu\n",
 		p->rank, (double)st.ns_spin / 1e6, (double)st.ns_blocked / 1e6,
 		(unsigned long long)st.blocks, (unsigned long long)st.predict_waits,
 		(unsigned long long)st.predict_early, (unsigned long long)st.predict_late,
@@ -410,7 +410,7 @@ static void print_stats(const struct pp *p)
 		(double)st.spin_window_ns / 1e3, (unsigned long long)st.prewarms,
 		(double)st.ns_spin_predict / 1e6, (double)st.ns_spin_window / 1e6,
 		(unsigned long long)st.learn_woken, (unsigned long long)st.predict_overslept,
-		(unsigned long long)st.learn_overdue);
+		(unsigned long long)st.learn_overdue, (unsigned long long)st.learn_restarts);
 }
 
 static pid_t spawn_follower(const char *self, int argc, char **argv, const char *leader)

@@ -105,6 +105,8 @@ static const struct mdef loop_defs[] = {
 	  LOOP(predict_overslept), 1 },
 	{ "rankrt_loop_learn_overdue_total", NULL, "A link's bursts that came after its learned "
 	  "overdue point.", COUNTER, LOOP(learn_overdue), 1 },
+	{ "rankrt_loop_learn_restarts_total", NULL, "Times a link's learner started over on a new "
+	  "pace.", COUNTER, LOOP(learn_restarts), 1 },
 };
 _Static_assert(ARRAY_SIZE(loop_defs) == N_LOOP_CTR &&
 	       sizeof(struct rk_loop_stats) == 8 * N_LOOP_CTR,

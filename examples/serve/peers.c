@@ -63,6 +63,7 @@ static void loop_ctr(struct rk_loop_stats *s, uint64_t **v)
 	v[24] = &s->learn_woken;
 	v[25] = &s->predict_overslept;
 	v[26] = &s->learn_overdue;
+	v[27] = &s->learn_restarts;
 }
 
 int send_msg(struct server *srv, int to, const uint8_t *msg, uint32_t len)

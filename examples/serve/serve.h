@@ -61,7 +61,7 @@ enum serve_msg {
 #define MSG_HDR	      16u /* kind, reserved, seq or model fields */
 #define MODEL_LEN     24u /* kind, V, H, backend, seed */
 #define POLICY_LEN    24u /* kind, reserved, policy index, wait mode, notify mode */
-#define N_LOOP_CTR    27u /* struct rk_loop_stats, in field order */
+#define N_LOOP_CTR    28u /* struct rk_loop_stats, in field order */
 #define N_TOY_CTR     3u  /* rounds, outputs, ns_compute (CUDA: ns_round) */
 #define STATS_REP_LEN (MSG_HDR + 16u + 8u * (N_LOOP_CTR + N_TOY_CTR) + METRICS_LEN)
 

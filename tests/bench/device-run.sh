@@ -19,6 +19,8 @@
 #   OUT             receipts (default ./device-out)
 #   BUDGET_S        wall-clock budget of the whole run (default 540)
 #   CUDA_HOME       the toolkit (default /usr/local/cuda, else nvcc's)
+#   CONFIGURE_ARGS  more ./configure arguments, e.g. --enable-wait-ablation for
+#                   tests/bench/wait-ab.sh and RK_TEST_WAIT_OFF A/Bs
 #   RK_BENCH_GPU_ITERS, RK_BENCH_GPU_MAX_RATIO   benchmark knobs (5000, 1.1)
 #   DECODE_S        the decode receipt's time limit (default 240 s, less when the
 #                   budget is short); DECODE_RUNS (3), DECODE_REQUESTS (48),
@@ -168,8 +170,9 @@ tar -C "$work" -xzf "$tarball" || { say "FAIL: tar"; exit 2; }
 src=$(ls -d "$work"/rankrt-*/ | head -n 1)
 cd "$src" || exit 2
 # no --enable-werror: a warning new in the device's gcc must not cost the run
+# shellcheck disable=SC2086	# CONFIGURE_ARGS: words
 step configure 120 "$build" ./configure --with-cuda="$CUDA_HOME" --with-nccl=yes \
-	CPPFLAGS="-I$DEPS/usr/include" LDFLAGS="-L$dlib -Wl,-rpath,$dlib"
+	CPPFLAGS="-I$DEPS/usr/include" LDFLAGS="-L$dlib -Wl,-rpath,$dlib" ${CONFIGURE_ARGS:-}
 crc=$?
 sed -n '/configured:/,$p' "$build" | tee -a "$summary"
 brc=1

@@ -28,7 +28,7 @@ GAPS=${GAPS:-1000 10000 30000 100000}
 GAP_MS=${GAP_MS:-6000}
 COUNT=${COUNT:-20000}
 WARMUP=${WARMUP:-1000}
-BITS=${BITS:-gaps gapwin cold winq late hold boost fade prewarm ohi}
+BITS=${BITS:-gaps gapwin cold winq late hold boost fade prewarm ohi rate}
 OUT=${OUT:-$PWD/wait-ab-raw.txt}
 pp="$b/examples/pingpong/rk-pingpong"
 [ -x "$pp" ] || { echo "wait-ab.sh: no $pp: build rankrt first" >&2; exit 1; }

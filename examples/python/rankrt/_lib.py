@@ -129,7 +129,7 @@ class Request(Structure):
 LOOP_STATS = """iterations events busy_events spin_iters blocks wakeups posts eintr ns_spin
 ns_blocked ns_run predict_waits predict_early predict_late predict_cut ns_oversleep
 predict_margin_ns learn_waits learn_holds window_cuts spin_window_ns prewarms ns_spin_predict
-ns_spin_window learn_woken predict_overslept learn_overdue""".split()
+ns_spin_window learn_woken predict_overslept learn_overdue learn_restarts""".split()
 LINK_STATS = """tx_frames tx_bytes rx_frames rx_bytes tx_flushes heartbeats_tx heartbeats_rx
 tx_queued_max tx_sends tx_inline tx_credit_msgs credit_stalls cq_polls cq_events rnr_errors
 credits_min shm_bcast_frames shm_wakes shm_sleeps shm_ring_full tcp_rx_direct tcp_rx_ring
