@@ -260,6 +260,7 @@ class World:
         self._rpeer, self._rlen = ctypes.c_int(), ctypes.c_uint32()
         self._rpeer_p, self._rlen_p = byref(self._rpeer), byref(self._rlen)
         self._held = None               # what recv() took while a callback failed
+        self._bcast = _lib.bare("rk_world_broadcast")
         self.rank = lib.rk_world_rank(h)
         self.size = lib.rk_world_size(h)
 
@@ -354,8 +355,9 @@ class World:
         # CPU, where each ctypes call costs 10-20 us on the message's way
         # (examples/python/README.md, Broadcast). Any bytes-like @data.
         payload = _USER_HDR.pack(tag, 0) + data
-        _check(lib.rk_world_broadcast(self._h, _lib.RK_FRAME_USER, 0, payload, len(payload)),
-               "broadcast")
+        ret = self._bcast(self._h, _lib.RK_FRAME_USER, 0, payload, len(payload))
+        if ret:
+            _check(ret, "broadcast")
 
     @property
     def port(self):
