@@ -9,13 +9,16 @@ One writer and 1, 3, 7 readers on this host (processes), a message every
 0.2, 1, 5, 20 ms, MSGS messages per cell: p50/p99 delivery latency (the
 writer's CLOCK_MONOTONIC stamp to the reader's dequeue return, both in
 Python) and the readers' CPU seconds (getrusage, mean and max over readers)
-over each cell, then over IDLE seconds with no message (both kinds idle at
-the same time). Run it alone on the machine: it measures CPU and latency.
+over each cell (its begin message, 50 ms, the messages, 50 ms, its end), the
+mean over its stream alone (the first message's dequeue to the last's), then
+over IDLE seconds with no message (both kinds idle at the same time). Run it alone on the machine: it measures CPU and latency.
 
     RANKRT_LIB=/tmp/b/.libs/librankrt.so.2 python3 bench_broadcast.py [MSGS] [IDLE] [N...]
 
 BENCH_REHEARSE=0: the rankrt readers without their rehearsal (Broadcast(rehearse=False));
 BENCH_PULL=0: their dequeue() takes each message in on_message, not from World.recv().
+BENCH_WRITER=spin: both writers spin (not sleep) to each message's time, so that neither
+starts its send on a CPU cold from an idle gap (bench_cold.py): the readers alone differ.
 """
 
 import mmap
@@ -48,15 +51,19 @@ def message(kind, phase):
 
 def writer_schedule(send, msgs, idle, go, done):
     """Each cell: begin, msgs data messages on a fixed schedule, end. Then idle."""
+    spin = os.environ.get("BENCH_WRITER", "sleep") == "spin"
     go.wait()
     for p, iv in enumerate(INTERVALS_MS):
         send(message(1, p))
         time.sleep(0.05)
         t0 = time.monotonic()
         for k in range(msgs):
-            left = t0 + k * iv / 1000 - time.monotonic()
-            if left > 0:
-                time.sleep(left)
+            due = t0 + k * iv / 1000
+            if spin:
+                while time.monotonic() < due:
+                    pass
+            elif due - time.monotonic() > 0:
+                time.sleep(max(0.0, due - time.monotonic()))
             send(message(0, p))
         time.sleep(0.05)
         send(message(2, p))
@@ -74,16 +81,21 @@ def reader_loop(recv, out):
     lat = {}
     cpus = {}
     start = {}
+    first = {}
+    last = {}
     while True:
         m = recv()
         now = time.monotonic_ns()
         kind, phase, t = HDR.unpack_from(m)
         if kind == 0:
             lat.setdefault(phase, []).append(now - t)
+            c = cpu()
+            first.setdefault(phase, c)
+            last[phase] = c
         elif kind == 1:
             start[phase] = cpu()
         elif kind == 2:
-            cpus[phase] = cpu() - start[phase]
+            cpus[phase] = (cpu() - start[phase], last.get(phase, 0) - first.get(phase, 0))
         else:
             break
     out.put((lat, cpus))
@@ -202,19 +214,23 @@ def main():
     print(f"# {msgs} messages of {MSG_BYTES} B per cell, idle {idle:g} s, {os.cpu_count()} CPUs"
           f"{' (7 readers + writers oversubscribe them)' if os.cpu_count() < 8 else ''}")
     print("# spin = a Python re-implementation of vLLM's documented reader rule, not vLLM")
+    if os.environ.get("BENCH_WRITER", "sleep") == "spin":
+        print("# BENCH_WRITER=spin: both writers spin to each message's time")
     print(f"{'N':>2} {'every':>6} {'impl':>6} {'p50 us':>8} {'p99 us':>8} "
-          f"{'cpu s mean':>10} {'cpu s max':>9}")
+          f"{'cpu s mean':>10} {'cpu s max':>9} {'stream cpu s':>12}")
     for n in ns:
         res = run(n, msgs)
         for p, iv in list(enumerate(INTERVALS_MS)) + [(99, None)]:
             for impl in ("rankrt", "spin"):
                 lat = [x for lt, _ in res[impl] for x in lt.get(p, [])]
-                cpus = [c.get(p, float("nan")) for _, c in res[impl]]
+                cpus = [c.get(p, (float("nan"),) * 2)[0] for _, c in res[impl]]
+                scpu = [c.get(p, (float("nan"),) * 2)[1] for _, c in res[impl]]
                 every = f"{iv:g}ms" if iv is not None else "idle"
                 p50 = f"{pct(lat, 50) / 1e3:8.1f}" if lat else f"{'-':>8}"
                 p99 = f"{pct(lat, 99) / 1e3:8.1f}" if lat else f"{'-':>8}"
                 print(f"{n:>2} {every:>6} {impl:>6} {p50} {p99} "
-                      f"{sum(cpus) / len(cpus):10.3f} {max(cpus):9.3f}", flush=True)
+                      f"{sum(cpus) / len(cpus):10.3f} {max(cpus):9.3f}"
+                      f"{sum(scpu) / len(scpu) if lat else float('nan'):13.3f}", flush=True)
 
 
 if __name__ == "__main__":

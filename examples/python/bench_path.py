@@ -11,7 +11,10 @@ and at dequeue()'s return. Prints p50/p90 us of each leg:
   to ret    on_message to dequeue()'s return
   total     the writer's stamp to dequeue()'s return
 
-and the reader's loop counters (predictive sleeps, early wakes, rehearsals).
+and the reader's loop counters from its first message on (predictive sleeps,
+early wakes, ms spun for a prediction and in the busy window, ms oversleeping,
+the margin, CPU ms, rehearsals), the writer's link counters (frames through the
+broadcast ring, sleeping readers rung).
 
     RANKRT_LIB=$PWD/.libs/librankrt.so.2 python3 bench_path.py [GAP_MS] [MSGS]
 
@@ -52,7 +55,8 @@ def writer(gap_ms, msgs, hq, res):
                 b.loop.poll()
             stamps.append((a, c))
         b.enqueue(b"q" * 16)
-        res.put(("w", stamps))
+        ls = b.world.link_stats(1)
+        res.put(("w", (stamps, {k: ls[k] for k in ("shm_bcast_frames", "shm_wakes")})))
         time.sleep(0.3)
 
 
@@ -71,14 +75,23 @@ def reader(hq, res):
         b._pull = os.environ.get("BENCH_PULL", "1") != "0"
         b.wait_until_ready()
         ret = []
+        s0 = c0 = None
         while True:
             m = b.dequeue()
             t = time.monotonic_ns()
             if len(m) == 16:
                 break
+            if s0 is None:      # from the first message on: the steady state
+                s0, c0 = b.loop.stats(), sum(os.times()[:2])
             ret.append(t)
         st = b.loop.stats()
-        counters = {k: st[k] for k in ("predict_waits", "predict_early", "predict_late", "blocks")}
+        counters = {k: st[k] - s0[k] for k in ("predict_waits", "predict_early", "predict_late",
+                                               "blocks", "window_cuts")}
+        counters.update({k: round((st[k] - s0[k]) / 1e6, 1) for k in
+                         ("ns_spin", "ns_spin_predict", "ns_spin_window", "ns_blocked",
+                          "ns_oversleep")})
+        counters["predict_margin_us"] = round(st["predict_margin_ns"] / 1e3, 1)
+        counters["cpu_ms"] = round(1e3 * (sum(os.times()[:2]) - c0), 1)
         counters["rehearsals"] = b.rehearsals
         res.put(("r", (cb[:len(ret)], ret, counters)))
 
@@ -100,7 +113,7 @@ def main():
     got = dict(res.get() for _ in procs)
     for p in procs:
         p.join(30)
-    ws, (cb, ret, counters) = got["w"], got["r"]
+    (ws, wcounters), (cb, ret, counters) = got["w"], got["r"]
     legs = {"writer": [c - a for a, c in ws]}
     if cb:
         legs["to cb"] = [x - c for (a, c), x in zip(ws, cb)]
@@ -111,6 +124,7 @@ def main():
     print(f"gap {gap_ms:g} ms, {msgs} messages, p50/p90 us: " +
           "  ".join(f"{k} {pct(v, 50):.1f}/{pct(v, 90):.1f}" for k, v in legs.items()))
     print("reader: " + ", ".join(f"{k} {v}" for k, v in counters.items()))
+    print("writer: " + ", ".join(f"{k} {v}" for k, v in wcounters.items()))
 
 
 if __name__ == "__main__":
