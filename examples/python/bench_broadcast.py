@@ -11,7 +11,8 @@ writer's CLOCK_MONOTONIC stamp to the reader's dequeue return, both in
 Python) and the readers' CPU seconds (getrusage, mean and max over readers)
 over each cell (its begin message, 50 ms, the messages, 50 ms, its end), the
 mean over its stream alone (the first message's dequeue to the last's), then
-over IDLE seconds with no message (both kinds idle at the same time). Run it alone on the machine: it measures CPU and latency.
+over IDLE seconds with no message (both kinds idle at the same time). Run it
+alone on the machine: it measures CPU and latency.
 
     RANKRT_LIB=/tmp/b/.libs/librankrt.so.2 python3 bench_broadcast.py [MSGS] [IDLE] [N...]
 
