@@ -9,6 +9,9 @@ and at dequeue()'s return. Prints p50/p90 us of each leg:
   to cb     that return to the reader's on_message (the reader's loop found the
             frame and called back into Python)
   to ret    on_message to dequeue()'s return
+  to loop   (World.recv(), the default) the writer's return to the end of the reader's
+            loop iteration that took the frame (rk_loop_now() after the run)
+  loop to ret   that to dequeue()'s return (the run's way out into Python)
   total     the writer's stamp to dequeue()'s return
 
 and the reader's loop counters from its first message on (predictive sleeps,
@@ -20,8 +23,8 @@ broadcast ring, sleeping readers rung).
 
 BENCH_REHEARSE=0: the reader without its rehearsal (Broadcast(rehearse=False)).
 BENCH_PULL=0: the reader's dequeue() runs the loop and takes the message in
-on_message, as before World.recv(); with it (the default) no on_message runs
-and the "to cb" and "to ret" legs are not measured.
+on_message, as before World.recv() (the "to cb" and "to ret" legs); with
+World.recv() (the default) no on_message runs: "to loop" and "loop to ret".
 """
 
 import multiprocessing as mp
@@ -74,7 +77,7 @@ def reader(hq, res):
         b.world.on_message = on_message
         b._pull = os.environ.get("BENCH_PULL", "1") != "0"
         b.wait_until_ready()
-        ret = []
+        ret, done = [], []
         s0 = c0 = None
         while True:
             m = b.dequeue()
@@ -84,6 +87,7 @@ def reader(hq, res):
             if s0 is None:      # from the first message on: the steady state
                 s0, c0 = b.loop.stats(), sum(os.times()[:2])
             ret.append(t)
+            done.append(b.loop.now())   # the end of the iteration that took the frame
         st = b.loop.stats()
         counters = {k: st[k] - s0[k] for k in ("predict_waits", "predict_early", "predict_late",
                                                "blocks", "window_cuts")}
@@ -93,7 +97,7 @@ def reader(hq, res):
         counters["predict_margin_us"] = round(st["predict_margin_ns"] / 1e3, 1)
         counters["cpu_ms"] = round(1e3 * (sum(os.times()[:2]) - c0), 1)
         counters["rehearsals"] = b.rehearsals
-        res.put(("r", (cb[:len(ret)], ret, counters)))
+        res.put(("r", (cb[:len(ret)], ret, done, counters)))
 
 
 def pct(xs, p):
@@ -113,13 +117,14 @@ def main():
     got = dict(res.get() for _ in procs)
     for p in procs:
         p.join(30)
-    (ws, wcounters), (cb, ret, counters) = got["w"], got["r"]
+    (ws, wcounters), (cb, ret, done, counters) = got["w"], got["r"]
     legs = {"writer": [c - a for a, c in ws]}
     if cb:
         legs["to cb"] = [x - c for (a, c), x in zip(ws, cb)]
         legs["to ret"] = [r - x for x, r in zip(cb, ret)]
     else:
-        legs["to ret"] = [r - c for (a, c), r in zip(ws, ret)]
+        legs["to loop"] = [d - c for (a, c), d in zip(ws, done)]
+        legs["loop to ret"] = [r - d for d, r in zip(done, ret)]
     legs["total"] = [r - a for (a, c), r in zip(ws, ret)]
     print(f"gap {gap_ms:g} ms, {msgs} messages, p50/p90 us: " +
           "  ".join(f"{k} {pct(v, 50):.1f}/{pct(v, 90):.1f}" for k, v in legs.items()))
