@@ -310,6 +310,57 @@ static uint64_t learn_warm(struct fake_clock *fc, struct rk_loop *loop, struct f
 }
 
 /*
+ * A learner warm at 5 ms gaps, then frames every 1 ms (each comes during the
+ * sleep predicted for 5 ms): returns how many 1 ms frames came before the wait
+ * after one was a predictive sleep shorter than 1 ms (the learner on the new
+ * pace), 0 if none within 60; @off: ablation bits.
+ */
+static unsigned int new_pace_frames(unsigned int off, uint64_t *restarts)
+{
+	struct fake_clock fc;
+	struct fpred rec = { 0 };
+	struct larr a;
+	struct rk_loop *loop = learn_loop(true, &fc, &rec, &a);
+	struct rk_loop_stats s0, s1;
+	unsigned int i, got = 0;
+	uint64_t t;
+
+	rk__loop_wait(loop)->off = off;
+	t = learn_warm(&fc, loop, &rec, &a, 5 * MS);
+	for (i = 1; i <= 60 && !got; i++) {
+		t += 1 * MS;
+		arrive(&fc, &a, t);
+		s0 = stats_of(loop);
+		rec.park_ns = 0;
+		s1 = learn_step(&fc, loop, t + L_STEP);
+		if (s1.learn_waits > s0.learn_waits && rec.park_ns < 1 * MS)
+			got = i;
+	}
+	*restarts = stats_of(loop).learn_restarts;
+	learn_free(loop, &rec, &a);
+	return got;
+}
+
+/*
+ * The pace changes: two 1 ms gaps agree off the 5 ms mean, so the learner
+ * starts over from them and the wait after the second 1 ms frame sleeps for
+ * the third. With the rate bit off the averages forget 5 ms gap by gap, and
+ * the loop spins through the frames meanwhile.
+ */
+START_TEST(test_learn_new_pace)
+{
+	uint64_t restarts, restarts_off;
+	unsigned int on = new_pace_frames(0, &restarts);
+	unsigned int off = new_pace_frames(RK__WAIT_OFF_RATE, &restarts_off);
+
+	ck_assert_uint_eq(on, 2);
+	ck_assert_uint_eq(restarts, 1);
+	ck_assert_uint_eq(restarts_off, 0);
+	ck_assert(off == 0 || off > 2 * RK__GAPS_SETTLE);
+}
+END_TEST
+
+/*
  * A link whose frames stop (idle entry): after the last one the loop sleeps
  * until the next is due less the margin and spins for it, but only until the
  * learner calls it overdue (mean + 4 deviations + mean/16, here 1.0625 ms after
@@ -733,6 +784,7 @@ static Suite *wait_learn_suite(void)
 	tcase_add_test(tc, test_learned_window_cut);
 	tcase_add_test(tc, test_learned_window_off);
 	tcase_add_test(tc, test_learn_idle_entry_short);
+	tcase_add_test(tc, test_learn_new_pace);
 	tcase_add_test(tc, test_learn_overdue_covers_late);
 	tcase_add_test(tc, test_learn_no_short_sleep);
 	tcase_add_test(tc, test_learn_cold_long_gaps);
