@@ -316,8 +316,8 @@ struct rk_loop_stats {
 					 * the sleep before it, earlier than predicted) */
 	uint64_t learn_overdue;		/* a link's bursts that came after its learned
 					 * overdue point (the spin for it had ended) */
-	uint64_t learn_restarts;	/* a link's learner started over: two gaps in
-					 * a row agreed on a new pace */
+	uint64_t learn_restarts;	/* a link's learner started over: a gap off
+					 * its pace and the next agreed on a new one */
 };
 
 /**

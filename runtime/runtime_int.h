@@ -333,7 +333,7 @@ struct rk__gaps {
 	struct rk__wait *w;		/* the loop's wait decisions */
 	uint64_t mean, dev;
 	uint64_t lo;			/* the shortest gap sampled */
-	uint64_t off_rate;		/* the last gap sampled, if off the learned rate; else 0 */
+	uint64_t off_rate;		/* the last gap sampled, if off the learned pace; else 0 */
 	uint64_t late_hi;		/* how far past the mean bursts came: a peak, decaying */
 	uint64_t first, last;		/* this burst's first and last arrival, 0 = none */
 	uint32_t n;			/* samples taken */

@@ -351,9 +351,10 @@ class World:
         """Leader: send @data to every follower (on same-host links through the
         world's broadcast ring: written once for every reader)."""
         # The USER payload (wire/WIRE.md) laid out here, not by a call of
-        # rk_wire_encode_user(): a writer idle for a few ms runs this on a cold
-        # CPU, where each ctypes call costs 10-20 us on the message's way
-        # (examples/python/README.md, Broadcast). Any bytes-like @data.
+        # rk_wire_encode_user(), and the call made without argtypes
+        # (_lib.bare()): a writer idle for a few ms runs this on a cold CPU,
+        # where each step of a ctypes call costs several times its hot price
+        # (bench_cold.py). Any bytes-like @data.
         payload = _USER_HDR.pack(tag, 0) + data
         ret = self._bcast(self._h, _lib.RK_FRAME_USER, 0, payload, len(payload))
         if ret:
