@@ -212,11 +212,15 @@ def load():
 lib = load()
 
 
+# the same library once more: its function objects carry no argtypes
+_bare_lib = ctypes.CDLL(lib._name)
+
+
 def bare(name):
     """@name without argtypes, returning int: for a call on a message's way
     (Broadcast's writer), where each declared argument costs a conversion
     object per call. Its caller passes what ctypes passes unconverted: a
     c_void_p for a pointer, bytes for a buffer, ints that fit a C int."""
-    fn = getattr(ctypes.CDLL(lib._name), name)   # the same library, its own function object
+    fn = getattr(_bare_lib, name)
     fn.restype = c_int
     return fn
